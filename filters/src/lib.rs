@@ -1,0 +1,12 @@
+//! Sans-IO request and response rewriting for sluice.
+//!
+//! Nothing here knows of sockets, Pingora or databases: bytes and values in, bytes and
+//! values out. That keeps the hardest logic (errors, routing, format translation,
+//! parameter policy) unit-testable, fuzzable and benchmarkable on its own.
+
+pub mod error;
+pub mod route;
+pub mod slug;
+
+pub use error::{ApiError, ErrorCode, Format};
+pub use route::Route;
