@@ -1,1 +1,269 @@
-fn main() {}
+//! sluice: a model gateway. One base URL serves many language and embedding models
+//! from many providers.
+//!
+//! Commands: `serve`, `migrate`, `probe`, `admin …` (see CONTRACT.md).
+
+use clap::{Parser, Subcommand};
+use sluice::accounts::admin as adm;
+use sluice::{catalog, config, server, store};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "A model gateway: one base URL for many models."
+)]
+struct Cli {
+    /// Config file (default: conf/sluice.toml if it exists, else built-in defaults).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway, the management API, the web app and the ops endpoints.
+    Serve,
+    /// Apply pending migrations and exit.
+    Migrate,
+    /// Probe each platform rung's capabilities once and record them.
+    Probe,
+    /// Admin operations straight against the configured database.
+    #[command(subcommand)]
+    Admin(AdminCommand),
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Create an organization; prints {org_id}.
+    CreateOrg {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        email: Option<String>,
+        #[arg(long)]
+        email_verified: bool,
+        /// Card on file and the 1 USD verification settled.
+        #[arg(long)]
+        card_verified: bool,
+        #[arg(long, default_value_t = 0.0)]
+        credits_usd: f64,
+        #[arg(long, default_value_t = 0)]
+        tier: i64,
+    },
+    /// Show an organization.
+    ShowOrg { org_id: String },
+    /// Create an API key; prints {api_key_id, api_key} (the plaintext, once).
+    CreateKey {
+        org_id: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        daily_spend_cap_usd: Option<f64>,
+        #[arg(long)]
+        rpm: Option<i64>,
+        #[arg(long)]
+        tpm: Option<i64>,
+        /// RFC 3339, e.g. 2027-01-01T00:00:00Z.
+        #[arg(long)]
+        expires_at: Option<String>,
+    },
+    /// Revoke an API key.
+    RevokeKey { api_key_id: String },
+    /// Add credits to an organization.
+    Credits {
+        org_id: String,
+        #[arg(long)]
+        amount_usd: f64,
+        /// grant (default) or purchase.
+        #[arg(long)]
+        kind: Option<String>,
+    },
+    /// Record verification steps.
+    Verification {
+        org_id: String,
+        #[arg(long)]
+        email: Option<bool>,
+        #[arg(long)]
+        card_on_file: Option<bool>,
+        #[arg(long)]
+        settled: Option<bool>,
+    },
+    /// Replace the restricted slugs the organization may call.
+    Grants { org_id: String, slugs: Vec<String> },
+    /// Put an organization under review, or release it.
+    Review {
+        org_id: String,
+        #[arg(long)]
+        under_review: bool,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Set an organization's tier.
+    Tier { org_id: String, tier: i64 },
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("sluice: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = config::Config::load(cli.config.as_deref())?;
+    match cli.command {
+        Command::Serve => server::serve(config),
+        Command::Migrate => block_on(async {
+            let db = store::Db::connect(&config.storage.database_url).await?;
+            db.migrate().await?;
+            println!("migrations applied");
+            Ok(())
+        }),
+        Command::Probe => block_on(probe(config)),
+        Command::Admin(cmd) => block_on(admin(config, cmd)),
+    }
+}
+
+fn block_on<F: std::future::Future<Output = anyhow::Result<()>>>(f: F) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f)
+}
+
+/// Lists each platform rung with its declared capabilities. Live probing against
+/// providers arrives with the structured-output work; until then the declared
+/// capabilities are what routing uses.
+async fn probe(config: config::Config) -> anyhow::Result<()> {
+    let specs = catalog::load_file(std::path::Path::new(&config.catalog.path))?;
+    for m in &specs {
+        for r in &m.rungs {
+            println!("{}\t{}\t{}", m.slug, r.id(), r.caps.join(","));
+        }
+    }
+    Ok(())
+}
+
+async fn admin(config: config::Config, cmd: AdminCommand) -> anyhow::Result<()> {
+    let db = store::Db::connect(&config.storage.database_url).await?;
+    db.migrate().await?;
+    let out = match cmd {
+        AdminCommand::CreateOrg {
+            name,
+            email,
+            email_verified,
+            card_verified,
+            credits_usd,
+            tier,
+        } => {
+            adm::create_org(
+                &db,
+                None,
+                adm::CreateOrg {
+                    name,
+                    email,
+                    email_verified,
+                    card_verified,
+                    credits_usd,
+                    tier,
+                },
+            )
+            .await
+        }
+        AdminCommand::ShowOrg { org_id } => adm::show_org(&db, &org_id).await,
+        AdminCommand::CreateKey {
+            org_id,
+            name,
+            daily_spend_cap_usd,
+            rpm,
+            tpm,
+            expires_at,
+        } => {
+            adm::create_key(
+                &db,
+                None,
+                &org_id,
+                adm::CreateKey {
+                    name,
+                    daily_spend_cap_usd,
+                    rpm,
+                    tpm,
+                    expires_at: expires_at.map(serde_json::Value::from),
+                },
+            )
+            .await
+        }
+        AdminCommand::RevokeKey { api_key_id } => adm::revoke_key(&db, None, &api_key_id)
+            .await
+            .map(|()| serde_json::json!({"revoked": api_key_id})),
+        AdminCommand::Credits {
+            org_id,
+            amount_usd,
+            kind,
+        } => adm::credits(&db, None, &org_id, adm::Credits { amount_usd, kind }).await,
+        AdminCommand::Verification {
+            org_id,
+            email,
+            card_on_file,
+            settled,
+        } => {
+            adm::verification(
+                &db,
+                None,
+                &org_id,
+                adm::Verification {
+                    email,
+                    card_on_file,
+                    settled,
+                },
+            )
+            .await
+        }
+        AdminCommand::Grants { org_id, slugs } => {
+            adm::grants(&db, None, &org_id, adm::Grants { slugs }).await
+        }
+        AdminCommand::Review {
+            org_id,
+            under_review,
+            reason,
+        } => {
+            adm::review(
+                &db,
+                None,
+                &org_id,
+                adm::Review {
+                    under_review,
+                    reason,
+                },
+            )
+            .await
+        }
+        AdminCommand::Tier { org_id, tier } => {
+            adm::tier(&db, None, &org_id, adm::Tier { tier }).await
+        }
+    };
+    match out {
+        Ok(v) => {
+            println!("{v}");
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!(
+                "{}",
+                String::from_utf8_lossy(&e.to_body(sluice_filters::Format::OpenAi))
+            );
+            std::process::exit(1);
+        }
+    }
+}

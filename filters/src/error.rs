@@ -126,9 +126,9 @@ impl ErrorCode {
             Self::VerificationRequired => 402,
             Self::ModelLocationNotSupported | Self::ModelNotGranted | Self::SignupDisabled => 403,
             Self::NotFound => 404,
-            Self::IdempotencyConflict | Self::IdempotencyReplayUnavailable | Self::AccountExists => {
-                409
-            }
+            Self::IdempotencyConflict
+            | Self::IdempotencyReplayUnavailable
+            | Self::AccountExists => 409,
             Self::InsufficientQuota
             | Self::OrgUnderReview
             | Self::UnavailableRoute
@@ -366,7 +366,13 @@ mod tests {
     fn extras_ride_inside_the_error_object() {
         let e = ApiError::new(ErrorCode::Refusal, "provider refused the request: policy")
             .with_extra("refusal_reason", "cyber_policy");
-        assert_eq!(e.to_value(Format::OpenAi)["error"]["refusal_reason"], "cyber_policy");
-        assert_eq!(e.to_value(Format::Anthropic)["error"]["refusal_reason"], "cyber_policy");
+        assert_eq!(
+            e.to_value(Format::OpenAi)["error"]["refusal_reason"],
+            "cyber_policy"
+        );
+        assert_eq!(
+            e.to_value(Format::Anthropic)["error"]["refusal_reason"],
+            "cyber_policy"
+        );
     }
 }

@@ -1,0 +1,135 @@
+//! The in-process directory of keys and orgs that the hot path authenticates
+//! against: no SQL per request. Snapshots sit behind `ArcSwap` (lock-free reads) and
+//! are kept fresh by a versioned poll of `updated_at`, so a key revoked through any
+//! instance stops working on every instance sharing the database within a second.
+
+use super::{keys, orgs, KeyRecord, OrgRecord};
+use crate::store::{now_ms, Db};
+use arc_swap::ArcSwap;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How far back each poll re-reads, to catch writes whose transaction committed
+/// after a later-stamped one was already seen.
+const OVERLAP_MS: i64 = 2_000;
+
+/// How often the directory polls for changes.
+pub const SYNC_INTERVAL: Duration = Duration::from_millis(250);
+
+#[derive(Default)]
+pub struct Directory {
+    keys: ArcSwap<HashMap<String, Arc<KeyRecord>>>,
+    orgs: ArcSwap<HashMap<String, Arc<OrgRecord>>>,
+    watermark: AtomicI64,
+}
+
+impl Directory {
+    /// Loads every key and org.
+    pub async fn load(db: &Db) -> anyhow::Result<Directory> {
+        let dir = Directory::default();
+        dir.sync_from(db, i64::MIN).await?;
+        Ok(dir)
+    }
+
+    /// The live key and its org for a presented credential, or `None` for a
+    /// missing, malformed, unknown, revoked or expired key (the caller answers all of
+    /// them alike).
+    pub fn authenticate(&self, presented: &str) -> Option<(Arc<KeyRecord>, Arc<OrgRecord>)> {
+        if !keys::well_formed(presented) {
+            return None;
+        }
+        let key = self.keys.load().get(&keys::hash(presented))?.clone();
+        if !key.is_live(now_ms()) {
+            return None;
+        }
+        let org = self.orgs.load().get(&key.org_id)?.clone();
+        Some((key, org))
+    }
+
+    pub fn org(&self, org_id: &str) -> Option<Arc<OrgRecord>> {
+        self.orgs.load().get(org_id).cloned()
+    }
+
+    /// Applies a local write at once (the poll would see it within a tick).
+    pub fn put_key(&self, rec: KeyRecord) {
+        let rec = Arc::new(rec);
+        self.keys.rcu(|m| {
+            let mut m = HashMap::clone(m);
+            m.insert(rec.hash.clone(), rec.clone());
+            m
+        });
+    }
+
+    pub fn put_org(&self, rec: OrgRecord) {
+        let rec = Arc::new(rec);
+        self.orgs.rcu(|m| {
+            let mut m = HashMap::clone(m);
+            m.insert(rec.id.clone(), rec.clone());
+            m
+        });
+    }
+
+    /// Reads what changed since the last poll and swaps it in.
+    pub async fn sync(&self, db: &Db) -> anyhow::Result<()> {
+        let since = self
+            .watermark
+            .load(Ordering::Relaxed)
+            .saturating_sub(OVERLAP_MS);
+        self.sync_from(db, since).await
+    }
+
+    async fn sync_from(&self, db: &Db, since: i64) -> anyhow::Result<()> {
+        let changed_keys = keys::changed_since(db, since).await?;
+        let changed_orgs = orgs::changed_since(db, since).await?;
+        let mut max = self.watermark.load(Ordering::Relaxed);
+        if !changed_keys.is_empty() {
+            let current = self.keys.load();
+            let mut next = HashMap::clone(&current);
+            let mut differs = false;
+            for (k, t) in changed_keys {
+                max = max.max(t);
+                if current.get(&k.hash).map(|c| c.as_ref()) != Some(&k) {
+                    differs = true;
+                    next.insert(k.hash.clone(), Arc::new(k));
+                }
+            }
+            if differs {
+                self.keys.store(Arc::new(next));
+            }
+        }
+        if !changed_orgs.is_empty() {
+            let current = self.orgs.load();
+            let mut next = HashMap::clone(&current);
+            let mut differs = false;
+            for (o, t) in changed_orgs {
+                max = max.max(t);
+                if current.get(&o.id).map(|c| c.as_ref()) != Some(&o) {
+                    differs = true;
+                    next.insert(o.id.clone(), Arc::new(o));
+                }
+            }
+            if differs {
+                self.orgs.store(Arc::new(next));
+            }
+        }
+        self.watermark.store(max.max(0), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Polls forever on the current runtime.
+    pub fn spawn_sync(self: &Arc<Self>, db: Db) {
+        let dir = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SYNC_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = dir.sync(&db).await {
+                    tracing::warn!(error = %e, "directory sync failed; serving the last snapshot");
+                }
+            }
+        });
+    }
+}

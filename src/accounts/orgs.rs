@@ -1,0 +1,354 @@
+//! Organizations: verification state, tier, credit balance, grants, review state.
+//! Every write bumps `updated_at`, which is how other instances see the change.
+
+use super::keys::db_error;
+use super::{micro_to_usd, usd_to_micro};
+use crate::store::db::opt_i64;
+use crate::store::{new_id, now_ms, Db};
+use serde::Serialize;
+use serde_json::{json, Value};
+use sluice_filters::{ApiError, ErrorCode};
+use sqlx::Row;
+use std::collections::BTreeSet;
+
+/// The 1 USD card verification charge, credited back to the balance.
+pub const VERIFICATION_MICRO_USD: i64 = 1_000_000;
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct OrgRecord {
+    pub id: String,
+    pub name: String,
+    pub email: Option<String>,
+    pub email_verified: bool,
+    pub card_on_file: bool,
+    pub settled: bool,
+    pub tier: i64,
+    pub balance_micro_usd: i64,
+    pub purchased_micro_usd: i64,
+    pub under_review: bool,
+    pub review_reason: Option<String>,
+    pub credits_overflow: bool,
+    pub grants: BTreeSet<String>,
+    pub created_at: i64,
+}
+
+impl OrgRecord {
+    /// The admin read: flags, tier, balance in USD, review state.
+    pub fn to_admin_json(&self) -> Value {
+        json!({
+            "org_id": self.id,
+            "name": self.name,
+            "email": self.email,
+            "email_verified": self.email_verified,
+            "card_on_file": self.card_on_file,
+            "card_verified": self.card_on_file && self.settled,
+            "settled": self.settled,
+            "tier": self.tier,
+            "balance_usd": micro_to_usd(self.balance_micro_usd),
+            "purchased_usd": micro_to_usd(self.purchased_micro_usd),
+            "under_review": self.under_review,
+            "review_reason": self.review_reason,
+            "credits_overflow": self.credits_overflow,
+            "grants": self.grants,
+            "created_at": self.created_at,
+        })
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct NewOrg {
+    pub name: String,
+    pub email: Option<String>,
+    pub email_verified: bool,
+    pub card_verified: bool,
+    pub credits_micro_usd: i64,
+    pub tier: i64,
+}
+
+pub async fn org_exists(db: &Db, org_id: &str) -> Result<bool, ApiError> {
+    Ok(sqlx::query("SELECT 1 FROM orgs WHERE id = $1")
+        .bind(org_id)
+        .fetch_optional(&db.pool)
+        .await
+        .map_err(db_error)?
+        .is_some())
+}
+
+fn no_org() -> ApiError {
+    ApiError::new(ErrorCode::NotFound, "No such organization.")
+}
+
+pub async fn create(db: &Db, new: NewOrg) -> Result<String, ApiError> {
+    if new.name.trim().is_empty() {
+        return Err(ApiError::invalid_parameter(
+            "name",
+            "name must not be empty",
+        ));
+    }
+    if new.credits_micro_usd < 0 {
+        return Err(ApiError::invalid_parameter(
+            "credits_usd",
+            "credits_usd must not be negative",
+        ));
+    }
+    let id = new_id("org");
+    let now = now_ms();
+    let flag = |b: bool| b as i64;
+    let mut tx = db.pool.begin().await.map_err(db_error)?;
+    sqlx::query(
+        "INSERT INTO orgs (id, name, email, email_verified, card_on_file, settled, tier, \
+         balance_micro_usd, purchased_micro_usd, under_review, review_reason, credits_overflow, \
+         created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, 0, NULL, 0, $8, $8)",
+    )
+    .bind(&id)
+    .bind(new.name.trim())
+    .bind(&new.email)
+    .bind(flag(new.email_verified))
+    .bind(flag(new.card_verified))
+    .bind(flag(new.card_verified))
+    .bind(new.tier)
+    .bind(now)
+    .execute(&mut *tx)
+    .await
+    .map_err(db_error)?;
+    if new.credits_micro_usd > 0 {
+        ledger_in_tx(&mut tx, &id, new.credits_micro_usd, "grant", now).await?;
+    }
+    tx.commit().await.map_err(db_error)?;
+    Ok(id)
+}
+
+async fn ledger_in_tx(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    org_id: &str,
+    amount: i64,
+    kind: &str,
+    now: i64,
+) -> Result<(), ApiError> {
+    sqlx::query(
+        "INSERT INTO credit_ledger (id, org_id, amount_micro_usd, kind, note, created_at) \
+         VALUES ($1, $2, $3, $4, NULL, $5)",
+    )
+    .bind(new_id("cr"))
+    .bind(org_id)
+    .bind(amount)
+    .bind(kind)
+    .bind(now)
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    let purchased = if kind == "purchase" { amount } else { 0 };
+    sqlx::query(
+        "UPDATE orgs SET balance_micro_usd = balance_micro_usd + $1, \
+         purchased_micro_usd = purchased_micro_usd + $2, updated_at = $3 WHERE id = $4",
+    )
+    .bind(amount)
+    .bind(purchased)
+    .bind(now)
+    .bind(org_id)
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
+/// Adds credits (`grant` or `purchase`); returns the new balance in micro-USD.
+pub async fn add_credits(
+    db: &Db,
+    org_id: &str,
+    amount_usd: f64,
+    kind: &str,
+) -> Result<i64, ApiError> {
+    if !matches!(kind, "grant" | "purchase") {
+        return Err(ApiError::invalid_parameter(
+            "kind",
+            "kind must be grant or purchase",
+        ));
+    }
+    let amount = usd_to_micro(amount_usd).map_err(|e| e.param("amount_usd"))?;
+    if amount <= 0 {
+        return Err(ApiError::invalid_parameter(
+            "amount_usd",
+            "amount_usd must be positive",
+        ));
+    }
+    if !org_exists(db, org_id).await? {
+        return Err(no_org());
+    }
+    let mut tx = db.pool.begin().await.map_err(db_error)?;
+    ledger_in_tx(&mut tx, org_id, amount, kind, now_ms()).await?;
+    tx.commit().await.map_err(db_error)?;
+    Ok(get(db, org_id).await?.ok_or_else(no_org)?.balance_micro_usd)
+}
+
+/// Records verification steps. `settled` records the 1 USD charge and credits it
+/// back, once.
+pub async fn verify(
+    db: &Db,
+    org_id: &str,
+    email: Option<bool>,
+    card_on_file: Option<bool>,
+    settled: Option<bool>,
+) -> Result<OrgRecord, ApiError> {
+    let org = get(db, org_id).await?.ok_or_else(no_org)?;
+    let now = now_ms();
+    let mut tx = db.pool.begin().await.map_err(db_error)?;
+    sqlx::query(
+        "UPDATE orgs SET email_verified = $1, card_on_file = $2, settled = $3, updated_at = $4 WHERE id = $5",
+    )
+    .bind(email.unwrap_or(org.email_verified) as i64)
+    .bind(card_on_file.unwrap_or(org.card_on_file) as i64)
+    .bind(settled.unwrap_or(org.settled) as i64)
+    .bind(now)
+    .bind(org_id)
+    .execute(&mut *tx)
+    .await
+    .map_err(db_error)?;
+    if settled == Some(true) && !org.settled {
+        ledger_in_tx(&mut tx, org_id, VERIFICATION_MICRO_USD, "verification", now).await?;
+    }
+    tx.commit().await.map_err(db_error)?;
+    get(db, org_id).await?.ok_or_else(no_org)
+}
+
+/// Replaces the set of restricted slugs the org may call.
+pub async fn set_grants(db: &Db, org_id: &str, slugs: &[String]) -> Result<(), ApiError> {
+    if !org_exists(db, org_id).await? {
+        return Err(no_org());
+    }
+    let mut tx = db.pool.begin().await.map_err(db_error)?;
+    sqlx::query("DELETE FROM org_grants WHERE org_id = $1")
+        .bind(org_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+    let unique: BTreeSet<&String> = slugs.iter().collect();
+    for slug in unique {
+        sqlx::query("INSERT INTO org_grants (org_id, slug) VALUES ($1, $2)")
+            .bind(org_id)
+            .bind(slug)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+    }
+    touch(&mut tx, org_id).await?;
+    tx.commit().await.map_err(db_error)
+}
+
+async fn touch(tx: &mut sqlx::Transaction<'_, sqlx::Any>, org_id: &str) -> Result<(), ApiError> {
+    sqlx::query("UPDATE orgs SET updated_at = $1 WHERE id = $2")
+        .bind(now_ms())
+        .bind(org_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    Ok(())
+}
+
+pub async fn set_review(
+    db: &Db,
+    org_id: &str,
+    under_review: bool,
+    reason: Option<String>,
+) -> Result<(), ApiError> {
+    let done = sqlx::query(
+        "UPDATE orgs SET under_review = $1, review_reason = $2, updated_at = $3 WHERE id = $4",
+    )
+    .bind(under_review as i64)
+    .bind(if under_review { reason } else { None })
+    .bind(now_ms())
+    .bind(org_id)
+    .execute(&db.pool)
+    .await
+    .map_err(db_error)?;
+    if done.rows_affected() == 0 {
+        return Err(no_org());
+    }
+    Ok(())
+}
+
+pub async fn set_tier(db: &Db, org_id: &str, tier: i64) -> Result<(), ApiError> {
+    if !(0..=100).contains(&tier) {
+        return Err(ApiError::invalid_parameter(
+            "tier",
+            "tier must be between 0 and 100",
+        ));
+    }
+    let done = sqlx::query("UPDATE orgs SET tier = $1, updated_at = $2 WHERE id = $3")
+        .bind(tier)
+        .bind(now_ms())
+        .bind(org_id)
+        .execute(&db.pool)
+        .await
+        .map_err(db_error)?;
+    if done.rows_affected() == 0 {
+        return Err(no_org());
+    }
+    Ok(())
+}
+
+const COLUMNS: &str = "id, name, email, email_verified, card_on_file, settled, tier, balance_micro_usd, \
+                       purchased_micro_usd, under_review, review_reason, credits_overflow, created_at, updated_at";
+
+fn from_row(row: &sqlx::any::AnyRow) -> OrgRecord {
+    let flag = |c: &str| opt_i64(row, c).unwrap_or(0) != 0;
+    OrgRecord {
+        id: row.get("id"),
+        name: row.get("name"),
+        email: row.try_get::<Option<String>, _>("email").ok().flatten(),
+        email_verified: flag("email_verified"),
+        card_on_file: flag("card_on_file"),
+        settled: flag("settled"),
+        tier: opt_i64(row, "tier").unwrap_or(0),
+        balance_micro_usd: opt_i64(row, "balance_micro_usd").unwrap_or(0),
+        purchased_micro_usd: opt_i64(row, "purchased_micro_usd").unwrap_or(0),
+        under_review: flag("under_review"),
+        review_reason: row
+            .try_get::<Option<String>, _>("review_reason")
+            .ok()
+            .flatten(),
+        credits_overflow: flag("credits_overflow"),
+        grants: BTreeSet::new(),
+        created_at: row.get("created_at"),
+    }
+}
+
+async fn grants_of(db: &Db, org_id: &str) -> anyhow::Result<BTreeSet<String>> {
+    let rows = sqlx::query("SELECT slug FROM org_grants WHERE org_id = $1")
+        .bind(org_id)
+        .fetch_all(&db.pool)
+        .await?;
+    Ok(rows.iter().map(|r| r.get::<String, _>("slug")).collect())
+}
+
+pub async fn get(db: &Db, org_id: &str) -> Result<Option<OrgRecord>, ApiError> {
+    let row = sqlx::query(&format!("SELECT {COLUMNS} FROM orgs WHERE id = $1"))
+        .bind(org_id)
+        .fetch_optional(&db.pool)
+        .await
+        .map_err(db_error)?;
+    let Some(row) = row else { return Ok(None) };
+    let mut org = from_row(&row);
+    org.grants = grants_of(db, org_id).await.map_err(|e| {
+        tracing::error!(error = %e, "reading grants");
+        ApiError::internal()
+    })?;
+    Ok(Some(org))
+}
+
+/// Orgs changed at or after `since_ms`, with their change time.
+pub async fn changed_since(db: &Db, since_ms: i64) -> anyhow::Result<Vec<(OrgRecord, i64)>> {
+    let rows = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM orgs WHERE updated_at >= $1"
+    ))
+    .bind(since_ms)
+    .fetch_all(&db.pool)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let mut org = from_row(row);
+        org.grants = grants_of(db, &org.id).await?;
+        out.push((org, row.get::<i64, _>("updated_at")));
+    }
+    Ok(out)
+}

@@ -1,0 +1,98 @@
+//! The management API under `/api` (axum). On the gateway listener the proxy
+//! dispatches `/api/*` to this router in-process: the bodies are small JSON, so a
+//! second loopback hop would only add latency and a socket per request.
+
+pub mod models;
+pub mod respond;
+
+use crate::accounts::{presented_key, KeyRecord, OrgRecord};
+use crate::state::AppState;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::routing::get;
+use axum::Router;
+use respond::{json, ApiResult, Failure};
+use sluice_filters::ApiError;
+use std::sync::Arc;
+
+pub type Shared = Arc<AppState>;
+
+/// The caller's key and org, when a valid key was presented.
+pub struct Caller {
+    pub key: Arc<KeyRecord>,
+    pub org: Arc<OrgRecord>,
+}
+
+/// A route that requires a key.
+pub struct Authed(pub Caller);
+
+/// A route that works keyless; a key, if presented, must be valid.
+pub struct MaybeAuthed(pub Option<Caller>);
+
+fn caller(parts: &Parts, state: &Shared) -> Result<Option<Caller>, Failure> {
+    let has_auth = parts.headers.contains_key(http::header::AUTHORIZATION);
+    match presented_key(&parts.headers, false) {
+        Some(k) => match state.directory.authenticate(k) {
+            Some((key, org)) => Ok(Some(Caller { key, org })),
+            None => Err(Failure(ApiError::invalid_key())),
+        },
+        None if has_auth => Err(Failure(ApiError::invalid_key())),
+        None => Ok(None),
+    }
+}
+
+impl FromRequestParts<Shared> for Authed {
+    type Rejection = Failure;
+    async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<Self, Failure> {
+        caller(parts, state)?
+            .map(Authed)
+            .ok_or(Failure(ApiError::invalid_key()))
+    }
+}
+
+impl FromRequestParts<Shared> for MaybeAuthed {
+    type Rejection = Failure;
+    async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<Self, Failure> {
+        Ok(MaybeAuthed(caller(parts, state)?))
+    }
+}
+
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/api/models", get(models::list))
+        .route("/api/models/{slug}", get(models::one))
+        .route("/api/models/{slug}/providers", get(models::providers))
+        .route("/api/keys", get(list_keys))
+        .fallback(|uri: axum::http::Uri| async move { Failure(ApiError::not_found(uri.path())) })
+        .with_state(state)
+}
+
+/// `GET /api/keys`: the org's keys, never a secret.
+async fn list_keys(
+    Authed(c): Authed,
+    axum::extract::State(state): axum::extract::State<Shared>,
+) -> ApiResult {
+    let keys = crate::accounts::keys::list_for_org(&state.db, &c.org.id).await?;
+    let data: Vec<_> = keys
+        .iter()
+        .map(|k| {
+            serde_json::json!({
+                "id": k.id,
+                "name": k.name,
+                "hint": k.hint,
+                "created_at": k.created_at,
+                "expires_at": k.expires_at,
+                "revoked": k.revoked_at.is_some(),
+                "limits": {
+                    "daily_spend_cap_usd": k.daily_spend_cap_micro_usd.map(crate::accounts::micro_to_usd),
+                    "rpm": k.rpm,
+                    "tpm": k.tpm,
+                },
+            })
+        })
+        .collect();
+    Ok(json(
+        http::StatusCode::OK,
+        &serde_json::json!({"object": "list", "data": data}),
+    ))
+}

@@ -1,0 +1,77 @@
+//! `GET /v1/models` and `GET /v1/models/{id}`: the models the key's org can call,
+//! with the pricing extension.
+
+use super::respond::send_json;
+use crate::accounts::{presented_key, OrgRecord};
+use crate::catalog::Model;
+use crate::state::AppState;
+use pingora::proxy::Session;
+use serde_json::json;
+use sluice_filters::{ApiError, ErrorCode};
+use std::sync::Arc;
+
+pub type Handled = Result<u16, ApiError>;
+
+/// The org of the presented key, or 401 `invalid_key`.
+pub fn authenticate(
+    state: &AppState,
+    session: &Session,
+    allow_x_api_key: bool,
+) -> Result<Arc<OrgRecord>, ApiError> {
+    let key = presented_key(&session.req_header().headers, allow_x_api_key)
+        .ok_or_else(ApiError::invalid_key)?;
+    let (_, org) = state
+        .directory
+        .authenticate(key)
+        .ok_or_else(ApiError::invalid_key)?;
+    Ok(org)
+}
+
+/// Whether the org may call the model at all (restricted models need a grant).
+pub fn granted(org: &OrgRecord, model: &Model) -> bool {
+    !model.spec.restricted || model.owner.is_some() || org.grants.contains(&model.spec.slug)
+}
+
+pub async fn list(state: &AppState, session: &mut Session) -> Handled {
+    let org = authenticate(state, session, false)?;
+    let catalog = state.catalog.snapshot();
+    let data: Vec<_> = catalog
+        .visible(Some(&org.id))
+        .into_iter()
+        .filter(|m| granted(&org, m))
+        .map(|m| m.listing_json())
+        .collect();
+    let body = serde_json::to_vec(&json!({"object": "list", "data": data}))
+        .map_err(|_| ApiError::internal())?;
+    send_json(session, 200, body)
+        .await
+        .map_err(|_| ApiError::internal())?;
+    Ok(200)
+}
+
+pub async fn one(state: &AppState, session: &mut Session) -> Handled {
+    let org = authenticate(state, session, false)?;
+    let path = session.req_header().uri.path().trim_end_matches('/');
+    let id = path
+        .rsplit_once("/models/")
+        .map_or("", |(_, id)| id)
+        .to_string();
+    let catalog = state.catalog.snapshot();
+    let model = catalog
+        .lookup(Some(&org.id), &id)
+        .filter(|m| granted(&org, m))
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "No model {:?} for this key.",
+                    id.chars().take(128).collect::<String>()
+                ),
+            )
+        })?;
+    let body = serde_json::to_vec(&model.listing_json()).map_err(|_| ApiError::internal())?;
+    send_json(session, 200, body)
+        .await
+        .map_err(|_| ApiError::internal())?;
+    Ok(200)
+}

@@ -1,0 +1,107 @@
+//! The HTTP admin API of the operating contract. Every route needs
+//! `Authorization: Bearer <admin.token>`; an empty token disables `/admin` (404).
+//! API keys never reach it.
+
+use crate::accounts::admin as ops;
+use crate::api::respond::{json, parse_body, ApiResult, Failure};
+use crate::api::Shared;
+use axum::body::Bytes;
+use axum::extract::{Path, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put};
+use axum::Router;
+use sha2::{Digest, Sha256};
+use sluice_filters::ApiError;
+
+pub fn router(state: Shared) -> Router<Shared> {
+    Router::new()
+        .route("/admin/orgs", post(create_org))
+        .route("/admin/orgs/{org_id}", get(show_org))
+        .route("/admin/orgs/{org_id}/keys", post(create_key))
+        .route("/admin/keys/{key_id}", delete(revoke_key))
+        .route("/admin/orgs/{org_id}/credits", post(credits))
+        .route("/admin/orgs/{org_id}/verification", post(verification))
+        .route("/admin/orgs/{org_id}/grants", put(grants))
+        .route("/admin/orgs/{org_id}/review", post(review))
+        .route("/admin/orgs/{org_id}/tier", post(tier))
+        .route_layer(middleware::from_fn_with_state(state, guard))
+}
+
+/// Checks the admin token in constant time (both sides hashed first).
+async fn guard(State(state): State<Shared>, req: Request, next: Next) -> Response {
+    let token = &state.config.admin.token;
+    if token.is_empty() {
+        return Failure(ApiError::not_found(req.uri().path())).into_response();
+    }
+    let presented = crate::accounts::presented_key(req.headers(), false).unwrap_or("");
+    let a = Sha256::digest(presented.as_bytes());
+    let b = Sha256::digest(token.as_bytes());
+    let same = a
+        .iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0;
+    if !same {
+        return Failure(ApiError::new(
+            sluice_filters::ErrorCode::InvalidKey,
+            "Invalid admin token.",
+        ))
+        .into_response();
+    }
+    next.run(req).await
+}
+
+async fn create_org(State(s): State<Shared>, body: Bytes) -> ApiResult {
+    let v = ops::create_org(&s.db, Some(&s.directory), parse_body(&body)?).await?;
+    Ok(json(StatusCode::CREATED, &v))
+}
+
+async fn show_org(State(s): State<Shared>, Path(org_id): Path<String>) -> ApiResult {
+    Ok(json(StatusCode::OK, &ops::show_org(&s.db, &org_id).await?))
+}
+
+async fn create_key(State(s): State<Shared>, Path(org_id): Path<String>, body: Bytes) -> ApiResult {
+    let req = if body.is_empty() {
+        Default::default()
+    } else {
+        parse_body(&body)?
+    };
+    let v = ops::create_key(&s.db, Some(&s.directory), &org_id, req).await?;
+    Ok(json(StatusCode::CREATED, &v))
+}
+
+async fn revoke_key(State(s): State<Shared>, Path(key_id): Path<String>) -> ApiResult {
+    ops::revoke_key(&s.db, Some(&s.directory), &key_id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn credits(State(s): State<Shared>, Path(org_id): Path<String>, body: Bytes) -> ApiResult {
+    let v = ops::credits(&s.db, Some(&s.directory), &org_id, parse_body(&body)?).await?;
+    Ok(json(StatusCode::OK, &v))
+}
+
+async fn verification(
+    State(s): State<Shared>,
+    Path(org_id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let v = ops::verification(&s.db, Some(&s.directory), &org_id, parse_body(&body)?).await?;
+    Ok(json(StatusCode::OK, &v))
+}
+
+async fn grants(State(s): State<Shared>, Path(org_id): Path<String>, body: Bytes) -> ApiResult {
+    let v = ops::grants(&s.db, Some(&s.directory), &org_id, parse_body(&body)?).await?;
+    Ok(json(StatusCode::OK, &v))
+}
+
+async fn review(State(s): State<Shared>, Path(org_id): Path<String>, body: Bytes) -> ApiResult {
+    let v = ops::review(&s.db, Some(&s.directory), &org_id, parse_body(&body)?).await?;
+    Ok(json(StatusCode::OK, &v))
+}
+
+async fn tier(State(s): State<Shared>, Path(org_id): Path<String>, body: Bytes) -> ApiResult {
+    let v = ops::tier(&s.db, Some(&s.directory), &org_id, parse_body(&body)?).await?;
+    Ok(json(StatusCode::OK, &v))
+}

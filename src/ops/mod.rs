@@ -1,0 +1,61 @@
+//! The ops listener: `/healthz`, `/readyz`, `/metrics` and the admin API under
+//! `/admin` (behind the admin token).
+
+pub mod admin;
+pub mod metrics;
+
+use crate::api::respond::{json, Failure};
+use crate::api::Shared;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use sluice_filters::ApiError;
+
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route(
+            "/healthz",
+            get(|| async { json(StatusCode::OK, &serde_json::json!({"status": "ok"})) }),
+        )
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .merge(admin::router(state.clone()))
+        .fallback(|uri: axum::http::Uri| async move { Failure(ApiError::not_found(uri.path())) })
+        .with_state(state)
+}
+
+/// 200 once the database, Redis (when configured), the catalog and the gateway
+/// listener are up; 503 while draining.
+async fn readyz(State(state): State<Shared>) -> impl IntoResponse {
+    let draining = state.draining();
+    let db = state.db.ping().await;
+    let counters = state.counters.ping().await;
+    let gateway = state.gateway_up();
+    // The catalog snapshot exists by construction: the state is built only after it loaded.
+    let ready = !draining && db && counters && gateway;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json(
+        status,
+        &serde_json::json!({
+            "ready": ready,
+            "draining": draining,
+            "database": db,
+            "counters": counters,
+            "catalog": true,
+            "gateway": gateway,
+        }),
+    )
+}
+
+async fn metrics_text(State(state): State<Shared>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}

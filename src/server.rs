@@ -1,0 +1,154 @@
+//! Builds the Pingora `Server`: the gateway proxy service, and the web and ops
+//! listeners as further services of the same process (axum under background
+//! services), all over one `Arc<AppState>`.
+
+use crate::config::Config;
+use crate::gateway::Gateway;
+use crate::state::AppState;
+use anyhow::Context;
+use async_trait::async_trait;
+use pingora::server::configuration::ServerConf;
+use pingora::server::{Server, ShutdownWatch};
+use pingora::services::background::{background_service, BackgroundService};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// An axum app on a listener we bound ourselves (so port 0 works), stopped by the
+/// server's shutdown signal.
+struct AxumService {
+    name: &'static str,
+    listener: Mutex<Option<TcpListener>>,
+    router: axum::Router,
+}
+
+#[async_trait]
+impl BackgroundService for AxumService {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let Some(std_listener) = self.listener.lock().ok().and_then(|mut l| l.take()) else {
+            return;
+        };
+        let listener = match tokio::net::TcpListener::from_std(std_listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(service = self.name, error = %e, "listener unusable");
+                return;
+            }
+        };
+        let served = axum::serve(listener, self.router.clone())
+            .with_graceful_shutdown(async move {
+                let _ = shutdown.changed().await;
+            })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(service = self.name, error = %e, "service stopped");
+        }
+    }
+}
+
+/// Marks the state draining the moment SIGTERM starts the graceful shutdown, and
+/// reports the listeners once the gateway accepts connections.
+struct Lifecycle {
+    state: Arc<AppState>,
+    announce: Vec<(&'static str, SocketAddr)>,
+}
+
+#[async_trait]
+impl BackgroundService for Lifecycle {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let gateway = self.announce[0].1;
+        loop {
+            if tokio::net::TcpStream::connect(gateway).await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for (name, addr) in &self.announce {
+            println!("listening {name} {addr}");
+        }
+        self.state.set_gateway_up();
+        let _ = shutdown.changed().await;
+        tracing::info!("draining: new requests get 503 gateway_draining");
+        self.state.start_draining();
+    }
+}
+
+fn bind(addr: &str) -> anyhow::Result<TcpListener> {
+    let l = TcpListener::bind(addr).with_context(|| format!("binding {addr}"))?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// Runs the service until SIGTERM (graceful) or SIGINT.
+pub fn serve(config: Config) -> anyhow::Result<()> {
+    // The state runtime owns the database and Redis connections and the snapshot
+    // refreshers; it lives as long as the process.
+    let state_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("sluice-state")
+        .enable_all()
+        .build()?;
+    let state = state_rt.block_on(AppState::build(config.clone()))?;
+    state_rt.block_on(async { state.spawn_refreshers() });
+    // Never dropped: the connections it drives are used by every service.
+    std::mem::forget(state_rt);
+
+    let web = bind(&config.server.web_listen)?;
+    let ops = bind(&config.server.ops_listen)?;
+    let web_addr = web.local_addr()?;
+    let ops_addr = ops.local_addr()?;
+    // Pingora binds the gateway itself; for port 0 we learn a free port first.
+    let gateway_addr = {
+        let probe = TcpListener::bind(&config.server.listen)
+            .with_context(|| format!("binding {}", config.server.listen))?;
+        probe.local_addr()?
+    };
+
+    let conf = ServerConf {
+        threads: config.gateway_threads(),
+        grace_period_seconds: Some(config.server.grace_period_seconds),
+        graceful_shutdown_timeout_seconds: Some(1),
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+
+    let mut gateway = pingora::proxy::http_proxy_service_with_name(
+        &server.configuration,
+        Gateway::new(state.clone()),
+        "gateway",
+    );
+    gateway.add_tcp(&gateway_addr.to_string());
+    gateway.threads = Some(config.gateway_threads());
+    server.add_service(gateway);
+
+    for (name, listener, router) in [
+        ("web", web, crate::web::router(state.clone())),
+        ("ops", ops, crate::ops::router(state.clone())),
+    ] {
+        let mut svc = background_service(
+            name,
+            AxumService {
+                name,
+                listener: Mutex::new(Some(listener)),
+                router,
+            },
+        );
+        svc.threads = Some(1);
+        server.add_service(svc);
+    }
+    let mut life = background_service(
+        "lifecycle",
+        Lifecycle {
+            state,
+            announce: vec![
+                ("gateway", gateway_addr),
+                ("web", web_addr),
+                ("ops", ops_addr),
+            ],
+        },
+    );
+    life.threads = Some(1);
+    server.add_service(life);
+    server.run_forever()
+}

@@ -1,0 +1,76 @@
+//! The one shared state every service holds through an `Arc`.
+
+use crate::accounts::Directory;
+use crate::catalog::CatalogStore;
+use crate::config::Config;
+use crate::ops::metrics::Metrics;
+use crate::store::counters::{MemoryCounters, RedisCounters};
+use crate::store::{Counters, Db};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+pub struct AppState {
+    pub config: Config,
+    pub db: Db,
+    pub counters: Arc<dyn Counters>,
+    pub directory: Arc<Directory>,
+    pub catalog: Arc<CatalogStore>,
+    pub metrics: Metrics,
+    draining: AtomicBool,
+    gateway_up: AtomicBool,
+}
+
+impl AppState {
+    /// Connects storage, applies migrations, upserts the catalog file and loads the
+    /// snapshots. Must run inside the runtime that will keep driving the connections.
+    pub async fn build(config: Config) -> anyhow::Result<Arc<AppState>> {
+        let db = Db::connect(&config.storage.database_url).await?;
+        db.migrate().await?;
+        let catalog_path = std::path::Path::new(&config.catalog.path);
+        if catalog_path.exists() {
+            let specs = crate::catalog::load_file(catalog_path)?;
+            crate::catalog::upsert_public(&db, &specs).await?;
+        } else {
+            tracing::warn!(path = %catalog_path.display(), "catalog file not found; serving the stored catalog");
+        }
+        let counters: Arc<dyn Counters> = if config.storage.redis_url.is_empty() {
+            Arc::new(MemoryCounters::new())
+        } else {
+            Arc::new(RedisCounters::connect(&config.storage.redis_url).await?)
+        };
+        let directory = Arc::new(Directory::load(&db).await?);
+        let catalog = Arc::new(CatalogStore::load(&db).await?);
+        Ok(Arc::new(AppState {
+            config,
+            db,
+            counters,
+            directory,
+            catalog,
+            metrics: Metrics::new(),
+            draining: AtomicBool::new(false),
+            gateway_up: AtomicBool::new(false),
+        }))
+    }
+
+    /// Starts the pollers that keep the snapshots fresh.
+    pub fn spawn_refreshers(&self) {
+        self.directory.spawn_sync(self.db.clone());
+        self.catalog.spawn_refresh(self.db.clone());
+    }
+
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    pub fn gateway_up(&self) -> bool {
+        self.gateway_up.load(Ordering::Relaxed)
+    }
+
+    pub fn set_gateway_up(&self) {
+        self.gateway_up.store(true, Ordering::Relaxed);
+    }
+}

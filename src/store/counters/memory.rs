@@ -1,0 +1,187 @@
+//! In-process counters for a single instance: one map behind a mutex. Entries carry
+//! their own expiry and are swept lazily.
+
+use super::{now_secs, window_index, Counters, WindowOutcome, WindowReq};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+enum Value {
+    Int(i64),
+    Str(String),
+}
+
+struct Entry {
+    value: Value,
+    expires: Option<Instant>,
+}
+
+#[derive(Default)]
+pub struct MemoryCounters {
+    map: Mutex<HashMap<String, Entry>>,
+}
+
+impl MemoryCounters {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        // A panic while holding the lock leaves plain data behind; keep serving.
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn live(e: &Entry, now: Instant) -> bool {
+    e.expires.is_none_or(|t| t > now)
+}
+
+fn int_of(map: &HashMap<String, Entry>, key: &str, now: Instant) -> Option<i64> {
+    match map.get(key) {
+        Some(e) if live(e, now) => match e.value {
+            Value::Int(v) => Some(v),
+            Value::Str(_) => None,
+        },
+        _ => None,
+    }
+}
+
+fn window_key(key: &str, window_secs: u64, now: u64) -> String {
+    format!("{key}:w{window_secs}:{}", window_index(now, window_secs))
+}
+
+#[async_trait]
+impl Counters for MemoryCounters {
+    async fn check_and_add(&self, windows: &[WindowReq]) -> anyhow::Result<WindowOutcome> {
+        let now = Instant::now();
+        let secs = now_secs();
+        let mut map = self.lock();
+        if map.len() > 100_000 {
+            map.retain(|_, e| live(e, now));
+        }
+        let keys: Vec<String> = windows
+            .iter()
+            .map(|w| window_key(&w.key, w.window_secs, secs))
+            .collect();
+        for (i, (w, k)) in windows.iter().zip(&keys).enumerate() {
+            let current = int_of(&map, k, now).unwrap_or(0);
+            if current + w.amount > w.limit {
+                return Ok(WindowOutcome::Refused { index: i, current });
+            }
+        }
+        for (w, k) in windows.iter().zip(keys) {
+            let current = int_of(&map, &k, now).unwrap_or(0);
+            let expires = now + Duration::from_secs(w.window_secs + 1);
+            map.insert(
+                k,
+                Entry {
+                    value: Value::Int(current + w.amount),
+                    expires: Some(expires),
+                },
+            );
+        }
+        Ok(WindowOutcome::Added)
+    }
+
+    async fn window_total(&self, key: &str, window_secs: u64) -> anyhow::Result<i64> {
+        let k = window_key(key, window_secs, now_secs());
+        Ok(int_of(&self.lock(), &k, Instant::now()).unwrap_or(0))
+    }
+
+    async fn add(&self, key: &str, amount: i64) -> anyhow::Result<i64> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        let v = int_of(&map, key, now).unwrap_or(0) + amount;
+        map.insert(
+            key.to_string(),
+            Entry {
+                value: Value::Int(v),
+                expires: None,
+            },
+        );
+        Ok(v)
+    }
+
+    async fn reserve(&self, key: &str, amount: i64, floor: i64) -> anyhow::Result<Option<i64>> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        let v = int_of(&map, key, now).unwrap_or(0) - amount;
+        if v < floor {
+            return Ok(None);
+        }
+        map.insert(
+            key.to_string(),
+            Entry {
+                value: Value::Int(v),
+                expires: None,
+            },
+        );
+        Ok(Some(v))
+    }
+
+    async fn get(&self, key: &str) -> anyhow::Result<Option<i64>> {
+        Ok(int_of(&self.lock(), key, Instant::now()))
+    }
+
+    async fn set(&self, key: &str, value: i64) -> anyhow::Result<()> {
+        self.lock().insert(
+            key.to_string(),
+            Entry {
+                value: Value::Int(value),
+                expires: None,
+            },
+        );
+        Ok(())
+    }
+
+    async fn put_marker(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+        only_if_absent: bool,
+    ) -> anyhow::Result<bool> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        if only_if_absent && map.get(key).is_some_and(|e| live(e, now)) {
+            return Ok(false);
+        }
+        map.insert(
+            key.to_string(),
+            Entry {
+                value: Value::Str(value.to_string()),
+                expires: Some(now + ttl),
+            },
+        );
+        Ok(true)
+    }
+
+    async fn get_marker(&self, key: &str) -> anyhow::Result<Option<String>> {
+        let now = Instant::now();
+        Ok(match self.lock().get(key) {
+            Some(Entry {
+                value: Value::Str(s),
+                expires,
+            }) if expires.is_none_or(|t| t > now) => Some(s.clone()),
+            _ => None,
+        })
+    }
+
+    async fn delete(&self, key: &str) -> anyhow::Result<()> {
+        self.lock().remove(key);
+        Ok(())
+    }
+
+    async fn ping(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn memory_counters_keep_the_contract() {
+        super::super::contract::run(&super::MemoryCounters::new(), "t").await;
+    }
+}

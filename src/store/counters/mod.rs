@@ -1,0 +1,163 @@
+//! Fast shared counters: rate windows, credit reservations, short-lived markers
+//! (cache affinity, idempotency locks). One trait, two implementations: Redis when
+//! several instances share the work (Lua scripts make each step atomic and one round
+//! trip), in-process maps when one instance runs alone.
+
+mod memory;
+mod redis;
+
+pub use self::memory::MemoryCounters;
+pub use self::redis::RedisCounters;
+
+use async_trait::async_trait;
+use std::time::Duration;
+
+/// One fixed rate window to check and add to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowReq {
+    /// The counter's name without the window suffix, e.g. `rpm:key_…`.
+    pub key: String,
+    /// Window length in seconds; windows align to the Unix epoch (so daily windows
+    /// reset at 00:00 UTC).
+    pub window_secs: u64,
+    pub amount: i64,
+    /// The window refuses an add that would take it past this.
+    pub limit: i64,
+}
+
+/// The answer of [`Counters::check_and_add`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WindowOutcome {
+    /// Every window took its amount.
+    Added,
+    /// The window at this index would pass its limit; nothing was added anywhere.
+    Refused { index: usize, current: i64 },
+}
+
+#[async_trait]
+pub trait Counters: Send + Sync {
+    /// All-or-nothing: adds each request's amount to its current window unless one
+    /// of them would pass its limit.
+    async fn check_and_add(&self, windows: &[WindowReq]) -> anyhow::Result<WindowOutcome>;
+
+    /// The current total of a window (0 when absent).
+    async fn window_total(&self, key: &str, window_secs: u64) -> anyhow::Result<i64>;
+
+    /// Adds to a plain counter and returns the new value.
+    async fn add(&self, key: &str, amount: i64) -> anyhow::Result<i64>;
+
+    /// Subtracts `amount` from a plain counter only if the result stays at or above
+    /// `floor`; returns the new value, or `None` (and changes nothing) otherwise.
+    async fn reserve(&self, key: &str, amount: i64, floor: i64) -> anyhow::Result<Option<i64>>;
+
+    /// The value of a plain counter (`None` when absent).
+    async fn get(&self, key: &str) -> anyhow::Result<Option<i64>>;
+
+    /// Sets a plain counter.
+    async fn set(&self, key: &str, value: i64) -> anyhow::Result<()>;
+
+    /// Stores a short-lived string; with `only_if_absent`, returns false when the key
+    /// already exists (and leaves it).
+    async fn put_marker(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+        only_if_absent: bool,
+    ) -> anyhow::Result<bool>;
+
+    async fn get_marker(&self, key: &str) -> anyhow::Result<Option<String>>;
+
+    async fn delete(&self, key: &str) -> anyhow::Result<()>;
+
+    /// Whether the backing store answers (readiness).
+    async fn ping(&self) -> bool;
+}
+
+/// The window index of `now` for a window length (epoch-aligned).
+pub fn window_index(now_secs: u64, window_secs: u64) -> u64 {
+    now_secs / window_secs.max(1)
+}
+
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+pub(crate) mod contract {
+    //! The behaviour both implementations must show; run against each.
+    use super::*;
+
+    pub async fn run(c: &dyn Counters, ns: &str) {
+        let k = |s: &str| format!("{ns}:{s}");
+        // Windows: all-or-nothing.
+        let w = |key: &str, amount, limit| WindowReq {
+            key: k(key),
+            window_secs: 60,
+            amount,
+            limit,
+        };
+        assert_eq!(
+            c.check_and_add(&[w("a", 3, 5), w("b", 10, 100)])
+                .await
+                .unwrap(),
+            WindowOutcome::Added
+        );
+        assert_eq!(
+            c.check_and_add(&[w("b", 10, 100), w("a", 3, 5)])
+                .await
+                .unwrap(),
+            WindowOutcome::Refused {
+                index: 1,
+                current: 3
+            }
+        );
+        assert_eq!(c.window_total(&k("a"), 60).await.unwrap(), 3);
+        assert_eq!(
+            c.window_total(&k("b"), 60).await.unwrap(),
+            10,
+            "refusal added nothing"
+        );
+        assert_eq!(c.window_total(&k("zz"), 60).await.unwrap(), 0);
+        // Plain counters and reservations.
+        assert_eq!(c.get(&k("bal")).await.unwrap(), None);
+        c.set(&k("bal"), 100).await.unwrap();
+        assert_eq!(c.reserve(&k("bal"), 60, 0).await.unwrap(), Some(40));
+        assert_eq!(c.reserve(&k("bal"), 60, 0).await.unwrap(), None);
+        assert_eq!(c.get(&k("bal")).await.unwrap(), Some(40));
+        assert_eq!(c.reserve(&k("bal"), 60, -50).await.unwrap(), Some(-20));
+        assert_eq!(c.add(&k("bal"), 20).await.unwrap(), 0);
+        // Markers.
+        assert!(c
+            .put_marker(&k("m"), "one", Duration::from_secs(30), true)
+            .await
+            .unwrap());
+        assert!(!c
+            .put_marker(&k("m"), "two", Duration::from_secs(30), true)
+            .await
+            .unwrap());
+        assert_eq!(c.get_marker(&k("m")).await.unwrap().as_deref(), Some("one"));
+        c.put_marker(&k("m"), "three", Duration::from_secs(30), false)
+            .await
+            .unwrap();
+        assert_eq!(
+            c.get_marker(&k("m")).await.unwrap().as_deref(),
+            Some("three")
+        );
+        c.delete(&k("m")).await.unwrap();
+        assert_eq!(c.get_marker(&k("m")).await.unwrap(), None);
+        assert!(c
+            .put_marker(&k("short"), "x", Duration::from_millis(50), false)
+            .await
+            .unwrap());
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert_eq!(
+            c.get_marker(&k("short")).await.unwrap(),
+            None,
+            "markers expire"
+        );
+        assert!(c.ping().await);
+    }
+}

@@ -1,0 +1,21 @@
+//! State: the durable database (sqlx over SQLite or PostgreSQL) and the fast
+//! counters (Redis or in-process).
+
+pub mod counters;
+pub mod db;
+
+pub use counters::Counters;
+pub use db::Db;
+
+/// Now, in Unix milliseconds: the time unit of every stored timestamp.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A random identifier with a readable prefix, e.g. `org_1f3a…` (96 random bits).
+pub fn new_id(prefix: &str) -> String {
+    let bytes: [u8; 12] = rand::random();
+    format!("{prefix}_{}", hex::encode(bytes))
+}
