@@ -14,8 +14,9 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// An axum app on a listener we bound ourselves (so port 0 works), stopped by the
-/// server's shutdown signal.
+/// An axum app on a listener we bound ourselves (so port 0 works). It keeps serving
+/// through the drain (so /readyz can answer 503 while draining) and ends with the
+/// process.
 struct AxumService {
     name: &'static str,
     listener: Mutex<Option<TcpListener>>,
@@ -24,7 +25,7 @@ struct AxumService {
 
 #[async_trait]
 impl BackgroundService for AxumService {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
+    async fn start(&self, _shutdown: ShutdownWatch) {
         let Some(std_listener) = self.listener.lock().ok().and_then(|mut l| l.take()) else {
             return;
         };
@@ -35,11 +36,7 @@ impl BackgroundService for AxumService {
                 return;
             }
         };
-        let served = axum::serve(listener, self.router.clone())
-            .with_graceful_shutdown(async move {
-                let _ = shutdown.changed().await;
-            })
-            .await;
+        let served = axum::serve(listener, self.router.clone()).await;
         if let Err(e) = served {
             tracing::error!(service = self.name, error = %e, "service stopped");
         }

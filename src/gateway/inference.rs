@@ -31,16 +31,25 @@ pub async fn handle(state: &AppState, session: &mut Session, route: Route) -> Ha
             ))
         }
     };
-    let head: Head = serde_json::from_slice(&body).map_err(|e| {
-        if e.classify() == serde_json::error::Category::Data {
-            ApiError::new(
-                ErrorCode::InvalidRequest,
-                "The request body must be a JSON object.",
-            )
-        } else {
-            ApiError::invalid_json(e)
+    let not_object = || {
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            "The request body must be a JSON object.",
+        )
+    };
+    let head: Head = match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => serde_json::from_slice(&body).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => not_object(),
+            _ => ApiError::invalid_json(e),
+        })?,
+        // Valid JSON of another shape is a malformed request; anything else is not JSON.
+        _ => {
+            return Err(match serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
+                Ok(_) => not_object(),
+                Err(e) => ApiError::invalid_json(e),
+            })
         }
-    })?;
+    };
     let model_name = match head.model {
         Some(serde_json::Value::String(s)) => s,
         Some(_) => {

@@ -1,0 +1,278 @@
+//! Starts real `sluice` processes for integration tests, on the back end the test
+//! command chose: SQLite + in-process counters by default, PostgreSQL + Redis when
+//! `SLUICE_TEST_DATABASE_URL` (a server URL; each test gets a fresh database) and
+//! `SLUICE_TEST_REDIS_URL` are set. When they are set and unreachable, tests fail.
+
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// Where one test's state lives.
+pub struct Backend {
+    pub database_url: String,
+    pub redis_url: Option<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Backend {
+    pub async fn fresh() -> Backend {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let redis_url = std::env::var("SLUICE_TEST_REDIS_URL").ok().filter(|s| !s.is_empty());
+        let database_url = match std::env::var("SLUICE_TEST_DATABASE_URL") {
+            Ok(server) if !server.is_empty() => create_pg_database(&server).await,
+            _ => format!("sqlite://{}/sluice.db", dir.path().display()),
+        };
+        Backend {
+            database_url,
+            redis_url,
+            _dir: dir,
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.database_url.starts_with("postgres")
+    }
+}
+
+async fn create_pg_database(server: &str) -> String {
+    use sqlx::Connection;
+    let name = format!("sluice_t_{:016x}", rand::random::<u64>());
+    let mut conn = sqlx::PgConnection::connect(server)
+        .await
+        .expect("SLUICE_TEST_DATABASE_URL is set, so PostgreSQL must be reachable");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .expect("create test database");
+    let base = server.rsplit_once('/').map_or(server, |(b, _)| b);
+    format!("{base}/{name}")
+}
+
+/// Options for one process.
+#[derive(Clone, Default)]
+pub struct Opts {
+    /// Extra `SLUICE_…` environment overrides.
+    pub env: Vec<(String, String)>,
+    /// A catalog file; default: the repository's conf/catalog.toml.
+    pub catalog: Option<String>,
+}
+
+impl Opts {
+    pub fn env(mut self, k: &str, v: impl ToString) -> Self {
+        self.env.push((k.to_string(), v.to_string()));
+        self
+    }
+
+    pub fn catalog(mut self, path: impl ToString) -> Self {
+        self.catalog = Some(path.to_string());
+        self
+    }
+}
+
+pub fn repo_path(rel: &str) -> String {
+    format!("{}/{rel}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A running `sluice serve`.
+pub struct Sluice {
+    pub child: Child,
+    pub gateway: String,
+    pub web: String,
+    pub ops: String,
+    pub http: reqwest::Client,
+    pub database_url: String,
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn command(backend: &Backend, opts: &Opts) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn")
+        .env("SLUICE_SERVER__LISTEN", "127.0.0.1:0")
+        .env("SLUICE_SERVER__WEB_LISTEN", "127.0.0.1:0")
+        .env("SLUICE_SERVER__OPS_LISTEN", "127.0.0.1:0")
+        .env("SLUICE_SERVER__THREADS", "2")
+        .env("SLUICE_SERVER__GRACE_PERIOD_SECONDS", "2")
+        .env("SLUICE_ADMIN__TOKEN", ADMIN_TOKEN)
+        .env("SLUICE_STORAGE__DATABASE_URL", &backend.database_url)
+        .env(
+            "SLUICE_CATALOG__PATH",
+            opts.catalog.clone().unwrap_or_else(|| repo_path("conf/catalog.toml")),
+        );
+    if let Some(r) = &backend.redis_url {
+        cmd.env("SLUICE_STORAGE__REDIS_URL", r);
+    }
+    for (k, v) in &opts.env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+impl Sluice {
+    pub async fn start(backend: &Backend, opts: Opts) -> Sluice {
+        let mut child = command(backend, &opts)
+            .arg("serve")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn sluice");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut found = Vec::new();
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(rest) = line.strip_prefix("listening ") {
+                    found.push(rest.to_string());
+                    if found.len() == 3 {
+                        let _ = tx.send(found.clone());
+                    }
+                }
+            }
+        });
+        let lines = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("sluice printed its listeners");
+        let addr = |name: &str| {
+            let l = lines
+                .iter()
+                .find(|l| l.starts_with(&format!("{name} ")))
+                .expect("listener line");
+            format!("http://{}", l.split_once(' ').unwrap().1)
+        };
+        let s = Sluice {
+            child,
+            gateway: addr("gateway"),
+            web: addr("web"),
+            ops: addr("ops"),
+            http: reqwest::Client::new(),
+            database_url: backend.database_url.clone(),
+        };
+        s.wait_ready().await;
+        s
+    }
+
+    pub async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = self.http.get(format!("{}/readyz", self.ops)).send().await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "sluice never became ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub async fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.ops))
+            .bearer_auth(ADMIN_TOKEN);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let r = req.send().await.expect("admin request");
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// A new org with credits and a key; returns (org_id, key_id, key).
+    pub async fn org_and_key(&self) -> (String, String, String) {
+        let (s, org) = self
+            .admin(
+                reqwest::Method::POST,
+                "/admin/orgs",
+                Some(json!({"name": "acme", "email": "ops@acme.test", "email_verified": true, "card_verified": true, "credits_usd": 10})),
+            )
+            .await;
+        assert_eq!(s, 201, "{org}");
+        let org_id = org["org_id"].as_str().unwrap().to_string();
+        let (s, key) = self
+            .admin(reqwest::Method::POST, &format!("/admin/orgs/{org_id}/keys"), Some(json!({"name": "test"})))
+            .await;
+        assert_eq!(s, 201, "{key}");
+        (
+            org_id,
+            key["api_key_id"].as_str().unwrap().to_string(),
+            key["api_key"].as_str().unwrap().to_string(),
+        )
+    }
+
+    /// GET on the gateway with a key; returns status, headers and JSON body.
+    pub async fn get(&self, path: &str, key: Option<&str>) -> (u16, Value) {
+        let mut req = self.http.get(format!("{}{path}", self.gateway));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        let r = req.send().await.expect("request");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// POST raw bytes on the gateway with a key.
+    pub async fn post_raw(&self, path: &str, key: Option<&str>, body: impl Into<reqwest::Body>) -> (u16, Value) {
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.gateway))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        let r = req.send().await.expect("request");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn post(&self, path: &str, key: Option<&str>, body: &Value) -> (u16, Value) {
+        self.post_raw(path, key, serde_json::to_vec(body).unwrap()).await
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.pid().to_string()).status();
+    }
+}
+
+/// Runs `sluice admin …` against a back end; returns (exit ok, stdout JSON).
+pub fn admin_cli(backend: &Backend, args: &[&str]) -> (bool, Value) {
+    let out = command(backend, &Opts::default())
+        .arg("admin")
+        .args(args)
+        .output()
+        .expect("run sluice admin");
+    let text = if out.status.success() { out.stdout } else { out.stderr };
+    (
+        out.status.success(),
+        serde_json::from_slice(&text).unwrap_or(Value::Null),
+    )
+}
+
+/// Asserts an OpenAI-style error envelope with the code (and param, if given).
+#[track_caller]
+pub fn assert_error(status: u16, body: &Value, want_status: u16, code: &str) {
+    assert_eq!(status, want_status, "body: {body}");
+    assert_eq!(body["error"]["code"], code, "body: {body}");
+    assert!(body["error"]["message"].is_string(), "body: {body}");
+    assert!(body["error"]["type"].is_string(), "body: {body}");
+    assert!(body["error"].get("param").is_some(), "param present (maybe null): {body}");
+}
