@@ -25,7 +25,7 @@ pub const PROVIDERS: [&str; 10] = [
     "hosted",
 ];
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub server: ServerConfig,
@@ -105,21 +105,6 @@ pub struct ResponsesConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct ProbeConfig {
     pub enabled: bool,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            server: ServerConfig::default(),
-            storage: StorageConfig::default(),
-            admin: AdminConfig::default(),
-            catalog: CatalogConfig::default(),
-            providers: BTreeMap::new(),
-            limits: LimitsConfig::default(),
-            responses: ResponsesConfig::default(),
-            probe: ProbeConfig::default(),
-        }
-    }
 }
 
 impl Default for ServerConfig {

@@ -19,41 +19,74 @@ async fn keys_authenticate_and_every_bad_key_gets_the_same_401() {
     let s = Sluice::start(&b, fixture()).await;
     let (org, key_id, key) = s.org_and_key().await;
     assert!(key.starts_with("xpl_") && key.len() == 44, "{key}");
-    assert!(key[4..].chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)));
+    assert!(key[4..]
+        .chars()
+        .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)));
 
     let (st, body) = s.get("/v1/models", Some(&key)).await;
     assert_eq!(st, 200, "{body}");
 
     // Expired key.
     let (st, exp) = s
-        .admin(Method::POST, &format!("/admin/orgs/{org}/keys"), Some(json!({"expires_at": "2001-01-01T00:00:00Z"})))
+        .admin(
+            Method::POST,
+            &format!("/admin/orgs/{org}/keys"),
+            Some(json!({"expires_at": "2001-01-01T00:00:00Z"})),
+        )
         .await;
     assert_eq!(st, 201);
     let expired = exp["api_key"].as_str().unwrap().to_string();
     // Revoked key.
-    let (_, rev) = s.admin(Method::POST, &format!("/admin/orgs/{org}/keys"), None).await;
+    let (_, rev) = s
+        .admin(Method::POST, &format!("/admin/orgs/{org}/keys"), None)
+        .await;
     let revoked = rev["api_key"].as_str().unwrap().to_string();
     let (st, _) = s.get("/v1/models", Some(&revoked)).await;
     assert_eq!(st, 200);
     let (st, _) = s
-        .admin(Method::DELETE, &format!("/admin/keys/{}", rev["api_key_id"].as_str().unwrap()), None)
+        .admin(
+            Method::DELETE,
+            &format!("/admin/keys/{}", rev["api_key_id"].as_str().unwrap()),
+            None,
+        )
         .await;
     assert_eq!(st, 204);
 
     let unknown = format!("xpl_{}", "0".repeat(40));
     let mut bodies = Vec::new();
-    for bad in [None, Some("nonsense"), Some(unknown.as_str()), Some(expired.as_str()), Some(revoked.as_str()), Some(&key.to_uppercase())] {
+    for bad in [
+        None,
+        Some("nonsense"),
+        Some(unknown.as_str()),
+        Some(expired.as_str()),
+        Some(revoked.as_str()),
+        Some(&key.to_uppercase()),
+    ] {
         let (st, body) = s.get("/v1/models", bad).await;
         assert_error(st, &body, 401, "invalid_key");
         assert_eq!(body["error"]["type"], "authentication_error");
         bodies.push(body);
     }
-    assert!(bodies.windows(2).all(|w| w[0] == w[1]), "identical 401 bodies: {bodies:?}");
+    assert!(
+        bodies.windows(2).all(|w| w[0] == w[1]),
+        "identical 401 bodies: {bodies:?}"
+    );
 
     // No query-parameter key, no other header; x-api-key only on the messages route.
-    let r = s.http.get(format!("{}/v1/models?api_key={key}", s.gateway)).send().await.unwrap();
+    let r = s
+        .http
+        .get(format!("{}/v1/models?api_key={key}", s.gateway))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
-    let r = s.http.get(format!("{}/v1/models", s.gateway)).header("x-api-key", &key).send().await.unwrap();
+    let r = s
+        .http
+        .get(format!("{}/v1/models", s.gateway))
+        .header("x-api-key", &key)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
     let r = s
         .http
@@ -69,13 +102,23 @@ async fn keys_authenticate_and_every_bad_key_gets_the_same_401() {
     assert_eq!(v["error"]["type"], "permission_error");
 
     // The key list shows keys, never secrets.
-    let r = s.http.get(format!("{}/api/keys", s.gateway)).bearer_auth(&key).send().await.unwrap();
+    let r = s
+        .http
+        .get(format!("{}/api/keys", s.gateway))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let text = r.text().await.unwrap();
     assert!(!text.contains(&key[4..]), "no plaintext in the key list");
     let list: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(list["data"].as_array().unwrap().len(), 3);
-    assert!(list["data"].as_array().unwrap().iter().any(|k| k["id"] == key_id.as_str()));
+    assert!(list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|k| k["id"] == key_id.as_str()));
 }
 
 #[tokio::test]
@@ -85,7 +128,10 @@ async fn admin_api_is_guarded_and_does_what_the_contract_says() {
     // Wrong or missing token: 401; an API key never reaches /admin.
     let (_, _, key) = s.org_and_key().await;
     for auth in [None, Some("wrong"), Some(key.as_str())] {
-        let mut req = s.http.post(format!("{}/admin/orgs", s.ops)).json(&json!({"name": "x"}));
+        let mut req = s
+            .http
+            .post(format!("{}/admin/orgs", s.ops))
+            .json(&json!({"name": "x"}));
         if let Some(a) = auth {
             req = req.bearer_auth(a);
         }
@@ -95,10 +141,18 @@ async fn admin_api_is_guarded_and_does_what_the_contract_says() {
         assert_eq!(v["error"]["code"], "invalid_key");
     }
 
-    let (st, org) = s.admin(Method::POST, "/admin/orgs", Some(json!({"name": "beta", "credits_usd": 2.5, "tier": 1}))).await;
+    let (st, org) = s
+        .admin(
+            Method::POST,
+            "/admin/orgs",
+            Some(json!({"name": "beta", "credits_usd": 2.5, "tier": 1})),
+        )
+        .await;
     assert_eq!(st, 201);
     let org_id = org["org_id"].as_str().unwrap();
-    let (st, o) = s.admin(Method::GET, &format!("/admin/orgs/{org_id}"), None).await;
+    let (st, o) = s
+        .admin(Method::GET, &format!("/admin/orgs/{org_id}"), None)
+        .await;
     assert_eq!(st, 200);
     assert_eq!(o["balance_usd"], 2.5);
     assert_eq!(o["tier"], 1);
@@ -106,26 +160,68 @@ async fn admin_api_is_guarded_and_does_what_the_contract_says() {
     assert_eq!(o["card_verified"], false);
     assert_eq!(o["under_review"], false);
 
-    let (st, v) = s.admin(Method::POST, &format!("/admin/orgs/{org_id}/credits"), Some(json!({"amount_usd": 5, "kind": "purchase"}))).await;
+    let (st, v) = s
+        .admin(
+            Method::POST,
+            &format!("/admin/orgs/{org_id}/credits"),
+            Some(json!({"amount_usd": 5, "kind": "purchase"})),
+        )
+        .await;
     assert_eq!((st, v["balance_usd"].as_f64()), (200, Some(7.5)));
-    let (st, v) = s.admin(Method::POST, &format!("/admin/orgs/{org_id}/credits"), Some(json!({"amount_usd": 1, "kind": "gift"}))).await;
+    let (st, v) = s
+        .admin(
+            Method::POST,
+            &format!("/admin/orgs/{org_id}/credits"),
+            Some(json!({"amount_usd": 1, "kind": "gift"})),
+        )
+        .await;
     assert_error(st, &v, 400, "invalid_parameter");
     assert_eq!(v["error"]["param"], "kind");
 
     // Settling the 1 USD verification credits it back, once.
-    let (st, v) = s.admin(Method::POST, &format!("/admin/orgs/{org_id}/verification"), Some(json!({"email": true, "card_on_file": true, "settled": true}))).await;
+    let (st, v) = s
+        .admin(
+            Method::POST,
+            &format!("/admin/orgs/{org_id}/verification"),
+            Some(json!({"email": true, "card_on_file": true, "settled": true})),
+        )
+        .await;
     assert_eq!(st, 200);
     assert_eq!(v["balance_usd"], 8.5);
     assert_eq!(v["card_verified"], true);
-    let (_, v) = s.admin(Method::POST, &format!("/admin/orgs/{org_id}/verification"), Some(json!({"settled": true}))).await;
+    let (_, v) = s
+        .admin(
+            Method::POST,
+            &format!("/admin/orgs/{org_id}/verification"),
+            Some(json!({"settled": true})),
+        )
+        .await;
     assert_eq!(v["balance_usd"], 8.5, "verification credited once");
 
-    let (st, v) = s.admin(Method::PUT, &format!("/admin/orgs/{org_id}/grants"), Some(json!({"slugs": ["secret-1"]}))).await;
+    let (st, v) = s
+        .admin(
+            Method::PUT,
+            &format!("/admin/orgs/{org_id}/grants"),
+            Some(json!({"slugs": ["secret-1"]})),
+        )
+        .await;
     assert_eq!(st, 200);
     assert_eq!(v["grants"], json!(["secret-1"]));
-    let (st, v) = s.admin(Method::POST, &format!("/admin/orgs/{org_id}/review"), Some(json!({"under_review": true, "reason": "chargeback"}))).await;
+    let (st, v) = s
+        .admin(
+            Method::POST,
+            &format!("/admin/orgs/{org_id}/review"),
+            Some(json!({"under_review": true, "reason": "chargeback"})),
+        )
+        .await;
     assert_eq!((st, &v["under_review"]), (200, &json!(true)));
-    let (st, v) = s.admin(Method::POST, &format!("/admin/orgs/{org_id}/tier"), Some(json!({"tier": 3}))).await;
+    let (st, v) = s
+        .admin(
+            Method::POST,
+            &format!("/admin/orgs/{org_id}/tier"),
+            Some(json!({"tier": 3})),
+        )
+        .await;
     assert_eq!((st, &v["tier"]), (200, &json!(3)));
 
     // Errors use the envelope with codes.
@@ -133,13 +229,35 @@ async fn admin_api_is_guarded_and_does_what_the_contract_says() {
     assert_error(st, &v, 404, "not_found");
     let (st, v) = s.admin(Method::DELETE, "/admin/keys/key_nope", None).await;
     assert_error(st, &v, 404, "not_found");
-    let r = s.http.post(format!("{}/admin/orgs", s.ops)).bearer_auth(harness::ADMIN_TOKEN).body("{nope").send().await.unwrap();
+    let r = s
+        .http
+        .post(format!("{}/admin/orgs", s.ops))
+        .bearer_auth(harness::ADMIN_TOKEN)
+        .body("{nope")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
-    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "invalid_json");
-    let (st, v) = s.admin(Method::POST, "/admin/orgs", Some(json!({"name": "x", "bogus": 1}))).await;
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["code"],
+        "invalid_json"
+    );
+    let (st, v) = s
+        .admin(
+            Method::POST,
+            "/admin/orgs",
+            Some(json!({"name": "x", "bogus": 1})),
+        )
+        .await;
     assert_error(st, &v, 400, "invalid_parameter");
     assert_eq!(v["error"]["param"], "bogus");
-    let (st, v) = s.admin(Method::POST, &format!("/admin/orgs/{org_id}/keys"), Some(json!({"expires_at": "soon"}))).await;
+    let (st, v) = s
+        .admin(
+            Method::POST,
+            &format!("/admin/orgs/{org_id}/keys"),
+            Some(json!({"expires_at": "soon"})),
+        )
+        .await;
     assert_error(st, &v, 400, "invalid_parameter");
     assert_eq!(v["error"]["param"], "expires_at");
 }
@@ -148,7 +266,14 @@ async fn admin_api_is_guarded_and_does_what_the_contract_says() {
 async fn admin_is_disabled_without_a_token() {
     let b = Backend::fresh().await;
     let s = Sluice::start(&b, fixture().env("SLUICE_ADMIN__TOKEN", "")).await;
-    let r = s.http.post(format!("{}/admin/orgs", s.ops)).bearer_auth("").json(&json!({"name": "x"})).send().await.unwrap();
+    let r = s
+        .http
+        .post(format!("{}/admin/orgs", s.ops))
+        .bearer_auth("")
+        .json(&json!({"name": "x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
 }
 
@@ -156,7 +281,10 @@ async fn admin_is_disabled_without_a_token() {
 async fn admin_cli_writes_what_a_running_instance_sees() {
     let b = Backend::fresh().await;
     let s = Sluice::start(&b, fixture()).await;
-    let (ok, org) = admin_cli(&b, &["create-org", "--name", "cli-org", "--credits-usd", "3"]);
+    let (ok, org) = admin_cli(
+        &b,
+        &["create-org", "--name", "cli-org", "--credits-usd", "3"],
+    );
     assert!(ok, "{org}");
     let org_id = org["org_id"].as_str().unwrap().to_string();
     let (ok, key) = admin_cli(&b, &["create-key", &org_id, "--name", "cli", "--rpm", "60"]);
@@ -186,7 +314,10 @@ async fn admin_cli_writes_what_a_running_instance_sees() {
         if st == 401 {
             break;
         }
-        assert!(revoked_at.elapsed() < Duration::from_secs(1), "revocation took over a second");
+        assert!(
+            revoked_at.elapsed() < Duration::from_secs(1),
+            "revocation took over a second"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -200,12 +331,21 @@ async fn a_key_revoked_through_one_instance_is_refused_by_another() {
     // The second instance learns of the key created through the first.
     let deadline = Instant::now() + Duration::from_secs(2);
     while two.get("/v1/models", Some(&key)).await.0 != 200 {
-        assert!(Instant::now() < deadline, "second instance never saw the key");
+        assert!(
+            Instant::now() < deadline,
+            "second instance never saw the key"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let (st, _) = one.admin(Method::DELETE, &format!("/admin/keys/{key_id}"), None).await;
+    let (st, _) = one
+        .admin(Method::DELETE, &format!("/admin/keys/{key_id}"), None)
+        .await;
     assert_eq!(st, 204);
-    assert_eq!(one.get("/v1/models", Some(&key)).await.0, 401, "revoked at once where revoked");
+    assert_eq!(
+        one.get("/v1/models", Some(&key)).await.0,
+        401,
+        "revoked at once where revoked"
+    );
     let revoked = Instant::now();
     loop {
         let (st, body) = two.get("/v1/models", Some(&key)).await;
@@ -213,7 +353,10 @@ async fn a_key_revoked_through_one_instance_is_refused_by_another() {
             assert_eq!(body["error"]["code"], "invalid_key");
             break;
         }
-        assert!(revoked.elapsed() < Duration::from_secs(1), "the other instance still accepts the key");
+        assert!(
+            revoked.elapsed() < Duration::from_secs(1),
+            "the other instance still accepts the key"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -226,14 +369,26 @@ async fn model_listing_is_org_scoped_with_pricing() {
     let (st, v) = s.get("/v1/models", Some(&key)).await;
     assert_eq!(st, 200);
     assert_eq!(v["object"], "list");
-    let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["alpha-1.0", "beta-2.5", "embed-small", "gamma-3"], "restricted secret-1 hidden");
+    let ids: Vec<&str> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["alpha-1.0", "beta-2.5", "embed-small", "gamma-3"],
+        "restricted secret-1 hidden"
+    );
     let alpha = &v["data"][0];
     assert_eq!(alpha["object"], "model");
     assert_eq!(alpha["owned_by"], "openai");
     assert!(alpha["created"].as_i64().unwrap() > 1_600_000_000);
     assert_eq!(alpha["pricing"]["input_micro_usd_per_million"], 1_000_000);
-    assert_eq!(alpha["pricing"]["cached_input_micro_usd_per_million"], 250_000);
+    assert_eq!(
+        alpha["pricing"]["cached_input_micro_usd_per_million"],
+        250_000
+    );
     assert_eq!(alpha["pricing"]["output_micro_usd_per_million"], 4_000_000);
     // The unprefixed twin and the single-model read.
     let (st, twin) = s.get("/models", Some(&key)).await;
@@ -243,19 +398,39 @@ async fn model_listing_is_org_scoped_with_pricing() {
     let (st, e) = s.get("/v1/models/secret-1", Some(&key)).await;
     assert_error(st, &e, 404, "not_found");
     // A grant makes the restricted model visible, on this instance at once.
-    let (st, _) = s.admin(Method::PUT, &format!("/admin/orgs/{org}/grants"), Some(json!({"slugs": ["secret-1"]}))).await;
+    let (st, _) = s
+        .admin(
+            Method::PUT,
+            &format!("/admin/orgs/{org}/grants"),
+            Some(json!({"slugs": ["secret-1"]})),
+        )
+        .await;
     assert_eq!(st, 200);
     let (_, v) = s.get("/v1/models", Some(&key)).await;
-    assert!(v["data"].as_array().unwrap().iter().any(|m| m["id"] == "secret-1"));
+    assert!(v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["id"] == "secret-1"));
 }
 
 async fn list(s: &Sluice, query: &str) -> (u16, Value) {
-    let r = s.http.get(format!("{}/api/models{query}", s.gateway)).send().await.unwrap();
+    let r = s
+        .http
+        .get(format!("{}/api/models{query}", s.gateway))
+        .send()
+        .await
+        .unwrap();
     (r.status().as_u16(), r.json().await.unwrap())
 }
 
 fn slugs(v: &Value) -> Vec<String> {
-    v["data"].as_array().unwrap().iter().map(|m| m["slug"].as_str().unwrap().to_string()).collect()
+    v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["slug"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[tokio::test]
@@ -274,18 +449,33 @@ async fn catalog_reads_filter_sort_page_and_fold_retention() {
     assert_eq!(alpha["providers"][1]["rung_id"], "azure:alpha-b");
 
     for (q, want) in [
-        ("?retention=zdr_all_rungs", vec!["alpha-1.0", "embed-small", "secret-1"]),
-        ("?retention=zdr_enforceable", vec!["alpha-1.0", "beta-2.5", "embed-small", "secret-1"]),
+        (
+            "?retention=zdr_all_rungs",
+            vec!["alpha-1.0", "embed-small", "secret-1"],
+        ),
+        (
+            "?retention=zdr_enforceable",
+            vec!["alpha-1.0", "beta-2.5", "embed-small", "secret-1"],
+        ),
         ("?retention=not_zdr", vec!["gamma-3"]),
         ("?modality=image", vec!["alpha-1.0"]),
         ("?category=reasoning", vec!["beta-2.5", "secret-1"]),
         ("?provider=openrouter", vec!["beta-2.5"]),
         ("?min_context=100000", vec!["alpha-1.0", "beta-2.5"]),
-        ("?max_input_price=1000000", vec!["alpha-1.0", "embed-small", "gamma-3"]),
+        (
+            "?max_input_price=1000000",
+            vec!["alpha-1.0", "embed-small", "gamma-3"],
+        ),
         ("?max_output_price=600000&kind=chat", vec!["gamma-3"]),
         ("?kind=embedding", vec!["embed-small"]),
-        ("?sort=-context_window&limit=2", vec!["beta-2.5", "alpha-1.0"]),
-        ("?sort=input_price&limit=2&offset=1", vec!["gamma-3", "alpha-1.0"]),
+        (
+            "?sort=-context_window&limit=2",
+            vec!["beta-2.5", "alpha-1.0"],
+        ),
+        (
+            "?sort=input_price&limit=2&offset=1",
+            vec!["gamma-3", "alpha-1.0"],
+        ),
     ] {
         let (st, v) = list(&s, q).await;
         assert_eq!(st, 200, "{q}: {v}");
@@ -305,21 +495,48 @@ async fn catalog_reads_filter_sort_page_and_fold_retention() {
         assert_eq!(v["error"]["param"], param, "{q}");
     }
 
-    let r = s.http.get(format!("{}/api/models/beta-2.5", s.gateway)).send().await.unwrap();
+    let r = s
+        .http
+        .get(format!("{}/api/models/beta-2.5", s.gateway))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let beta: Value = r.json().await.unwrap();
     assert_eq!(beta["retention"], "zdr_enforceable");
-    assert_eq!(beta["default_waterfall"], json!(["anthropic:beta-a", "openrouter:vendor/beta-b"]));
+    assert_eq!(
+        beta["default_waterfall"],
+        json!(["anthropic:beta-a", "openrouter:vendor/beta-b"])
+    );
     assert_eq!(beta["providers"][0]["provider_model_id"], "beta-a");
-    let r = s.http.get(format!("{}/api/models/beta-2.5/providers", s.gateway)).send().await.unwrap();
+    let r = s
+        .http
+        .get(format!("{}/api/models/beta-2.5/providers", s.gateway))
+        .send()
+        .await
+        .unwrap();
     let p: Value = r.json().await.unwrap();
     assert_eq!(p["data"].as_array().unwrap().len(), 2);
     assert_eq!(p["data"][1]["provider"], "openrouter");
-    let r = s.http.get(format!("{}/api/models/nope-1", s.gateway)).send().await.unwrap();
+    let r = s
+        .http
+        .get(format!("{}/api/models/nope-1", s.gateway))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
-    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "not_found");
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["code"],
+        "not_found"
+    );
     // A bad key on a keyless read is still refused.
-    let r = s.http.get(format!("{}/api/models", s.gateway)).bearer_auth("xpl_bad").send().await.unwrap();
+    let r = s
+        .http
+        .get(format!("{}/api/models", s.gateway))
+        .bearer_auth("xpl_bad")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
 }
 
@@ -331,46 +548,93 @@ async fn the_shipped_catalog_is_real_and_loads() {
     let (_, emb) = list(&s, "?kind=embedding&limit=1000").await;
     assert!(chat["total"].as_u64().unwrap() >= 12, "{chat}");
     assert!(emb["total"].as_u64().unwrap() >= 3, "{emb}");
-    let makers: std::collections::HashSet<_> = chat["data"].as_array().unwrap().iter().map(|m| m["owned_by"].as_str().unwrap().to_string()).collect();
+    let makers: std::collections::HashSet<_> = chat["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["owned_by"].as_str().unwrap().to_string())
+        .collect();
     assert!(makers.len() >= 4, "{makers:?}");
     for m in chat["data"].as_array().unwrap() {
         assert!(!m["providers"].as_array().unwrap().is_empty());
         assert!(m["context_window"].as_u64().unwrap() >= m["max_input_tokens"].as_u64().unwrap());
     }
-    let verdicts: std::collections::HashSet<_> = chat["data"].as_array().unwrap().iter().map(|m| m["retention"].to_string()).collect();
-    assert!(verdicts.len() >= 3, "all three verdicts occur: {verdicts:?}");
+    let verdicts: std::collections::HashSet<_> = chat["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["retention"].to_string())
+        .collect();
+    assert!(
+        verdicts.len() >= 3,
+        "all three verdicts occur: {verdicts:?}"
+    );
 }
 
 #[tokio::test]
 async fn inference_routes_check_json_model_slug_and_access() {
     let b = Backend::fresh().await;
-    let s = Sluice::start(&b, fixture().env("SLUICE_SERVER__CLIENT_COUNTRY_HEADER", "cf-ipcountry")).await;
+    let s = Sluice::start(
+        &b,
+        fixture().env("SLUICE_SERVER__CLIENT_COUNTRY_HEADER", "cf-ipcountry"),
+    )
+    .await;
     let (_, _, key) = s.org_and_key().await;
     let k = Some(key.as_str());
     let (st, v) = s.post_raw("/v1/chat/completions", k, "{\"model\": ").await;
     assert_error(st, &v, 400, "invalid_json");
     let (st, v) = s.post_raw("/v1/chat/completions", k, "[1,2]").await;
     assert_error(st, &v, 400, "invalid_request");
-    let (st, v) = s.post("/v1/chat/completions", k, &json!({"messages": []})).await;
+    let (st, v) = s
+        .post("/v1/chat/completions", k, &json!({"messages": []}))
+        .await;
     assert_error(st, &v, 400, "invalid_request");
     assert_eq!(v["error"]["param"], "model");
     // Dashed wire ids, dated ids and unknown names are not slugs.
-    for name in ["alpha-1-0", "alpha-a", "alpha-1.0-2025-04-14", "nope", "secret-1"] {
-        let (st, v) = s.post("/v1/chat/completions", k, &json!({"model": name, "messages": []})).await;
+    for name in [
+        "alpha-1-0",
+        "alpha-a",
+        "alpha-1.0-2025-04-14",
+        "nope",
+        "secret-1",
+    ] {
+        let (st, v) = s
+            .post(
+                "/v1/chat/completions",
+                k,
+                &json!({"model": name, "messages": []}),
+            )
+            .await;
         assert_error(st, &v, 403, "model_not_granted");
     }
     // Suffixes are split off before the check: these pass it (and reach the engine).
     for name in ["alpha-1.0:online", "alpha-1.0[1m]"] {
-        let (st, v) = s.post("/v1/chat/completions", k, &json!({"model": name, "messages": []})).await;
+        let (st, v) = s
+            .post(
+                "/v1/chat/completions",
+                k,
+                &json!({"model": name, "messages": []}),
+            )
+            .await;
         assert_ne!(st, 403, "{name}: {v}");
         assert_ne!(v["error"]["code"], "model_not_granted");
     }
     // Kind mismatch.
-    let (st, v) = s.post("/v1/embeddings", k, &json!({"model": "alpha-1.0", "input": "x"})).await;
+    let (st, v) = s
+        .post(
+            "/v1/embeddings",
+            k,
+            &json!({"model": "alpha-1.0", "input": "x"}),
+        )
+        .await;
     assert_error(st, &v, 400, "unsupported_capability");
     // Location: beta-2.5 serves US and DE only; unknown location is unverifiable.
     let send = |country: Option<&'static str>| {
-        let mut req = s.http.post(format!("{}/v1/chat/completions", s.gateway)).bearer_auth(&key).json(&json!({"model": "beta-2.5", "messages": []}));
+        let mut req = s
+            .http
+            .post(format!("{}/v1/chat/completions", s.gateway))
+            .bearer_auth(&key)
+            .json(&json!({"model": "beta-2.5", "messages": []}));
         if let Some(c) = country {
             req = req.header("cf-ipcountry", c);
         }
@@ -379,7 +643,10 @@ async fn inference_routes_check_json_model_slug_and_access() {
     for c in [None, Some("FR")] {
         let r = send(c).await.unwrap();
         assert_eq!(r.status(), 403);
-        assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "model_location_not_supported");
+        assert_eq!(
+            r.json::<Value>().await.unwrap()["error"]["code"],
+            "model_location_not_supported"
+        );
     }
     let r = send(Some("de")).await.unwrap();
     assert_ne!(r.status(), 403);
@@ -391,35 +658,85 @@ async fn routing_twins_not_found_body_cap_and_envelopes() {
     let s = Sluice::start(&b, fixture().env("SLUICE_LIMITS__MAX_REQUEST_BYTES", 4096)).await;
     let (_, _, key) = s.org_and_key().await;
     let k = Some(key.as_str());
-    for p in ["/v1/nope", "/v1/completions", "/completions", "/v2/models", "/"] {
+    for p in [
+        "/v1/nope",
+        "/v1/completions",
+        "/completions",
+        "/v2/models",
+        "/",
+    ] {
         let (st, v) = s.get(p, k).await;
         assert_error(st, &v, 404, "not_found");
         assert_eq!(v["error"]["type"], "not_found_error");
     }
-    for p in ["/chat/completions", "/v1/chat/completions", "/responses", "/embeddings", "/api/v1/embeddings"] {
+    for p in [
+        "/chat/completions",
+        "/v1/chat/completions",
+        "/responses",
+        "/embeddings",
+        "/api/v1/embeddings",
+    ] {
         let (st, v) = s.post(p, k, &json!({"model": "nope"})).await;
         assert_error(st, &v, 403, "model_not_granted");
     }
     // Over the cap: 400 invalid_request naming the limit.
-    let big = format!("{{\"model\":\"alpha-1.0\",\"pad\":\"{}\"}}", "x".repeat(5000));
+    let big = format!(
+        "{{\"model\":\"alpha-1.0\",\"pad\":\"{}\"}}",
+        "x".repeat(5000)
+    );
     let (st, v) = s.post_raw("/v1/chat/completions", k, big).await;
     assert_error(st, &v, 400, "invalid_request");
-    assert!(v["error"]["message"].as_str().unwrap().contains("4096"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("4096"),
+        "{v}"
+    );
     // The messages route answers in its own envelope.
-    let r = s.http.post(format!("{}/v1/messages", s.gateway)).bearer_auth(&key).body("{").send().await.unwrap();
+    let r = s
+        .http
+        .post(format!("{}/v1/messages", s.gateway))
+        .bearer_auth(&key)
+        .body("{")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["type"], "error");
     assert_eq!(v["error"]["type"], "invalid_request_error");
-    let r = s.http.post(format!("{}/v1/messages/count_tokens", s.gateway)).bearer_auth(&key).body("{}").send().await.unwrap();
+    let r = s
+        .http
+        .post(format!("{}/v1/messages/count_tokens", s.gateway))
+        .bearer_auth(&key)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
-    assert_eq!(r.json::<Value>().await.unwrap()["error"]["type"], "not_found_error");
-    let r = s.http.post(format!("{}/v1/messages", s.gateway)).body("{}").send().await.unwrap();
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["type"],
+        "not_found_error"
+    );
+    let r = s
+        .http
+        .post(format!("{}/v1/messages", s.gateway))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
     let v: Value = r.json().await.unwrap();
-    assert_eq!((v["type"].as_str(), v["error"]["type"].as_str()), (Some("error"), Some("authentication_error")));
+    assert_eq!(
+        (v["type"].as_str(), v["error"]["type"].as_str()),
+        (Some("error"), Some("authentication_error"))
+    );
     // Wrong method.
-    let r = s.http.get(format!("{}/v1/chat/completions", s.gateway)).bearer_auth(&key).send().await.unwrap();
+    let r = s
+        .http
+        .get(format!("{}/v1/chat/completions", s.gateway))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 405);
 }
 
@@ -427,19 +744,57 @@ async fn routing_twins_not_found_body_cap_and_envelopes() {
 async fn ops_endpoints_and_metrics() {
     let b = Backend::fresh().await;
     let s = Sluice::start(&b, fixture()).await;
-    let r = s.http.get(format!("{}/healthz", s.ops)).send().await.unwrap();
+    let r = s
+        .http
+        .get(format!("{}/healthz", s.ops))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
-    let r = s.http.get(format!("{}/readyz", s.ops)).send().await.unwrap();
+    let r = s
+        .http
+        .get(format!("{}/readyz", s.ops))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let (_, _, key) = s.org_and_key().await;
     s.get("/v1/models", Some(&key)).await;
     s.get("/v1/nope", Some(&key)).await;
-    let text = s.http.get(format!("{}/metrics", s.ops)).send().await.unwrap().text().await.unwrap();
-    assert!(text.contains("sluice_requests_total{route=\"models\",status=\"200\"} 1"), "{text}");
-    assert!(text.contains("sluice_requests_total{route=\"not_found\",status=\"404\"} 1"), "{text}");
-    assert!(text.contains("sluice_request_duration_seconds_bucket{route=\"models\""), "{text}");
-    assert!(!text.contains("org_") && !text.contains("key_"), "no ids as labels");
-    let page = s.http.get(&s.web).send().await.unwrap().text().await.unwrap();
+    let text = s
+        .http
+        .get(format!("{}/metrics", s.ops))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("sluice_requests_total{route=\"models\",status=\"200\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sluice_requests_total{route=\"not_found\",status=\"404\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sluice_request_duration_seconds_bucket{route=\"models\""),
+        "{text}"
+    );
+    assert!(
+        !text.contains("org_") && !text.contains("key_"),
+        "no ids as labels"
+    );
+    let page = s
+        .http
+        .get(&s.web)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(page.contains("alpha-1.0") && page.contains("<table>"));
 }
 
@@ -453,7 +808,12 @@ async fn sigterm_drains() {
     s.terminate();
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
-        let r = s.http.get(format!("{}/readyz", s.ops)).send().await.unwrap();
+        let r = s
+            .http
+            .get(format!("{}/readyz", s.ops))
+            .send()
+            .await
+            .unwrap();
         if r.status() == 503 {
             assert_eq!(r.json::<Value>().await.unwrap()["draining"], true);
             break;
@@ -462,10 +822,19 @@ async fn sigterm_drains() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // New requests are refused with gateway_draining (or the connection is refused).
-    match s.http.get(format!("{}/v1/models", s.gateway)).bearer_auth(&key).send().await {
+    match s
+        .http
+        .get(format!("{}/v1/models", s.gateway))
+        .bearer_auth(&key)
+        .send()
+        .await
+    {
         Ok(r) => {
             assert_eq!(r.status(), 503);
-            assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "gateway_draining");
+            assert_eq!(
+                r.json::<Value>().await.unwrap()["error"]["code"],
+                "gateway_draining"
+            );
         }
         Err(e) => assert!(e.is_connect() || e.is_request(), "{e}"),
     }
@@ -475,7 +844,10 @@ async fn sigterm_drains() {
         if let Some(st) = s.child.try_wait().unwrap() {
             break st;
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "process did not exit after the grace period");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "process did not exit after the grace period"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let _ = status;
@@ -484,13 +856,23 @@ async fn sigterm_drains() {
 #[tokio::test]
 async fn bad_configuration_fails_fast_with_a_message() {
     let b = Backend::fresh().await;
-    let out = harness::command(&b, &fixture().env("SLUICE_SERVER__LISTEN", "not-an-address"))
-        .arg("serve")
-        .output()
-        .unwrap();
+    let out = harness::command(
+        &b,
+        &fixture().env("SLUICE_SERVER__LISTEN", "not-an-address"),
+    )
+    .arg("serve")
+    .output()
+    .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("server.listen"), "{err}");
-    let out = harness::command(&b, &fixture()).arg("migrate").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = harness::command(&b, &fixture())
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -85,7 +85,7 @@ pub fn route(path: &str) -> Route {
         Some(rest) if rest.is_empty() || rest.starts_with('/') => (rest, true),
         _ => (path, false),
     };
-    let route = match rest {
+    match rest {
         "/models" => Route::Models,
         "/chat/completions" => Route::Chat,
         "/responses" => Route::Responses,
@@ -98,8 +98,7 @@ pub fn route(path: &str) -> Route {
         r if r.starts_with("/batches/") => Route::Batches,
         r if r.starts_with("/files/") => Route::Files,
         _ => Route::NotFound,
-    };
-    route
+    }
 }
 
 #[cfg(test)]

@@ -69,6 +69,20 @@ pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
     Some(secs * 1000 + millis)
 }
 
+/// The key a request presents: `Authorization: Bearer <key>`, or on the messages
+/// route also `x-api-key: <key>`. No query parameter and no other header.
+pub fn presented_key(headers: &http::HeaderMap, allow_x_api_key: bool) -> Option<&str> {
+    if let Some(v) = headers.get(http::header::AUTHORIZATION) {
+        let v = v.to_str().ok()?.trim();
+        let (scheme, rest) = v.split_once(' ')?;
+        return scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim());
+    }
+    if allow_x_api_key {
+        return headers.get("x-api-key")?.to_str().ok().map(str::trim);
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,18 +109,4 @@ mod tests {
         assert!(usd_to_micro(f64::NAN).is_err());
         assert_eq!(micro_to_usd(2_500_000), 2.5);
     }
-}
-
-/// The key a request presents: `Authorization: Bearer <key>`, or on the messages
-/// route also `x-api-key: <key>`. No query parameter and no other header.
-pub fn presented_key(headers: &http::HeaderMap, allow_x_api_key: bool) -> Option<&str> {
-    if let Some(v) = headers.get(http::header::AUTHORIZATION) {
-        let v = v.to_str().ok()?.trim();
-        let (scheme, rest) = v.split_once(' ')?;
-        return scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim());
-    }
-    if allow_x_api_key {
-        return headers.get("x-api-key")?.to_str().ok().map(str::trim);
-    }
-    None
 }

@@ -165,9 +165,8 @@ impl ModelSpec {
             if let Some(c) = r.caps.iter().find(|c| !CAPABILITIES.contains(&c.as_str())) {
                 return Err(("caps", format!("unknown capability {c:?}")));
             }
-            if !r.base_url.is_empty()
-                && !(r.base_url.starts_with("http://") || r.base_url.starts_with("https://"))
-            {
+            let http = r.base_url.starts_with("http://") || r.base_url.starts_with("https://");
+            if !r.base_url.is_empty() && !http {
                 return Err(("base_url", "base_url must be an http(s) URL".into()));
             }
         }

@@ -44,10 +44,12 @@ pub async fn handle(state: &AppState, session: &mut Session, route: Route) -> Ha
         })?,
         // Valid JSON of another shape is a malformed request; anything else is not JSON.
         _ => {
-            return Err(match serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
-                Ok(_) => not_object(),
-                Err(e) => ApiError::invalid_json(e),
-            })
+            return Err(
+                match serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
+                    Ok(_) => not_object(),
+                    Err(e) => ApiError::invalid_json(e),
+                },
+            )
         }
     };
     let model_name = match head.model {

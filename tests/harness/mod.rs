@@ -22,7 +22,9 @@ pub struct Backend {
 impl Backend {
     pub async fn fresh() -> Backend {
         let dir = tempfile::tempdir().expect("tempdir");
-        let redis_url = std::env::var("SLUICE_TEST_REDIS_URL").ok().filter(|s| !s.is_empty());
+        let redis_url = std::env::var("SLUICE_TEST_REDIS_URL")
+            .ok()
+            .filter(|s| !s.is_empty());
         let database_url = match std::env::var("SLUICE_TEST_DATABASE_URL") {
             Ok(server) if !server.is_empty() => create_pg_database(&server).await,
             _ => format!("sqlite://{}/sluice.db", dir.path().display()),
@@ -110,7 +112,9 @@ pub fn command(backend: &Backend, opts: &Opts) -> Command {
         .env("SLUICE_STORAGE__DATABASE_URL", &backend.database_url)
         .env(
             "SLUICE_CATALOG__PATH",
-            opts.catalog.clone().unwrap_or_else(|| repo_path("conf/catalog.toml")),
+            opts.catalog
+                .clone()
+                .unwrap_or_else(|| repo_path("conf/catalog.toml")),
         );
     if let Some(r) = &backend.redis_url {
         cmd.env("SLUICE_STORAGE__REDIS_URL", r);
@@ -181,7 +185,12 @@ impl Sluice {
         self.child.id()
     }
 
-    pub async fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub async fn admin(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let mut req = self
             .http
             .request(method, format!("{}{path}", self.ops))
@@ -207,7 +216,11 @@ impl Sluice {
         assert_eq!(s, 201, "{org}");
         let org_id = org["org_id"].as_str().unwrap().to_string();
         let (s, key) = self
-            .admin(reqwest::Method::POST, &format!("/admin/orgs/{org_id}/keys"), Some(json!({"name": "test"})))
+            .admin(
+                reqwest::Method::POST,
+                &format!("/admin/orgs/{org_id}/keys"),
+                Some(json!({"name": "test"})),
+            )
             .await;
         assert_eq!(s, 201, "{key}");
         (
@@ -229,7 +242,12 @@ impl Sluice {
     }
 
     /// POST raw bytes on the gateway with a key.
-    pub async fn post_raw(&self, path: &str, key: Option<&str>, body: impl Into<reqwest::Body>) -> (u16, Value) {
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        body: impl Into<reqwest::Body>,
+    ) -> (u16, Value) {
         let mut req = self
             .http
             .post(format!("{}{path}", self.gateway))
@@ -244,12 +262,16 @@ impl Sluice {
     }
 
     pub async fn post(&self, path: &str, key: Option<&str>, body: &Value) -> (u16, Value) {
-        self.post_raw(path, key, serde_json::to_vec(body).unwrap()).await
+        self.post_raw(path, key, serde_json::to_vec(body).unwrap())
+            .await
     }
 
     /// Sends SIGTERM.
     pub fn terminate(&self) {
-        let _ = Command::new("kill").arg("-TERM").arg(self.pid().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .status();
     }
 }
 
@@ -260,7 +282,11 @@ pub fn admin_cli(backend: &Backend, args: &[&str]) -> (bool, Value) {
         .args(args)
         .output()
         .expect("run sluice admin");
-    let text = if out.status.success() { out.stdout } else { out.stderr };
+    let text = if out.status.success() {
+        out.stdout
+    } else {
+        out.stderr
+    };
     (
         out.status.success(),
         serde_json::from_slice(&text).unwrap_or(Value::Null),
@@ -274,5 +300,8 @@ pub fn assert_error(status: u16, body: &Value, want_status: u16, code: &str) {
     assert_eq!(body["error"]["code"], code, "body: {body}");
     assert!(body["error"]["message"].is_string(), "body: {body}");
     assert!(body["error"]["type"].is_string(), "body: {body}");
-    assert!(body["error"].get("param").is_some(), "param present (maybe null): {body}");
+    assert!(
+        body["error"].get("param").is_some(),
+        "param present (maybe null): {body}"
+    );
 }
