@@ -1,0 +1,290 @@
+//! OpenAI responses wire format (`/v1/responses`): `response` objects and the
+//! typed, sequence-numbered SSE event stream (`response.created` ...
+//! `response.completed`).
+
+use bytes::Bytes;
+use serde::{de::IgnoredAny, Deserialize};
+use serde_json::{json, Value};
+
+use crate::{
+    openai::{self, dated},
+    sse::{self, json_str, Frames, Template},
+    step::Content,
+    wire::{self, Ctx, Parsed, Wire},
+};
+
+#[derive(Deserialize)]
+struct Request {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    tools: Option<Vec<IgnoredAny>>,
+}
+
+fn usage(input: u64, output: u64) -> Value {
+    json!({
+        "input_tokens": input,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input + output,
+    })
+}
+
+/// Ids and fixed fields of one response.
+struct Shape {
+    id: String,
+    item_id: String,
+    call_id: String,
+    created: u64,
+    model: String,
+}
+
+impl Shape {
+    fn new(ctx: &Ctx<'_>, content: &Content) -> Self {
+        let n = wire::next_id();
+        let item_id = match content {
+            Content::ToolCall { .. } => format!("fc_mock{n}"),
+            _ => format!("msg_mock{n}"),
+        };
+        Shape {
+            id: format!("resp_mock{n}"),
+            item_id,
+            call_id: format!("call_mock{n}"),
+            created: wire::now(),
+            model: dated(ctx.model),
+        }
+    }
+
+    fn response(&self, status: &str, output: Value, usage: Value) -> Value {
+        json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "background": false,
+            "error": null,
+            "incomplete_details": null,
+            "instructions": null,
+            "max_output_tokens": null,
+            "model": self.model,
+            "output": output,
+            "parallel_tool_calls": true,
+            "previous_response_id": null,
+            "reasoning": {"effort": null, "summary": null},
+            "service_tier": "default",
+            "store": true,
+            "temperature": 1.0,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": 1.0,
+            "truncation": "disabled",
+            "usage": usage,
+            "user": null,
+            "metadata": {},
+        })
+    }
+
+    /// The content part of a message item (text or refusal).
+    fn part(content: &Content, text: &str) -> Value {
+        match content {
+            Content::Refusal(_) => json!({"type": "refusal", "refusal": text}),
+            _ => json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []}),
+        }
+    }
+
+    /// The output item, finished (`done`) or as first announced.
+    fn item(&self, content: &Content, done: bool) -> Value {
+        let status = if done { "completed" } else { "in_progress" };
+        match content {
+            Content::ToolCall { name, arguments } => json!({
+                "id": self.item_id,
+                "type": "function_call",
+                "status": status,
+                "arguments": if done { arguments.text() } else { "" },
+                "call_id": self.call_id,
+                "name": name,
+            }),
+            Content::Text(p) | Content::Refusal(p) => json!({
+                "id": self.item_id,
+                "type": "message",
+                "status": status,
+                "role": "assistant",
+                "content": if done { json!([Self::part(content, p.text())]) } else { json!([]) },
+            }),
+        }
+    }
+}
+
+/// Event emitter that numbers events in order.
+struct Events {
+    seq: u64,
+}
+
+impl Events {
+    fn emit(&mut self, kind: &str, mut body: Value) -> Bytes {
+        body["type"] = json!(kind);
+        body["sequence_number"] = json!(self.seq);
+        self.seq += 1;
+        sse::event(kind, &body)
+    }
+}
+
+/// OpenAI responses API.
+pub(crate) struct Responses;
+
+impl Wire for Responses {
+    fn parse(&self, body: &[u8]) -> Result<Parsed, String> {
+        let req: Request = serde_json::from_slice(body)
+            .map_err(|e| format!("We could not parse the JSON body of your request. ({e})"))?;
+        Ok(Parsed {
+            has_tools: wire::non_empty(&req.tools),
+            model: req.model,
+            stream: req.stream.unwrap_or(false),
+            include_usage: false,
+        })
+    }
+
+    fn reply(&self, ctx: &Ctx<'_>, content: &Content) -> Value {
+        let shape = Shape::new(ctx, content);
+        shape.response(
+            "completed",
+            json!([shape.item(content, true)]),
+            usage(ctx.prompt_tokens, content.tokens()),
+        )
+    }
+
+    fn frames(&self, ctx: &Ctx<'_>, content: &Content) -> Frames {
+        let shape = Shape::new(ctx, content);
+        let mut ev = Events { seq: 0 };
+        let mut pre = vec![
+            ev.emit(
+                "response.created",
+                json!({"response": shape.response("in_progress", json!([]), Value::Null)}),
+            ),
+            ev.emit(
+                "response.in_progress",
+                json!({"response": shape.response("in_progress", json!([]), Value::Null)}),
+            ),
+            ev.emit(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": shape.item(content, false)}),
+            ),
+        ];
+        let item_ref = json!({"item_id": shape.item_id, "output_index": 0, "content_index": 0});
+        let with_ref = |extra: Value| {
+            let mut v = item_ref.clone();
+            if let (Some(v), Value::Object(extra)) = (v.as_object_mut(), extra) {
+                v.extend(extra);
+            }
+            v
+        };
+
+        let (delta_kind, head_fields, pieces) = match content {
+            Content::Text(p) => (
+                "response.output_text.delta",
+                ",\"content_index\":0,\"logprobs\":[]",
+                p,
+            ),
+            Content::Refusal(p) => ("response.refusal.delta", ",\"content_index\":0", p),
+            Content::ToolCall { arguments, .. } => {
+                ("response.function_call_arguments.delta", "", arguments)
+            }
+        };
+        if !matches!(content, Content::ToolCall { .. }) {
+            pre.push(ev.emit(
+                "response.content_part.added",
+                with_ref(json!({"part": Shape::part(content, "")})),
+            ));
+        }
+
+        let template = Template::new(
+            format!(
+                "event: {delta_kind}\ndata: {{\"type\":\"{delta_kind}\",\"item_id\":{},\
+                 \"output_index\":0{head_fields},\"delta\":",
+                json_str(&shape.item_id)
+            ),
+            "}\n\n".to_owned(),
+        );
+        let content_frames = pieces
+            .iter()
+            .map(|p| {
+                let seq = ev.seq;
+                ev.seq += 1;
+                Bytes::from(template.render_seq(p, seq))
+            })
+            .collect();
+
+        let mut post = Vec::with_capacity(5);
+        match content {
+            Content::Text(p) => {
+                post.push(ev.emit(
+                    "response.output_text.done",
+                    with_ref(json!({"text": p.text(), "logprobs": []})),
+                ));
+            }
+            Content::Refusal(p) => {
+                post.push(ev.emit(
+                    "response.refusal.done",
+                    with_ref(json!({"refusal": p.text()})),
+                ));
+            }
+            Content::ToolCall { name, arguments } => {
+                post.push(ev.emit(
+                    "response.function_call_arguments.done",
+                    json!({
+                        "item_id": shape.item_id,
+                        "output_index": 0,
+                        "name": name,
+                        "arguments": arguments.text(),
+                    }),
+                ));
+            }
+        }
+        if let Content::Text(p) | Content::Refusal(p) = content {
+            post.push(ev.emit(
+                "response.content_part.done",
+                with_ref(json!({"part": Shape::part(content, p.text())})),
+            ));
+        }
+        let done_item = shape.item(content, true);
+        post.push(ev.emit(
+            "response.output_item.done",
+            json!({"output_index": 0, "item": done_item}),
+        ));
+        post.push(ev.emit(
+            "response.completed",
+            json!({"response": shape.response(
+                "completed",
+                json!([done_item]),
+                usage(ctx.prompt_tokens, content.tokens()),
+            )}),
+        ));
+
+        Frames {
+            pre,
+            content: content_frames,
+            post,
+        }
+    }
+
+    fn error_event(&self) -> Bytes {
+        sse::event(
+            "error",
+            &json!({
+                "type": "error",
+                "code": "server_error",
+                "message": "The server had an error while processing your request. Sorry about that!",
+                "param": null,
+                "sequence_number": 0,
+            }),
+        )
+    }
+
+    fn error_body(&self, status: u16, message: &str) -> Value {
+        openai::error_body(status, message)
+    }
+}

@@ -1,0 +1,76 @@
+//! The interface each generation format (OpenAI chat, OpenAI responses,
+//! Anthropic messages, Gemini) implements, and the per-request facts shared
+//! between them.
+
+use std::{
+    sync::atomic::{AtomicU64, Ordering},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::{sse::Frames, step::Content};
+
+/// What the mock needs to know from a generation request body.
+#[derive(Debug, Default)]
+pub(crate) struct Parsed {
+    pub(crate) model: Option<String>,
+    pub(crate) stream: bool,
+    pub(crate) include_usage: bool,
+    pub(crate) has_tools: bool,
+}
+
+/// Facts about the request an answer is built for.
+pub(crate) struct Ctx<'a> {
+    /// Model as requested (body `model`, Gemini path model, Azure deployment).
+    pub(crate) model: &'a str,
+    pub(crate) prompt_tokens: u64,
+    pub(crate) include_usage: bool,
+}
+
+/// One provider's generation wire format.
+pub(crate) trait Wire: Send + Sync + 'static {
+    /// Reads the request body; `Err` is a message for a 400.
+    fn parse(&self, body: &[u8]) -> Result<Parsed, String>;
+    /// Non-streaming answer body.
+    fn reply(&self, ctx: &Ctx<'_>, content: &Content) -> Value;
+    /// Streaming answer frames.
+    fn frames(&self, ctx: &Ctx<'_>, content: &Content) -> Frames;
+    /// The in-band error sent instead of content by [`crate::Step::ErrorEvent`].
+    fn error_event(&self) -> Bytes;
+    /// Error body in the format's envelope.
+    fn error_body(&self, status: u16, message: &str) -> Value;
+    /// Content type of a streamed answer.
+    fn stream_content_type(&self) -> &'static str {
+        "text/event-stream; charset=utf-8"
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub(crate) fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A process-wide counter for response ids.
+pub(crate) fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Token estimate for `len` bytes of text: ceil(len / 4), at least 1.
+pub(crate) fn estimate_tokens(len: usize) -> u64 {
+    (len.div_ceil(4) as u64).max(1)
+}
+
+/// True for non-empty arrays: `"tools": []` counts as no tools.
+pub(crate) fn non_empty(list: &Option<Vec<serde::de::IgnoredAny>>) -> bool {
+    list.as_ref().is_some_and(|l| !l.is_empty())
+}
+
+/// Canned message for a scripted error status.
+pub(crate) fn scripted_message(status: u16) -> String {
+    format!("sluice-mock: scripted error (status {status})")
+}
