@@ -36,6 +36,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub responses: ResponsesConfig,
     pub probe: ProbeConfig,
+    pub breaker: BreakerConfig,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -92,6 +93,28 @@ pub struct LimitsConfig {
     pub request_deadline_ms: u64,
     pub max_request_bytes: usize,
     pub max_response_bytes: usize,
+    /// A stream whose first content is this slow gets its 200 header and SSE
+    /// keep-alive comments early (fail-over stays invisible); 0 disables.
+    pub early_header_ms: u64,
+}
+
+/// The per-rung circuit breaker.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BreakerConfig {
+    /// Consecutive failures that open a rung's breaker.
+    pub failure_threshold: u32,
+    /// How long an open rung is skipped before one probe may try it.
+    pub cooldown_ms: u64,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            failure_threshold: 5,
+            cooldown_ms: 5_000,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -145,6 +168,7 @@ impl Default for LimitsConfig {
             request_deadline_ms: 600_000,
             max_request_bytes: 32 * 1024 * 1024,
             max_response_bytes: 64 * 1024 * 1024,
+            early_header_ms: 10_000,
         }
     }
 }

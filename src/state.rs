@@ -5,6 +5,7 @@ use crate::catalog::CatalogStore;
 use crate::config::Config;
 use crate::ops::metrics::Metrics;
 use crate::store::counters::{MemoryCounters, RedisCounters};
+use crate::store::usage::{spawn_writer, UsageSink};
 use crate::store::{Counters, Db};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,6 +17,7 @@ pub struct AppState {
     pub directory: Arc<Directory>,
     pub catalog: Arc<CatalogStore>,
     pub metrics: Metrics,
+    pub usage: UsageSink,
     draining: AtomicBool,
     gateway_up: AtomicBool,
 }
@@ -39,6 +41,7 @@ impl AppState {
             Arc::new(RedisCounters::connect(&config.storage.redis_url).await?)
         };
         let directory = Arc::new(Directory::load(&db).await?);
+        let usage = spawn_writer(db.clone());
         let catalog = Arc::new(CatalogStore::load(&db).await?);
         Ok(Arc::new(AppState {
             config,
@@ -47,6 +50,7 @@ impl AppState {
             directory,
             catalog,
             metrics: Metrics::new(),
+            usage,
             draining: AtomicBool::new(false),
             gateway_up: AtomicBool::new(false),
         }))

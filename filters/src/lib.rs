@@ -7,6 +7,9 @@
 pub mod error;
 pub mod route;
 pub mod slug;
+pub mod sse;
+pub mod upstream;
+pub mod usage;
 
 pub use error::{ApiError, ErrorCode, Format};
 pub use route::Route;

@@ -1,26 +1,54 @@
 //! The front half of every inference route: authenticate, read the body under the
-//! cap, check it is JSON naming a model slug the org may call from where it is, then
-//! hand over to the engine.
+//! cap, check it is a JSON object naming a model slug the org may call from where it
+//! is, then hand over to the route's attempt loop and record the usage event.
 
 use super::body::{read_capped, BodyError};
+use super::exchange::{Exchange, Outcome};
 use super::models::{authenticate, granted, Handled};
-use crate::catalog::ModelKind;
+use super::respond::send;
+use super::Gateway;
+use crate::catalog::{Model, ModelKind};
 use crate::state::AppState;
+use crate::store::usage::UsageEvent;
+use bytes::Bytes;
 use pingora::proxy::Session;
-use serde::Deserialize;
 use sluice_filters::slug::split_suffixes;
-use sluice_filters::{ApiError, ErrorCode, Route};
+use sluice_filters::sse::data_frame;
+use sluice_filters::upstream::openai_chat::RawObject;
+use sluice_filters::{ApiError, ErrorCode, Format, Route};
+use std::time::{Duration, Instant};
 
-/// The one field every inference body must carry; the rest is parsed by the format
-/// layer. Deserializing still validates the whole document's syntax.
-#[derive(Deserialize)]
-struct Head {
-    #[serde(default)]
-    model: Option<serde_json::Value>,
+/// Parses the body as a JSON object with unparsed member values.
+fn parse_object(body: &[u8]) -> Result<RawObject, ApiError> {
+    let not_object = || {
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            "The request body must be a JSON object.",
+        )
+    };
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => serde_json::from_slice(body).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => not_object(),
+            _ => ApiError::invalid_json(e),
+        }),
+        // Valid JSON of another shape is a malformed request; anything else is not JSON.
+        _ => Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+                Ok(_) => not_object(),
+                Err(e) => ApiError::invalid_json(e),
+            },
+        ),
+    }
 }
 
-pub async fn handle(state: &AppState, session: &mut Session, route: Route) -> Handled {
-    let org = authenticate(state, session, route == Route::Messages)?;
+pub async fn handle(
+    gw: &Gateway,
+    session: &mut Session,
+    route: Route,
+    started: Instant,
+) -> Handled {
+    let state = &gw.state;
+    let (key, org) = authenticate(state, session, route == Route::Messages)?;
     let body = match read_capped(session, state.config.limits.max_request_bytes).await {
         Ok(b) => b,
         Err(BodyError::TooLarge(e)) => return Err(e),
@@ -31,57 +59,33 @@ pub async fn handle(state: &AppState, session: &mut Session, route: Route) -> Ha
             ))
         }
     };
-    let not_object = || {
-        ApiError::new(
-            ErrorCode::InvalidRequest,
-            "The request body must be a JSON object.",
-        )
-    };
-    let head: Head = match body.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'{') => serde_json::from_slice(&body).map_err(|e| match e.classify() {
-            serde_json::error::Category::Data => not_object(),
-            _ => ApiError::invalid_json(e),
-        })?,
-        // Valid JSON of another shape is a malformed request; anything else is not JSON.
-        _ => {
-            return Err(
-                match serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
-                    Ok(_) => not_object(),
-                    Err(e) => ApiError::invalid_json(e),
-                },
-            )
-        }
-    };
-    let model_name = match head.model {
-        Some(serde_json::Value::String(s)) => s,
-        Some(_) => {
-            return Err(ApiError::invalid_parameter(
-                "model",
-                "model must be a string slug",
-            ))
-        }
+    let object = parse_object(&body)?;
+    let model_name: String = match object.get("model") {
         None => {
             return Err(
                 ApiError::new(ErrorCode::InvalidRequest, "model is required.").param("model"),
             )
         }
+        Some(raw) => serde_json::from_str(raw.get())
+            .map_err(|_| ApiError::invalid_parameter("model", "model must be a string slug"))?,
     };
     let wanted = split_suffixes(&model_name);
     let catalog = state.catalog.snapshot();
-    let not_granted = || {
-        ApiError::new(
-            ErrorCode::ModelNotGranted,
-            format!(
-                "This key cannot call {:?}: use a slug from GET /v1/models.",
-                model_name.chars().take(128).collect::<String>()
-            ),
-        )
-        .param("model")
-    };
     let model = catalog
         .lookup(Some(&org.id), wanted.slug)
         .filter(|m| granted(&org, m))
-        .ok_or_else(not_granted)?;
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::ModelNotGranted,
+                format!(
+                    "This key cannot call {:?}: use a slug from GET /v1/models.",
+                    model_name.chars().take(128).collect::<String>()
+                ),
+            )
+            .param("model")
+        })?
+        .clone();
+    drop(catalog);
     let country = client_country(state, session);
     if !model.spec.serves_country(country.as_deref()) {
         return Err(ApiError::new(
@@ -101,11 +105,121 @@ pub async fn handle(state: &AppState, session: &mut Session, route: Route) -> Ha
         )
         .param("model"));
     }
-    Err(ApiError::new(
-        ErrorCode::UnavailableRoute,
-        "No healthy route serves this model right now.",
-    )
-    .with_status(503))
+
+    let mut ex = Exchange::new(
+        started,
+        Duration::from_millis(state.config.limits.request_deadline_ms),
+    );
+    let outcome = match route {
+        Route::Chat => super::chat::serve(gw, session, &mut ex, &model, object).await,
+        _ => Outcome::Error(
+            ApiError::new(
+                ErrorCode::UnavailableRoute,
+                "No rung of this model is served on this route yet.",
+            )
+            .with_status(503),
+        ),
+    };
+    let format = if route == Route::Messages {
+        Format::Anthropic
+    } else {
+        Format::OpenAi
+    };
+    let (status, error_class) = match outcome {
+        Outcome::Written(s) => (s, None),
+        Outcome::ClientGone => (499, Some(ErrorCode::RequestCancelled.as_str().to_string())),
+        Outcome::Error(e) => {
+            let class = Some(e.code.as_str().to_string());
+            if ex.header_sent {
+                // The 200 header already went out: the stream ends with an in-band error.
+                let frame = data_frame(&e.to_body(format));
+                let _ = session
+                    .write_response_body(Some(Bytes::from(frame)), true)
+                    .await;
+            } else {
+                let extra = [
+                    ("x-gateway-attempts", ex.attempts.clone()),
+                    ("x-gateway-overhead-us", ex.overhead_us().to_string()),
+                ];
+                let _ = send(
+                    session,
+                    e.status,
+                    "application/json",
+                    Bytes::from(e.to_body(format)),
+                    &extra,
+                )
+                .await;
+            }
+            (e.status, class)
+        }
+    };
+    record(
+        state,
+        &ex,
+        route,
+        &model,
+        &key.id,
+        &org.id,
+        status,
+        error_class,
+    );
+    Ok(if status == 499 {
+        499
+    } else if ex.header_sent {
+        200
+    } else {
+        status
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record(
+    state: &AppState,
+    ex: &Exchange,
+    route: Route,
+    model: &Model,
+    key_id: &str,
+    org_id: &str,
+    status: u16,
+    error_class: Option<String>,
+) {
+    let m = &state.metrics;
+    let label = route.label();
+    if let Some(t) = ex.first_token {
+        m.ttft.with_label_values(&[label]).observe(t.as_secs_f64());
+    }
+    m.overhead
+        .with_label_values(&[label])
+        .observe(ex.overhead_us() as f64 / 1e6);
+    let u = ex.usage;
+    for (kind, n) in [
+        ("input", u.input_tokens),
+        ("cached", u.cached_tokens),
+        ("output", u.output_tokens),
+    ] {
+        if n > 0 {
+            m.tokens.with_label_values(&[label, kind]).inc_by(n);
+        }
+    }
+    state.usage.record(UsageEvent {
+        org_id: org_id.to_string(),
+        key_id: key_id.to_string(),
+        route: label,
+        model: model.spec.slug.clone(),
+        rung: ex.rung.clone(),
+        lane: "platform_funded",
+        input_tokens: u.input_tokens,
+        cached_tokens: u.cached_tokens,
+        output_tokens: u.output_tokens,
+        reasoning_tokens: u.reasoning_tokens,
+        cost_micro_usd: 0,
+        status,
+        error_class,
+        incomplete: ex.incomplete,
+        attempts: ex.attempts.clone(),
+        empty_attempts: ex.empty_attempts,
+        latency_ms: ex.started.elapsed().as_millis() as u64,
+    });
 }
 
 /// The client's ISO country from the trusted edge header, if configured and present.

@@ -5,10 +5,14 @@
 //! in this folder.
 
 mod body;
+mod breaker;
+mod chat;
+mod exchange;
 mod inference;
 mod management;
 mod models;
 mod respond;
+mod upstream;
 
 use crate::state::AppState;
 use async_trait::async_trait;
@@ -22,12 +26,25 @@ use std::time::Instant;
 pub struct Gateway {
     state: Arc<AppState>,
     management: axum::Router,
+    upstreams: upstream::Upstreams,
+    breaker: breaker::Breaker,
 }
 
 impl Gateway {
     pub fn new(state: Arc<AppState>) -> Gateway {
         let management = crate::api::router(state.clone());
-        Gateway { state, management }
+        let upstreams = upstream::Upstreams::new(&state.config);
+        let b = &state.config.breaker;
+        let breaker = breaker::Breaker::new(
+            b.failure_threshold,
+            std::time::Duration::from_millis(b.cooldown_ms),
+        );
+        Gateway {
+            state,
+            management,
+            upstreams,
+            breaker,
+        }
     }
 }
 
@@ -48,7 +65,12 @@ fn method_not_allowed(method: &http::Method, allowed: &str) -> ApiError {
 
 impl Gateway {
     /// Answers one request; returns the status written.
-    async fn handle(&self, session: &mut Session, route: Route) -> pingora::Result<u16> {
+    async fn handle(
+        &self,
+        session: &mut Session,
+        route: Route,
+        started: Instant,
+    ) -> pingora::Result<u16> {
         let format = if route.is_messages() {
             Format::Anthropic
         } else {
@@ -81,7 +103,7 @@ impl Gateway {
             r if r.is_inference() && method != http::Method::POST => {
                 Err(method_not_allowed(&method, "POST"))
             }
-            r if r.is_inference() => inference::handle(&self.state, session, r).await,
+            r if r.is_inference() => inference::handle(self, session, r, started).await,
             Route::MessagesCountTokens => Err(ApiError::new(
                 ErrorCode::NotFound,
                 "count_tokens is not served by this gateway.",
@@ -128,7 +150,7 @@ impl ProxyHttp for Gateway {
     ) -> pingora::Result<bool> {
         ctx.started = Instant::now();
         ctx.route = route(session.req_header().uri.path());
-        ctx.status = self.handle(session, ctx.route).await?;
+        ctx.status = self.handle(session, ctx.route, ctx.started).await?;
         Ok(true)
     }
 

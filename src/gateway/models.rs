@@ -2,7 +2,7 @@
 //! with the pricing extension.
 
 use super::respond::send_json;
-use crate::accounts::{presented_key, OrgRecord};
+use crate::accounts::{presented_key, KeyRecord, OrgRecord};
 use crate::catalog::Model;
 use crate::state::AppState;
 use pingora::proxy::Session;
@@ -12,19 +12,18 @@ use std::sync::Arc;
 
 pub type Handled = Result<u16, ApiError>;
 
-/// The org of the presented key, or 401 `invalid_key`.
+/// The presented key and its org, or 401 `invalid_key`.
 pub fn authenticate(
     state: &AppState,
     session: &Session,
     allow_x_api_key: bool,
-) -> Result<Arc<OrgRecord>, ApiError> {
+) -> Result<(Arc<KeyRecord>, Arc<OrgRecord>), ApiError> {
     let key = presented_key(&session.req_header().headers, allow_x_api_key)
         .ok_or_else(ApiError::invalid_key)?;
-    let (_, org) = state
+    state
         .directory
         .authenticate(key)
-        .ok_or_else(ApiError::invalid_key)?;
-    Ok(org)
+        .ok_or_else(ApiError::invalid_key)
 }
 
 /// Whether the org may call the model at all (restricted models need a grant).
@@ -33,7 +32,7 @@ pub fn granted(org: &OrgRecord, model: &Model) -> bool {
 }
 
 pub async fn list(state: &AppState, session: &mut Session) -> Handled {
-    let org = authenticate(state, session, false)?;
+    let (_, org) = authenticate(state, session, false)?;
     let catalog = state.catalog.snapshot();
     let data: Vec<_> = catalog
         .visible(Some(&org.id))
@@ -50,7 +49,7 @@ pub async fn list(state: &AppState, session: &mut Session) -> Handled {
 }
 
 pub async fn one(state: &AppState, session: &mut Session) -> Handled {
-    let org = authenticate(state, session, false)?;
+    let (_, org) = authenticate(state, session, false)?;
     let path = session.req_header().uri.path().trim_end_matches('/');
     let id = path
         .rsplit_once("/models/")

@@ -10,6 +10,10 @@ pub struct Metrics {
     pub requests: IntCounterVec,
     pub latency: HistogramVec,
     pub upstream_attempts: IntCounterVec,
+    pub failovers: IntCounterVec,
+    pub ttft: HistogramVec,
+    pub overhead: HistogramVec,
+    pub tokens: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -49,7 +53,50 @@ impl Metrics {
             &["provider", "outcome"],
         )
         .expect("static metric definition");
-        for c in [&requests, &upstream_attempts] {
+        let failovers = IntCounterVec::new(
+            Opts::new(
+                "sluice_failovers_total",
+                "Moves from a failed rung to the next, by route.",
+            ),
+            &["route"],
+        )
+        .expect("static metric definition");
+        let tokens = IntCounterVec::new(
+            Opts::new(
+                "sluice_tokens_total",
+                "Tokens served, by route and kind (input, cached, output).",
+            ),
+            &["route", "kind"],
+        )
+        .expect("static metric definition");
+        let ttft = HistogramVec::new(
+            HistogramOpts::new(
+                "sluice_time_to_first_token_seconds",
+                "Time from request to the committed first content, by route.",
+            )
+            .buckets(vec![
+                0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+            ]),
+            &["route"],
+        )
+        .expect("static metric definition");
+        let overhead = HistogramVec::new(
+            HistogramOpts::new(
+                "sluice_gateway_overhead_seconds",
+                "Time spent in the gateway itself, excluding provider time, by route.",
+            )
+            .buckets(vec![
+                0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1,
+            ]),
+            &["route"],
+        )
+        .expect("static metric definition");
+        for h in [&ttft, &overhead] {
+            registry
+                .register(Box::new(h.clone()))
+                .expect("metric registered once");
+        }
+        for c in [&requests, &upstream_attempts, &failovers, &tokens] {
             registry
                 .register(Box::new(c.clone()))
                 .expect("metric registered once");
@@ -66,6 +113,10 @@ impl Metrics {
             requests,
             latency,
             upstream_attempts,
+            failovers,
+            ttft,
+            overhead,
+            tokens,
         }
     }
 

@@ -25,12 +25,20 @@ pub struct Db {
 }
 
 /// (version, description, sqlite sql, postgres sql)
-const MIGRATIONS: &[(i64, &str, &str, &str)] = &[(
-    1,
-    "foundation",
-    include_str!("../../migrations/sqlite/0001_foundation.sql"),
-    include_str!("../../migrations/postgres/0001_foundation.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
+    (
+        1,
+        "foundation",
+        include_str!("../../migrations/sqlite/0001_foundation.sql"),
+        include_str!("../../migrations/postgres/0001_foundation.sql"),
+    ),
+    (
+        2,
+        "usage events",
+        include_str!("../../migrations/sqlite/0002_usage_events.sql"),
+        include_str!("../../migrations/postgres/0002_usage_events.sql"),
+    ),
+];
 
 impl Db {
     pub async fn connect(url: &str) -> anyhow::Result<Db> {

@@ -1,0 +1,108 @@
+//! A circuit breaker per rung (provider, model id, base URL, credential; never per
+//! host): after `threshold` consecutive failures the rung is skipped for `cooldown`;
+//! then one request at a time may probe it (half-open) until one succeeds.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+struct State {
+    failures: u32,
+    open_until: Option<Instant>,
+    probing: bool,
+}
+
+pub struct Breaker {
+    states: Mutex<HashMap<String, State>>,
+    threshold: u32,
+    cooldown: Duration,
+}
+
+/// What the breaker lets through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admit {
+    Yes,
+    /// The one half-open probe after a cool-down.
+    Probe,
+    No,
+}
+
+impl Breaker {
+    pub fn new(threshold: u32, cooldown: Duration) -> Breaker {
+        Breaker {
+            states: Mutex::new(HashMap::new()),
+            threshold: threshold.max(1),
+            cooldown,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, State>> {
+        self.states.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn admit(&self, key: &str) -> Admit {
+        let mut m = self.lock();
+        let Some(s) = m.get_mut(key) else {
+            return Admit::Yes;
+        };
+        match s.open_until {
+            None => Admit::Yes,
+            Some(t) if Instant::now() < t => Admit::No,
+            Some(_) if s.probing => Admit::No,
+            Some(_) => {
+                s.probing = true;
+                Admit::Probe
+            }
+        }
+    }
+
+    pub fn success(&self, key: &str) {
+        let mut m = self.lock();
+        if m.contains_key(key) {
+            m.remove(key);
+        }
+    }
+
+    pub fn failure(&self, key: &str) {
+        let mut m = self.lock();
+        let s = m.entry(key.to_string()).or_default();
+        s.failures += 1;
+        if s.probing || s.failures >= self.threshold {
+            s.open_until = Some(Instant::now() + self.cooldown);
+            s.probing = false;
+        }
+    }
+
+    /// Releases a probe that ended neither way (the client left, say).
+    pub fn abandon(&self, key: &str) {
+        if let Some(s) = self.lock().get_mut(key) {
+            s.probing = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_after_threshold_then_probes_once() {
+        let b = Breaker::new(2, Duration::from_millis(30));
+        assert_eq!(b.admit("r"), Admit::Yes);
+        b.failure("r");
+        assert_eq!(b.admit("r"), Admit::Yes);
+        b.failure("r");
+        assert_eq!(b.admit("r"), Admit::No);
+        assert_eq!(b.admit("other"), Admit::Yes, "per rung, not global");
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(b.admit("r"), Admit::Probe);
+        assert_eq!(b.admit("r"), Admit::No, "one probe at a time");
+        b.failure("r");
+        assert_eq!(b.admit("r"), Admit::No, "a failed probe reopens");
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(b.admit("r"), Admit::Probe);
+        b.success("r");
+        assert_eq!(b.admit("r"), Admit::Yes, "a good probe closes");
+    }
+}

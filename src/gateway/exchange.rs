@@ -1,0 +1,93 @@
+//! One inference request's bookkeeping while the attempt loop runs: deadline,
+//! time spent waiting on providers (so the gateway's own overhead can be told
+//! apart), the attempts receipt, usage, and how the request ended.
+
+use pingora::http::ResponseHeader;
+use sluice_filters::usage::Usage;
+use sluice_filters::ApiError;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+/// How a request ended, for the caller of the attempt loop.
+pub enum Outcome {
+    /// An answer went out with this status.
+    Written(u16),
+    /// Nothing committed: answer with this error (in-band if the header went out).
+    Error(ApiError),
+    ClientGone,
+}
+
+pub struct Exchange {
+    pub started: Instant,
+    pub deadline: Instant,
+    /// Time spent waiting on providers.
+    pub upstream_wait: Duration,
+    /// `x-gateway-attempts`: `provider:outcome` pairs in order.
+    pub attempts: String,
+    /// Whether the 200 header of a stream already went out (early keep-alives).
+    pub header_sent: bool,
+    pub rung: Option<String>,
+    pub usage: Usage,
+    pub incomplete: bool,
+    pub empty_attempts: u32,
+    pub first_token: Option<Duration>,
+}
+
+impl Exchange {
+    pub fn new(started: Instant, deadline: Duration) -> Exchange {
+        Exchange {
+            started,
+            deadline: started + deadline,
+            upstream_wait: Duration::ZERO,
+            attempts: String::new(),
+            header_sent: false,
+            rung: None,
+            usage: Usage::default(),
+            incomplete: false,
+            empty_attempts: 0,
+            first_token: None,
+        }
+    }
+
+    pub fn attempt(&mut self, provider: &str, outcome: &str) {
+        if !self.attempts.is_empty() {
+            self.attempts.push(',');
+        }
+        let _ = write!(self.attempts, "{provider}:{outcome}");
+    }
+
+    /// Microseconds spent in the gateway itself so far.
+    pub fn overhead_us(&self) -> u64 {
+        self.started
+            .elapsed()
+            .saturating_sub(self.upstream_wait)
+            .as_micros() as u64
+    }
+
+    /// The attempts so far plus the current one.
+    fn attempts_with(&self, provider: &str, outcome: &str) -> String {
+        let mut a = self.attempts.clone();
+        if !provider.is_empty() {
+            if !a.is_empty() {
+                a.push(',');
+            }
+            let _ = write!(a, "{provider}:{outcome}");
+        }
+        a
+    }
+
+    /// Adds the receipt headers to an answer's header.
+    pub fn receipt_headers(&self, h: &mut ResponseHeader, provider: &str, outcome: &str) {
+        let _ = h.insert_header("x-gateway-attempts", self.attempts_with(provider, outcome));
+        let _ = h.insert_header("x-gateway-overhead-us", self.overhead_us().to_string());
+    }
+
+    /// The receipt as a JSON member for a stream's final chunk.
+    pub fn receipt_json(&self, provider: &str, outcome: &str) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "attempts": self.attempts_with(provider, outcome),
+            "overhead_us": self.overhead_us(),
+        }))
+        .unwrap_or_default()
+    }
+}

@@ -1,0 +1,328 @@
+//! Calling providers over Pingora's pooled `Connector` (h1, rustls, keep-alive
+//! pools): targets (where a rung lives and how it authenticates), DNS with a short
+//! cache, and one call's life: connect, send, wait for headers under a timeout,
+//! read body pieces, and give the connection back only when the answer was whole.
+
+use crate::catalog::RungSpec;
+use crate::config::{Config, ProviderConfig};
+use bytes::Bytes;
+use pingora::connectors::http::Connector;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::HttpPeer;
+use pingora::protocols::http::client::HttpSession;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The version of Azure OpenAI's data-plane API we speak.
+const AZURE_API_VERSION: &str = "2024-10-21";
+const DNS_TTL: Duration = Duration::from_secs(60);
+const POOL_IDLE: Duration = Duration::from_secs(60);
+
+/// How a rung is reached.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// `<provider>:<provider_model_id>`.
+    pub rung_id: String,
+    pub provider: String,
+    pub model_id: String,
+    tls: bool,
+    host: String,
+    port: u16,
+    /// Path prefix of the base URL, without a trailing slash.
+    prefix: String,
+    credential: Option<Arc<str>>,
+    pub connect_timeout: Duration,
+    pub header_timeout: Duration,
+    pub first_token_timeout: Duration,
+    /// Keys the circuit breaker: the rung's provider, model id, base URL and
+    /// credential (never the host alone).
+    pub breaker_key: String,
+}
+
+impl Target {
+    /// The request path of the chat-completions endpoint.
+    pub fn chat_path(&self) -> String {
+        if self.provider == "azure" {
+            format!(
+                "{}/openai/deployments/{}/chat/completions?api-version={AZURE_API_VERSION}",
+                self.prefix, self.model_id
+            )
+        } else {
+            format!("{}/chat/completions", self.prefix)
+        }
+    }
+
+    fn authority(&self) -> String {
+        let default_port = if self.tls { 443 } else { 80 };
+        if self.port == default_port {
+            self.host.clone()
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Whether a provider speaks the OpenAI chat wire.
+pub fn speaks_openai_chat(provider: &str) -> bool {
+    matches!(
+        provider,
+        "openai" | "azure" | "mistral" | "openrouter" | "hosted" | "local"
+    )
+}
+
+/// Splits `http(s)://host[:port][/prefix]`.
+fn parse_base(url: &str) -> Option<(bool, String, u16, String)> {
+    let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
+        (true, r)
+    } else {
+        (false, url.strip_prefix("http://")?)
+    };
+    let (authority, prefix) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
+            (h.trim_matches(['[', ']']).to_string(), p.parse().ok()?)
+        }
+        _ => (authority.to_string(), if tls { 443 } else { 80 }),
+    };
+    if host.is_empty() {
+        return None;
+    }
+    Some((tls, host, port, prefix.to_string()))
+}
+
+/// Why an attempt failed before the rung committed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Failure {
+    Connect(String),
+    HeaderTimeout,
+    Status(u16),
+    /// The rung accepted (headers arrived) then died before any output.
+    DiedBeforeOutput,
+    FirstTokenTimeout,
+    ErrorEvent,
+    BadAnswer,
+    /// The request's own deadline passed while waiting on the rung.
+    Deadline,
+}
+
+impl Failure {
+    /// The short label of `x-gateway-attempts` and of metrics.
+    pub fn label(&self) -> String {
+        match self {
+            Failure::Connect(_) => "connect".into(),
+            Failure::HeaderTimeout => "header_timeout".into(),
+            Failure::Status(s) => s.to_string(),
+            Failure::DiedBeforeOutput => "died".into(),
+            Failure::FirstTokenTimeout => "first_token_timeout".into(),
+            Failure::ErrorEvent => "error_event".into(),
+            Failure::BadAnswer => "bad_answer".into(),
+            Failure::Deadline => "deadline".into(),
+        }
+    }
+}
+
+pub struct Upstreams {
+    connector: Connector,
+    dns: Mutex<HashMap<(String, u16), (SocketAddr, Instant)>>,
+    /// Platform credentials by provider, read from the environment at start.
+    credentials: HashMap<String, Arc<str>>,
+    providers: HashMap<String, ProviderConfig>,
+}
+
+impl Upstreams {
+    pub fn new(config: &Config) -> Upstreams {
+        let credentials = config
+            .providers
+            .iter()
+            .filter_map(|(name, p)| {
+                let v = std::env::var(&p.api_key_env)
+                    .ok()
+                    .filter(|v| !v.is_empty())?;
+                Some((name.clone(), Arc::<str>::from(v)))
+            })
+            .collect();
+        Upstreams {
+            connector: Connector::new(None),
+            dns: Mutex::new(HashMap::new()),
+            credentials,
+            providers: config.providers.clone().into_iter().collect(),
+        }
+    }
+
+    /// Where and how a platform rung is reached.
+    pub fn target(&self, rung: &RungSpec) -> Option<Target> {
+        let p = self.providers.get(&rung.provider)?;
+        let base = if rung.base_url.is_empty() {
+            &p.base_url
+        } else {
+            &rung.base_url
+        };
+        let (tls, host, port, prefix) = parse_base(base)?;
+        let credential = self.credentials.get(&rung.provider).cloned();
+        let cred_tag = credential.as_deref().map_or(String::new(), |c| {
+            use sha2::Digest;
+            hex::encode(&sha2::Sha256::digest(c.as_bytes())[..6])
+        });
+        Some(Target {
+            rung_id: rung.id(),
+            provider: rung.provider.clone(),
+            model_id: rung.provider_model_id.clone(),
+            breaker_key: format!(
+                "{}|{}|{}|{}",
+                rung.provider, rung.provider_model_id, base, cred_tag
+            ),
+            tls,
+            host,
+            port,
+            prefix,
+            credential,
+            connect_timeout: Duration::from_millis(p.connect_timeout_ms),
+            header_timeout: Duration::from_millis(p.header_timeout_ms),
+            first_token_timeout: Duration::from_millis(p.first_token_timeout_ms),
+        })
+    }
+
+    async fn resolve(&self, host: &str, port: u16) -> Result<SocketAddr, Failure> {
+        if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+            return Ok(SocketAddr::new(ip, port));
+        }
+        let key = (host.to_string(), port);
+        if let Some((addr, at)) = self.dns.lock().ok().and_then(|m| m.get(&key).copied()) {
+            if at.elapsed() < DNS_TTL {
+                return Ok(addr);
+            }
+        }
+        let addr = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| Failure::Connect(format!("dns: {e}")))?
+            .next()
+            .ok_or_else(|| Failure::Connect("dns: no address".into()))?;
+        if let Ok(mut m) = self.dns.lock() {
+            m.insert(key, (addr, Instant::now()));
+        }
+        Ok(addr)
+    }
+
+    /// Sends a POST and waits for the response header.
+    pub async fn post(
+        &self,
+        t: &Target,
+        path: &str,
+        body: Bytes,
+        stream: bool,
+    ) -> Result<Call<'_>, Failure> {
+        let addr = self.resolve(&t.host, t.port).await?;
+        let mut peer = HttpPeer::new(addr, t.tls, t.host.clone());
+        peer.options.connection_timeout = Some(t.connect_timeout);
+        peer.options.total_connection_timeout = Some(t.connect_timeout);
+        let (mut session, _reused) = self
+            .connector
+            .get_http_session(&peer)
+            .await
+            .map_err(|e| Failure::Connect(e.etype().as_str().to_string()))?;
+        let mut req = RequestHeader::build("POST", path.as_bytes(), Some(6))
+            .map_err(|_| Failure::Connect("bad request line".into()))?;
+        let _ = req.insert_header(http::header::HOST, t.authority());
+        let _ = req.insert_header(http::header::CONTENT_TYPE, "application/json");
+        let _ = req.insert_header(http::header::CONTENT_LENGTH, body.len());
+        let _ = req.insert_header(http::header::USER_AGENT, "sluice/0.1");
+        if stream {
+            let _ = req.insert_header(http::header::ACCEPT, "text/event-stream");
+        }
+        if let Some(c) = &t.credential {
+            if t.provider == "azure" {
+                let _ = req.insert_header("api-key", c.as_ref());
+            } else {
+                let _ = req.insert_header(http::header::AUTHORIZATION, format!("Bearer {c}"));
+            }
+        }
+        let sent = async {
+            session.write_request_header(Box::new(req)).await?;
+            session.write_request_body(body, true).await?;
+            session.finish_request_body().await
+        };
+        // Writing may block on a stalled peer: it counts against the header wait.
+        let started = Instant::now();
+        match tokio::time::timeout(t.header_timeout, sent).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(Failure::Connect(e.etype().as_str().to_string())),
+            Err(_) => return Err(Failure::HeaderTimeout),
+        }
+        let left = t.header_timeout.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, session.read_response_header()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
+            Err(_) => return Err(Failure::HeaderTimeout),
+        }
+        Ok(Call {
+            upstreams: self,
+            session: Some(session),
+            peer,
+        })
+    }
+}
+
+/// One upstream exchange after its header arrived.
+pub struct Call<'a> {
+    upstreams: &'a Upstreams,
+    session: Option<HttpSession>,
+    peer: HttpPeer,
+}
+
+impl Call<'_> {
+    pub fn header(&self) -> Option<&ResponseHeader> {
+        self.session.as_ref()?.response_header()
+    }
+
+    pub fn status(&self) -> u16 {
+        self.header().map_or(0, |h| h.status.as_u16())
+    }
+
+    /// The next body piece; `Ok(None)` at a clean end.
+    pub async fn read(&mut self) -> pingora::Result<Option<Bytes>> {
+        match self.session.as_mut() {
+            Some(s) => s.read_response_body().await,
+            None => Ok(None),
+        }
+    }
+
+    /// Gives the connection back to the pool if the answer was read whole;
+    /// otherwise it is closed.
+    pub async fn finish(mut self) {
+        if let Some(mut s) = self.session.take() {
+            if s.response_done() {
+                self.upstreams
+                    .connector
+                    .release_http_session(s, &self.peer, Some(POOL_IDLE))
+                    .await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls() {
+        assert_eq!(
+            parse_base("https://api.openai.com/v1"),
+            Some((true, "api.openai.com".into(), 443, "/v1".into()))
+        );
+        assert_eq!(
+            parse_base("http://127.0.0.1:9000"),
+            Some((false, "127.0.0.1".into(), 9000, "".into()))
+        );
+        assert_eq!(
+            parse_base("http://localhost:11434/v1/"),
+            Some((false, "localhost".into(), 11434, "/v1".into()))
+        );
+        assert_eq!(parse_base("ftp://x"), None);
+    }
+}
