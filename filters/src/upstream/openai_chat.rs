@@ -162,9 +162,13 @@ pub struct Inspection {
 
 fn text_len(content: Option<&RawValue>) -> usize {
     let Some(raw) = content else { return 0 };
-    match serde_json::from_str::<serde_json::Value>(raw.get()) {
-        Ok(serde_json::Value::String(s)) => s.len(),
-        // Content parts: count the text parts.
+    let text = raw.get();
+    if text.starts_with('"') {
+        // The common case: a plain string, read without building a Value.
+        return serde_json::from_str::<std::borrow::Cow<str>>(text).map_or(0, |s| s.len());
+    }
+    // Content parts: count the text parts.
+    match serde_json::from_str::<serde_json::Value>(text) {
         Ok(serde_json::Value::Array(parts)) => parts
             .iter()
             .filter_map(|p| p.get("text").and_then(|t| t.as_str()))
