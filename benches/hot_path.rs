@@ -42,7 +42,11 @@ fn stream_chunk(c: &mut Criterion) {
             let ev = d.next_event().unwrap();
             let info = inspect(ev.data.as_bytes()).unwrap();
             black_box(info.has_content);
-            black_box(data_frame(&splice_member(ev.data.as_bytes(), "provider", provider)))
+            black_box(data_frame(&splice_member(
+                ev.data.as_bytes(),
+                "provider",
+                provider,
+            )))
         })
     });
     g.finish();

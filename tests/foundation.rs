@@ -761,15 +761,23 @@ async fn ops_endpoints_and_metrics() {
     let (_, _, key) = s.org_and_key().await;
     s.get("/v1/models", Some(&key)).await;
     s.get("/v1/nope", Some(&key)).await;
-    let text = s
-        .http
-        .get(format!("{}/metrics", s.ops))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    // Requests are counted in the logging phase, just after the answer went out.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let text = loop {
+        let text = s
+            .http
+            .get(format!("{}/metrics", s.ops))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if text.contains("route=\"not_found\",status=\"404\"") || Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert!(
         text.contains("sluice_requests_total{route=\"models\",status=\"200\"} 1"),
         "{text}"

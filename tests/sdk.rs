@@ -26,7 +26,10 @@ async fn gateway() -> (Mock, Sluice, String, Backend) {
         &b,
         Opts::default()
             .catalog(repo_path("tests/fixtures/engine.toml"))
-            .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{}/v1", mock.base_url()))
+            .env(
+                "SLUICE_PROVIDERS__OPENAI__BASE_URL",
+                format!("{}/v1", mock.base_url()),
+            )
             .env("OPENAI_API_KEY", "sk-platform-openai"),
     )
     .await;

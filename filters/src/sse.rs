@@ -41,7 +41,7 @@ impl SseDecoder {
     pub fn next_event(&mut self) -> Option<SseEvent> {
         loop {
             let rest = &self.buf[self.scan..];
-            let nl = rest.iter().position(|&b| b == b'\n' || b == b'\r')?;
+            let nl = memchr::memchr2(b'\n', b'\r', rest)?;
             let line_end = self.scan + nl;
             let mut next = line_end + 1;
             if self.buf[line_end] == b'\r' {
@@ -52,41 +52,57 @@ impl SseDecoder {
                     None => return None,
                 }
             }
-            let line = String::from_utf8_lossy(&self.buf[self.scan..line_end]).into_owned();
+            let (start, end) = (self.scan, line_end);
             self.scan = next;
-            if self.scan > 4096 && self.scan * 2 > self.buf.len() {
-                self.buf.drain(..self.scan);
-                self.scan = 0;
-            }
-            if line.is_empty() {
+            if start == end {
                 if self.has_field {
                     self.has_field = false;
                     self.data_lines = 0;
                     let ev = std::mem::take(&mut self.pending);
+                    self.compact();
                     return Some(ev);
                 }
                 continue;
             }
             self.has_field = true;
-            if line.starts_with(':') {
+            let line = &self.buf[start..end];
+            if line[0] == b':' {
                 self.pending.comment = true;
                 continue;
             }
-            let (field, value) = match line.split_once(':') {
-                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-                None => (line.as_str(), ""),
+            let (field, value) = match line.iter().position(|&b| b == b':') {
+                Some(i) => {
+                    let v = &line[i + 1..];
+                    (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+                }
+                None => (line, &b""[..]),
+            };
+            let value = match std::str::from_utf8(value) {
+                Ok(v) => std::borrow::Cow::Borrowed(v),
+                Err(_) => String::from_utf8_lossy(value),
             };
             match field {
-                "data" => {
+                b"data" => {
                     if self.data_lines > 0 {
                         self.pending.data.push('\n');
                     }
-                    self.pending.data.push_str(value);
+                    self.pending.data.push_str(&value);
                     self.data_lines += 1;
                 }
-                "event" => self.pending.event = Some(value.to_string()),
+                b"event" => self.pending.event = Some(value.into_owned()),
                 _ => {}
             }
+        }
+    }
+
+    /// Forgets consumed bytes once they are a good part of the buffer.
+    fn compact(&mut self) {
+        if self.scan == self.buf.len() {
+            self.buf.clear();
+            self.scan = 0;
+        } else if self.scan > 4096 && self.scan * 2 > self.buf.len() {
+            self.buf.drain(..self.scan);
+            self.scan = 0;
         }
     }
 

@@ -1,9 +1,15 @@
 //! The usage record: one event per inference request, written after the answer
-//! completed, off the client's path. Events go through a channel to a writer task
-//! that inserts them in batches.
+//! completed, off the client's path. Events are appended to an in-process buffer
+//! (no wake-up, no syscall per request) that a writer task drains in batches every
+//! few tens of milliseconds.
 
+use super::db::Engine;
 use super::{new_id, now_ms, Db};
-use tokio::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often the writer drains the buffer.
+const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct UsageEvent {
@@ -31,71 +37,102 @@ pub struct UsageEvent {
     pub latency_ms: u64,
 }
 
-/// The sending half; cheap to clone.
-#[derive(Clone)]
+/// Where requests leave their events; cheap to clone.
+#[derive(Clone, Default)]
 pub struct UsageSink {
-    tx: mpsc::UnboundedSender<UsageEvent>,
+    pending: Arc<Mutex<Vec<UsageEvent>>>,
 }
 
 impl UsageSink {
     pub fn record(&self, ev: UsageEvent) {
-        if self.tx.send(ev).is_err() {
-            tracing::error!("usage writer is gone; event dropped");
-        }
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ev);
+    }
+
+    fn take(&self) -> Vec<UsageEvent> {
+        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
 /// Starts the writer on the current runtime.
 pub fn spawn_writer(db: Db) -> UsageSink {
-    let (tx, mut rx) = mpsc::unbounded_channel::<UsageEvent>();
+    let sink = UsageSink::default();
+    let drained = sink.clone();
     tokio::spawn(async move {
-        let mut batch = Vec::with_capacity(256);
-        while rx.recv_many(&mut batch, 256).await > 0 {
-            if let Err(e) = insert(&db, &batch).await {
-                tracing::error!(error = %e, events = batch.len(), "writing usage events failed; retrying once");
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                if let Err(e) = insert(&db, &batch).await {
-                    tracing::error!(error = %e, events = batch.len(), "usage events lost");
+        let mut tick = tokio::time::interval(FLUSH_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let batch = drained.take();
+            for part in batch.chunks(200) {
+                if let Err(e) = insert(&db, part).await {
+                    tracing::error!(error = %e, events = part.len(), "writing usage events failed; retrying once");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    if let Err(e) = insert(&db, part).await {
+                        tracing::error!(error = %e, events = part.len(), "usage events lost");
+                    }
                 }
             }
-            batch.clear();
         }
     });
-    UsageSink { tx }
+    sink
 }
 
+/// Inserts a batch with one multi-row statement.
 async fn insert(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
-    let mut tx = db.pool.begin().await?;
-    let now = now_ms();
-    for e in events {
-        sqlx::query(
-            "INSERT INTO usage_events (id, org_id, key_id, route, model, rung, lane, input_tokens, \
-             cached_tokens, output_tokens, reasoning_tokens, cost_micro_usd, status, error_class, \
-             incomplete, attempts, empty_attempts, latency_ms, created_at) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
-        )
-        .bind(new_id("ue"))
-        .bind(&e.org_id)
-        .bind(&e.key_id)
-        .bind(e.route)
-        .bind(&e.model)
-        .bind(&e.rung)
-        .bind(e.lane)
-        .bind(e.input_tokens as i64)
-        .bind(e.cached_tokens as i64)
-        .bind(e.output_tokens as i64)
-        .bind(e.reasoning_tokens as i64)
-        .bind(e.cost_micro_usd)
-        .bind(e.status as i64)
-        .bind(&e.error_class)
-        .bind(e.incomplete as i64)
-        .bind(&e.attempts)
-        .bind(e.empty_attempts as i64)
-        .bind(e.latency_ms as i64)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+    if events.is_empty() {
+        return Ok(());
     }
-    tx.commit().await?;
+    const COLS: usize = 19;
+    let mut sql = String::from(
+        "INSERT INTO usage_events (id, org_id, key_id, route, model, rung, lane, input_tokens, \
+         cached_tokens, output_tokens, reasoning_tokens, cost_micro_usd, status, error_class, \
+         incomplete, attempts, empty_attempts, latency_ms, created_at) VALUES ",
+    );
+    for i in 0..events.len() {
+        if i > 0 {
+            sql.push(',');
+        }
+        sql.push('(');
+        for c in 0..COLS {
+            if c > 0 {
+                sql.push(',');
+            }
+            // SQLite binds anonymous `?` in order at no cost; its lookup of
+            // numbered names is linear per parameter, quadratic per statement.
+            match db.engine {
+                Engine::Sqlite => sql.push('?'),
+                Engine::Postgres => sql.push_str(&format!("${}", i * COLS + c + 1)),
+            }
+        }
+        sql.push(')');
+    }
+    let now = now_ms();
+    let mut q = sqlx::query(&sql);
+    for e in events {
+        q = q
+            .bind(new_id("ue"))
+            .bind(e.org_id.clone())
+            .bind(e.key_id.clone())
+            .bind(e.route)
+            .bind(e.model.clone())
+            .bind(e.rung.clone())
+            .bind(e.lane)
+            .bind(e.input_tokens as i64)
+            .bind(e.cached_tokens as i64)
+            .bind(e.output_tokens as i64)
+            .bind(e.reasoning_tokens as i64)
+            .bind(e.cost_micro_usd)
+            .bind(e.status as i64)
+            .bind(e.error_class.clone())
+            .bind(e.incomplete as i64)
+            .bind(e.attempts.clone())
+            .bind(e.empty_attempts as i64)
+            .bind(e.latency_ms as i64)
+            .bind(now);
+    }
+    q.execute(&db.pool).await?;
     Ok(())
 }

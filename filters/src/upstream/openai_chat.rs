@@ -210,11 +210,92 @@ pub fn inspect(json: &[u8]) -> Option<Inspection> {
     Some(out)
 }
 
+/// The first byte of a member's value, found by scanning (no parse): `"` for a
+/// string, `{` for an object, `n` for null. `None` when the key does not occur.
+fn member_value_start(json: &[u8], key: &memchr::memmem::Finder<'_>) -> Option<u8> {
+    let mut from = 0;
+    while let Some(i) = key.find(&json[from..]) {
+        let mut j = from + i + key.needle().len();
+        while json.get(j).is_some_and(u8::is_ascii_whitespace) {
+            j += 1;
+        }
+        if json.get(j) == Some(&b':') {
+            j += 1;
+            while json.get(j).is_some_and(u8::is_ascii_whitespace) {
+                j += 1;
+            }
+            return json.get(j).copied();
+        }
+        from = from + i + 1;
+    }
+    None
+}
+
+/// Finders for the member names the quick scan looks for, built once.
+struct Keys {
+    finish_reason: memchr::memmem::Finder<'static>,
+    usage: memchr::memmem::Finder<'static>,
+    error: memchr::memmem::Finder<'static>,
+    content: memchr::memmem::Finder<'static>,
+}
+
+static KEYS: std::sync::LazyLock<Keys> = std::sync::LazyLock::new(|| Keys {
+    finish_reason: memchr::memmem::Finder::new(br#""finish_reason""#),
+    usage: memchr::memmem::Finder::new(br#""usage""#),
+    error: memchr::memmem::Finder::new(br#""error""#),
+    content: memchr::memmem::Finder::new(br#""content""#),
+});
+
+/// The cheap reading of a committed stream chunk: when it carries no finish, no
+/// usage and no error, only its text length matters, and that is found by a scan.
+/// `None` means the chunk needs a full [`inspect`].
+pub fn quick_content_len(json: &[u8]) -> Option<usize> {
+    let k = &*KEYS;
+    if member_value_start(json, &k.finish_reason).is_some_and(|b| b != b'n')
+        || member_value_start(json, &k.usage).is_some_and(|b| b != b'n')
+        || member_value_start(json, &k.error).is_some_and(|b| b != b'n')
+    {
+        return None;
+    }
+    match member_value_start(json, &k.content) {
+        Some(b'"') => {
+            let start = k.content.find(json)?;
+            let rest = &json[start + 9..];
+            let open = memchr::memchr(b'"', rest)? + 1;
+            let mut escaped = false;
+            let mut len = 0;
+            for &b in &rest[open..] {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' {
+                    escaped = true;
+                    continue;
+                } else if b == b'"' {
+                    return Some(len);
+                }
+                len += 1;
+            }
+            None
+        }
+        Some(b'n') | None => Some(0),
+        // Content parts or anything unusual: read it properly.
+        Some(_) => None,
+    }
+}
+
 /// Adds `"key": <json value>` as the last member of a JSON object (so it wins over a
 /// same-named member an upstream sent), without parsing the object.
 pub fn splice_member(object: &[u8], key: &str, value_json: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(object.len() + key.len() + value_json.len() + 6);
+    splice_member_into(&mut out, object, key, value_json);
+    out
+}
+
+/// [`splice_member`] appending to `out`.
+pub fn splice_member_into(out: &mut Vec<u8>, object: &[u8], key: &str, value_json: &[u8]) {
     let Some(end) = object.iter().rposition(|&b| b == b'}') else {
-        return object.to_vec();
+        out.extend_from_slice(object);
+        return;
     };
     let body = &object[..end];
     let empty = body
@@ -222,16 +303,15 @@ pub fn splice_member(object: &[u8], key: &str, value_json: &[u8]) -> Vec<u8> {
         .rev()
         .find(|b| !b.is_ascii_whitespace())
         .is_some_and(|&b| b == b'{');
-    let mut out = Vec::with_capacity(object.len() + key.len() + value_json.len() + 6);
     out.extend_from_slice(body);
     if !empty {
         out.push(b',');
     }
-    out.extend_from_slice(&serde_json::to_vec(key).unwrap_or_default());
-    out.push(b':');
+    out.push(b'"');
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\":");
     out.extend_from_slice(value_json);
     out.extend_from_slice(&object[end..]);
-    out
 }
 
 /// The usage object in the chat format.
@@ -296,6 +376,28 @@ mod tests {
         assert_eq!(refusal.refusal.as_deref(), Some("I can't"));
         assert!(!refusal.has_content);
         assert!(inspect(b"not json").is_none());
+    }
+
+    #[test]
+    fn quick_scan_defers_to_inspect_when_it_matters() {
+        assert_eq!(quick_content_len(br#"{"choices":[{"delta":{"content":"Hel\"lo"},"finish_reason":null}],"usage":null}"#), Some(6));
+        assert_eq!(
+            quick_content_len(br#"{"choices":[{"delta":{"role":"assistant"}}]}"#),
+            Some(0)
+        );
+        assert_eq!(
+            quick_content_len(br#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#),
+            None
+        );
+        assert_eq!(
+            quick_content_len(br#"{"choices":[],"usage":{"prompt_tokens":1}}"#),
+            None
+        );
+        assert_eq!(quick_content_len(br#"{"error": {"message":"x"}}"#), None);
+        assert_eq!(
+            quick_content_len(br#"{"choices":[{"delta":{"content":[{"type":"text"}]}}]}"#),
+            None
+        );
     }
 
     #[test]

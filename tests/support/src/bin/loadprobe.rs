@@ -17,7 +17,11 @@ struct Sample {
 }
 
 /// Reads one chunked (or content-length) response; returns (ttfb, frames).
-async fn one(conn: &mut BufReader<TcpStream>, req: &[u8], started: Instant) -> std::io::Result<(u64, usize)> {
+async fn one(
+    conn: &mut BufReader<TcpStream>,
+    req: &[u8],
+    started: Instant,
+) -> std::io::Result<(u64, usize)> {
     conn.get_mut().write_all(req).await?;
     // Headers.
     let mut head = Vec::new();
@@ -30,7 +34,10 @@ async fn one(conn: &mut BufReader<TcpStream>, req: &[u8], started: Instant) -> s
     }
     let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
     if !head.starts_with("http/1.1 200") {
-        return Err(std::io::Error::other(format!("status: {}", head.lines().next().unwrap_or(""))));
+        return Err(std::io::Error::other(format!(
+            "status: {}",
+            head.lines().next().unwrap_or("")
+        )));
     }
     let mut ttfb = None;
     let mut body = Vec::new();
@@ -43,8 +50,15 @@ async fn one(conn: &mut BufReader<TcpStream>, req: &[u8], started: Instant) -> s
                 }
                 line.push(byte[0]);
             }
-            let size = usize::from_str_radix(String::from_utf8_lossy(&line).trim().split(';').next().unwrap_or("0"), 16)
-                .map_err(std::io::Error::other)?;
+            let size = usize::from_str_radix(
+                String::from_utf8_lossy(&line)
+                    .trim()
+                    .split(';')
+                    .next()
+                    .unwrap_or("0"),
+                16,
+            )
+            .map_err(std::io::Error::other)?;
             let mut chunk = vec![0u8; size + 2];
             conn.read_exact(&mut chunk).await?;
             if size == 0 {
@@ -71,7 +85,9 @@ async fn one(conn: &mut BufReader<TcpStream>, req: &[u8], started: Instant) -> s
 
 fn pct(v: &mut [u64], p: f64) -> u64 {
     v.sort_unstable();
-    v.get(((v.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0)
+    v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+        .copied()
+        .unwrap_or(0)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -106,10 +122,16 @@ async fn main() {
             for _ in 0..per {
                 let t = Instant::now();
                 match one(&mut conn, &req, t).await {
-                    Ok((ttfb_us, frames)) => out.push(Sample { ttfb_us, total_us: t.elapsed().as_micros() as u64, frames }),
+                    Ok((ttfb_us, frames)) => out.push(Sample {
+                        ttfb_us,
+                        total_us: t.elapsed().as_micros() as u64,
+                        frames,
+                    }),
                     Err(e) => {
                         eprintln!("request failed: {e}");
-                        conn = BufReader::new(TcpStream::connect(&authority).await.expect("reconnect"));
+                        conn = BufReader::new(
+                            TcpStream::connect(&authority).await.expect("reconnect"),
+                        );
                     }
                 }
             }
