@@ -4,7 +4,7 @@
 //! few tens of milliseconds.
 
 use super::db::Engine;
-use super::{new_id, now_ms, Db};
+use super::{new_ordered_id, now_ms, Db};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -113,7 +113,7 @@ async fn insert(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
     let mut q = sqlx::query(&sql);
     for e in events {
         q = q
-            .bind(new_id("ue"))
+            .bind(new_ordered_id("ue"))
             .bind(e.org_id.clone())
             .bind(e.key_id.clone())
             .bind(e.route)
