@@ -15,6 +15,7 @@ use crate::catalog::Model;
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
+use pingora::time::fast_timeout::fast_timeout;
 use serde_json::json;
 use sluice_filters::sse::{data_frame, SseDecoder, KEEPALIVE};
 use sluice_filters::upstream::openai_chat::{
@@ -58,7 +59,7 @@ pub async fn serve(
         }
     };
     let wants_usage = stream && client_wants_stream_usage(&body);
-    let targets: Vec<Target> = model
+    let targets: Vec<std::sync::Arc<Target>> = model
         .spec
         .rungs
         .iter()
@@ -74,7 +75,7 @@ pub async fn serve(
             .with_status(503),
         );
     }
-    let admitted: Vec<(Target, Admit)> = targets
+    let admitted: Vec<(std::sync::Arc<Target>, Admit)> = targets
         .into_iter()
         .map(|t| {
             let a = gw.breaker.admit(&t.breaker_key);
@@ -213,6 +214,18 @@ fn refusal(text: &str) -> ApiError {
     .with_extra("refusal_reason", "content_policy")
 }
 
+/// Waits for `fut` until `deadline`. Pingora's fast timeout: coarse (10 ms) and
+/// free of the per-timer driver wake-ups of Tokio's, which cost a syscall each
+/// on this path.
+async fn until<F: std::future::Future>(deadline: Instant, fut: F) -> Result<F::Output, Elapsed> {
+    fast_timeout(deadline.saturating_duration_since(Instant::now()), fut)
+        .await
+        .map_err(|_| Elapsed)
+}
+
+/// A wait that ran out.
+struct Elapsed;
+
 /// Polls a future once: its output if it is ready now, else `None` (and the future
 /// is dropped). Used only on reads that are safe to abandon while pending.
 fn ready_now<F: std::future::Future>(fut: F) -> Option<F::Output> {
@@ -247,17 +260,16 @@ async fn plain_attempt(
         .min(Instant::now() + t.header_timeout + t.first_token_timeout);
     let max = gw.state.config.limits.max_response_bytes;
     let call = async {
-        let mut call =
-            tokio::time::timeout_at(ex.deadline.into(), gw.upstreams.post(t, &path, body, false))
-                .await
-                .map_err(|_| Failure::Deadline)??;
+        let mut call = until(ex.deadline, gw.upstreams.post(t, &path, body, false))
+            .await
+            .map_err(|_| Failure::Deadline)??;
         let status = call.status();
         if !(200..300).contains(&status) {
             return Err(Failure::Status(status));
         }
         let mut buf = Vec::new();
         loop {
-            match tokio::time::timeout_at(limit.into(), call.read()).await {
+            match until(limit, call.read()).await {
                 Err(_) if Instant::now() >= ex.deadline => return Err(Failure::Deadline),
                 Err(_) => return Err(Failure::FirstTokenTimeout),
                 Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
@@ -302,7 +314,7 @@ async fn plain_attempt(
     ex.first_token = Some(ex.started.elapsed());
     let provider = serde_json::to_vec(&t.rung_id).unwrap_or_default();
     let out = splice_member(&buf, "provider", &provider);
-    let mut h = match ResponseHeader::build(200, Some(4)) {
+    let mut h = match ResponseHeader::build_no_case(200, Some(4)) {
         Ok(h) => h,
         Err(_) => return Attempt::Terminal(ApiError::internal()),
     };
@@ -325,7 +337,7 @@ async fn plain_attempt(
 
 /// The SSE response header.
 fn sse_header(ex: &Exchange, provider: &str, outcome: &str) -> Option<Box<ResponseHeader>> {
-    let mut h = ResponseHeader::build(200, Some(6)).ok()?;
+    let mut h = ResponseHeader::build_no_case(200, Some(6)).ok()?;
     let _ = h.insert_header(http::header::CONTENT_TYPE, "text/event-stream");
     let _ = h.insert_header(http::header::CACHE_CONTROL, "no-cache");
     let _ = h.insert_header(http::header::TRANSFER_ENCODING, "chunked");
@@ -346,7 +358,7 @@ async fn stream_attempt(
     let deadline = ex.deadline;
     let posted = unless_gone(
         session,
-        tokio::time::timeout_at(deadline.into(), gw.upstreams.post(t, &path, body, true)),
+        until(deadline, gw.upstreams.post(t, &path, body, true)),
     )
     .await;
     ex.upstream_wait += waited.elapsed();
@@ -377,11 +389,7 @@ async fn stream_attempt(
         };
         let wait_until = next_keepalive.map_or(first_deadline, |k| k.min(first_deadline));
         let waited = Instant::now();
-        let read = unless_gone(
-            session,
-            tokio::time::timeout_at(wait_until.into(), call.read()),
-        )
-        .await;
+        let read = unless_gone(session, until(wait_until, call.read())).await;
         ex.upstream_wait += waited.elapsed();
         let chunk = match read {
             None => return Attempt::ClientGone,
@@ -549,7 +557,7 @@ impl Pump<'_> {
         let mut received = 0usize;
         while !done {
             let waited = Instant::now();
-            let read = tokio::time::timeout_at(ex.deadline.into(), call.read()).await;
+            let read = until(ex.deadline, call.read()).await;
             ex.upstream_wait += waited.elapsed();
             match read {
                 Ok(Ok(Some(b))) => {
@@ -589,9 +597,8 @@ impl Pump<'_> {
         }
         if done {
             // Read the upstream body to its end so the connection can be reused.
-            while let Ok(Ok(Some(_))) =
-                tokio::time::timeout(Duration::from_millis(50), call.read()).await
-            {}
+            while let Ok(Ok(Some(_))) = fast_timeout(Duration::from_millis(50), call.read()).await {
+            }
         } else {
             self.cut(ex);
             ex.incomplete = true;
@@ -679,7 +686,7 @@ async fn empty_completion(
     let created = crate::store::now_ms() / 1000;
     let id = format!("chatcmpl-{}", crate::store::new_id("empty"));
     let provider = ex.rung.clone().unwrap_or_default();
-    let mut h = match ResponseHeader::build(200, Some(6)) {
+    let mut h = match ResponseHeader::build_no_case(200, Some(6)) {
         Ok(h) => h,
         Err(_) => return Outcome::Error(ApiError::internal()),
     };

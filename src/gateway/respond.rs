@@ -14,7 +14,7 @@ pub async fn send(
     body: Bytes,
     extra: &[(&'static str, String)],
 ) -> pingora::Result<()> {
-    let mut h = ResponseHeader::build(status, Some(2 + extra.len()))?;
+    let mut h = ResponseHeader::build_no_case(status, Some(2 + extra.len()))?;
     h.insert_header(http::header::CONTENT_TYPE, content_type)?;
     h.insert_header(http::header::CONTENT_LENGTH, body.len())?;
     for (k, v) in extra {

@@ -10,6 +10,7 @@ use pingora::connectors::http::Connector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::HttpPeer;
 use pingora::protocols::http::client::HttpSession;
+use pingora::time::fast_timeout::fast_timeout;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,8 @@ pub struct Target {
     pub connect_timeout: Duration,
     pub header_timeout: Duration,
     pub first_token_timeout: Duration,
+    /// The rung's own base URL as the catalog gives it (empty: the provider's).
+    rung_base: String,
     /// Keys the circuit breaker: the rung's provider, model id, base URL and
     /// credential (never the host alone).
     pub breaker_key: String,
@@ -128,6 +131,8 @@ impl Failure {
 
 pub struct Upstreams {
     connector: Connector,
+    /// Targets built once per rung (provider, model id, base URL).
+    targets: Mutex<HashMap<u64, Arc<Target>>>,
     dns: Mutex<HashMap<(String, u16), (SocketAddr, Instant)>>,
     /// Platform credentials by provider, read from the environment at start.
     credentials: HashMap<String, Arc<str>>,
@@ -148,14 +153,34 @@ impl Upstreams {
             .collect();
         Upstreams {
             connector: Connector::new(None),
+            targets: Mutex::new(HashMap::new()),
             dns: Mutex::new(HashMap::new()),
             credentials,
             providers: config.providers.clone().into_iter().collect(),
         }
     }
 
-    /// Where and how a platform rung is reached.
-    pub fn target(&self, rung: &RungSpec) -> Option<Target> {
+    /// Where and how a platform rung is reached (built once, then shared).
+    pub fn target(&self, rung: &RungSpec) -> Option<Arc<Target>> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&rung.provider, &rung.provider_model_id, &rung.base_url).hash(&mut h);
+        let key = h.finish();
+        let mut cache = self.targets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = cache.get(&key) {
+            if t.provider == rung.provider
+                && t.model_id == rung.provider_model_id
+                && t.rung_base == rung.base_url
+            {
+                return Some(t.clone());
+            }
+        }
+        let t = Arc::new(self.build_target(rung)?);
+        cache.insert(key, t.clone());
+        Some(t)
+    }
+
+    fn build_target(&self, rung: &RungSpec) -> Option<Target> {
         let p = self.providers.get(&rung.provider)?;
         let base = if rung.base_url.is_empty() {
             &p.base_url
@@ -172,6 +197,7 @@ impl Upstreams {
             rung_id: rung.id(),
             provider: rung.provider.clone(),
             model_id: rung.provider_model_id.clone(),
+            rung_base: rung.base_url.clone(),
             breaker_key: format!(
                 "{}|{}|{}|{}",
                 rung.provider, rung.provider_model_id, base, cred_tag
@@ -225,7 +251,7 @@ impl Upstreams {
             .get_http_session(&peer)
             .await
             .map_err(|e| Failure::Connect(e.etype().as_str().to_string()))?;
-        let mut req = RequestHeader::build("POST", path.as_bytes(), Some(6))
+        let mut req = RequestHeader::build_no_case("POST", path.as_bytes(), Some(6))
             .map_err(|_| Failure::Connect("bad request line".into()))?;
         let _ = req.insert_header(http::header::HOST, t.authority());
         let _ = req.insert_header(http::header::CONTENT_TYPE, "application/json");
@@ -248,13 +274,13 @@ impl Upstreams {
         };
         // Writing may block on a stalled peer: it counts against the header wait.
         let started = Instant::now();
-        match tokio::time::timeout(t.header_timeout, sent).await {
+        match fast_timeout(t.header_timeout, sent).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(Failure::Connect(e.etype().as_str().to_string())),
             Err(_) => return Err(Failure::HeaderTimeout),
         }
         let left = t.header_timeout.saturating_sub(started.elapsed());
-        match tokio::time::timeout(left, session.read_response_header()).await {
+        match fast_timeout(left, session.read_response_header()).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
             Err(_) => return Err(Failure::HeaderTimeout),
