@@ -33,7 +33,7 @@ enum Attempt {
     /// The model ended its turn with no content.
     Empty(Option<Usage>),
     /// The provider refused before any content.
-    Refused(String),
+    Refused,
     Failed(Failure),
     /// The request cannot be served by any rung (e.g. output over the limit).
     Terminal(ApiError),
@@ -107,14 +107,22 @@ pub async fn serve(
         for try_no in 0..2 {
             let rendered = Bytes::from(render_request(&body, &target.model_id, stream));
             let result = if stream {
-                stream_attempt(gw, session, ex, target, rendered, wants_usage).await
+                Box::pin(stream_attempt(
+                    gw,
+                    session,
+                    ex,
+                    target,
+                    rendered,
+                    wants_usage,
+                ))
+                .await
             } else {
-                plain_attempt(gw, session, ex, target, rendered).await
+                Box::pin(plain_attempt(gw, session, ex, target, rendered)).await
             };
             let label = match &result {
                 Attempt::Served(_) => "ok".to_string(),
                 Attempt::Empty(_) => "empty".to_string(),
-                Attempt::Refused(_) => "refused".to_string(),
+                Attempt::Refused => "refused".to_string(),
                 Attempt::Failed(f) => f.label(),
                 Attempt::Terminal(_) => "terminal".to_string(),
                 Attempt::ClientGone => "client_gone".to_string(),
@@ -131,10 +139,10 @@ pub async fn serve(
                     ex.rung = Some(target.rung_id.clone());
                     return Outcome::Written(status);
                 }
-                Attempt::Refused(text) => {
+                Attempt::Refused => {
                     gw.breaker.success(&target.breaker_key);
                     ex.rung = Some(target.rung_id.clone());
-                    return Outcome::Error(refusal(&text));
+                    return Outcome::Error(refusal());
                 }
                 Attempt::Empty(u) => {
                     gw.breaker.success(&target.breaker_key);
@@ -205,8 +213,9 @@ fn describe(f: &Failure) -> String {
     }
 }
 
-fn refusal(text: &str) -> ApiError {
-    let _ = text;
+/// The 400 `refusal`. Its reason is `content_policy` until the translation layer
+/// classifies providers' refusal texts into the spec's finer reasons.
+fn refusal() -> ApiError {
     ApiError::new(
         ErrorCode::Refusal,
         "provider refused the request: content policy",
@@ -304,8 +313,8 @@ async fn plain_attempt(
         return Attempt::Failed(Failure::ErrorEvent);
     }
     if !info.has_content {
-        if let Some(r) = info.refusal {
-            return Attempt::Refused(r);
+        if info.refusal.is_some() {
+            return Attempt::Refused;
         }
         return Attempt::Empty(info.usage);
     }
@@ -444,8 +453,8 @@ async fn stream_attempt(
                 return Attempt::Failed(Failure::ErrorEvent);
             }
             if !info.has_content {
-                if let Some(r) = info.refusal {
-                    return Attempt::Refused(r);
+                if info.refusal.is_some() {
+                    return Attempt::Refused;
                 }
                 if info.usage.is_some() {
                     last.usage = info.usage;

@@ -88,18 +88,20 @@ impl Gateway {
         let method = session.req_header().method.clone();
         let result = match route {
             Route::Management => {
-                return management::dispatch(
+                // Boxed: the management future is large and rare on this listener;
+                // inline, its size would be copied on every inference request.
+                return Box::pin(management::dispatch(
                     &self.management,
                     session,
                     self.state.config.limits.max_request_bytes,
-                )
-                .await
+                ))
+                .await;
             }
             Route::Models | Route::Model if method != http::Method::GET => {
                 Err(method_not_allowed(&method, "GET"))
             }
-            Route::Models => models::list(&self.state, session).await,
-            Route::Model => models::one(&self.state, session).await,
+            Route::Models => Box::pin(models::list(&self.state, session)).await,
+            Route::Model => Box::pin(models::one(&self.state, session)).await,
             r if r.is_inference() && method != http::Method::POST => {
                 Err(method_not_allowed(&method, "POST"))
             }
