@@ -545,7 +545,10 @@ impl Pump<'_> {
         if self.out.is_empty() && !end {
             return true;
         }
-        let bytes = Bytes::from(std::mem::take(&mut self.out));
+        // The next burst is likely as large: start it at this one's capacity, so
+        // it is written without a chain of reallocations.
+        let cap = self.out.capacity();
+        let bytes = Bytes::from(std::mem::replace(&mut self.out, Vec::with_capacity(cap)));
         session.write_response_body(Some(bytes), end).await.is_ok()
     }
 
