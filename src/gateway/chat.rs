@@ -328,20 +328,25 @@ async fn plain_attempt(
         Err(_) => return Attempt::Terminal(ApiError::internal()),
     };
     let _ = h.insert_header(http::header::CONTENT_TYPE, "application/json");
-    let _ = h.insert_header(http::header::CONTENT_LENGTH, out.len());
     ex.receipt_headers(&mut h, &t.provider, "ok");
-    if session
-        .write_response_header(Box::new(h), false)
-        .await
-        .is_err()
-        || session
-            .write_response_body(Some(Bytes::from(out)), true)
-            .await
-            .is_err()
-    {
+    if !write_whole(session, h, out).await {
         return Attempt::ClientGone;
     }
     Attempt::Served(200)
+}
+
+/// Writes a whole answer (header with its content length, then the body); false
+/// when the client is gone.
+async fn write_whole(session: &mut Session, mut h: ResponseHeader, body: Vec<u8>) -> bool {
+    let _ = h.insert_header(http::header::CONTENT_LENGTH, body.len());
+    session
+        .write_response_header(Box::new(h), false)
+        .await
+        .is_ok()
+        && session
+            .write_response_body(Some(Bytes::from(body)), true)
+            .await
+            .is_ok()
 }
 
 /// The SSE response header.
@@ -740,17 +745,8 @@ async fn empty_completion(
     } else {
         let _ = h.insert_header(http::header::CONTENT_TYPE, "application/json");
     }
-    let _ = h.insert_header(http::header::CONTENT_LENGTH, body.len());
     ex.receipt_headers(&mut h, "", "");
-    if session
-        .write_response_header(Box::new(h), false)
-        .await
-        .is_err()
-        || session
-            .write_response_body(Some(Bytes::from(body)), true)
-            .await
-            .is_err()
-    {
+    if !write_whole(session, h, body).await {
         return Outcome::ClientGone;
     }
     Outcome::Written(200)
