@@ -634,3 +634,31 @@ async fn sigterm_lets_open_streams_finish() {
         Err(err) => assert!(err.is_connect() || err.is_request(), "{err}"),
     }
 }
+
+#[tokio::test]
+async fn a_cooled_down_rung_not_reached_keeps_its_probe() {
+    let e = start(&[
+        ("SLUICE_BREAKER__FAILURE_THRESHOLD", "1"),
+        ("SLUICE_BREAKER__COOLDOWN_MS", "300"),
+    ])
+    .await;
+    e.mock.script("a1", vec![Step::Status(500)]);
+    e.mock.script("a2", vec![Step::Status(500)]);
+    assert_eq!(
+        post(&e, &chat("chat-a")).await.status,
+        502,
+        "both rungs fail and open"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The first rung's probe serves; the second is never reached.
+    let a = post(&e, &chat("chat-a")).await;
+    assert_eq!(header(&a.headers, "x-gateway-attempts"), "openai:ok");
+    // Later the first rung fails: the second, cooled down and never probed, is tried.
+    e.mock.script("a1", vec![Step::Status(500)]);
+    let a = post(&e, &chat("chat-a")).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(
+        header(&a.headers, "x-gateway-attempts"),
+        "openai:500,azure:ok"
+    );
+}

@@ -57,6 +57,18 @@ impl Breaker {
         }
     }
 
+    /// Whether [`Breaker::admit`] would let a request through now, without taking
+    /// the half-open probe slot.
+    pub fn would_admit(&self, key: &str) -> bool {
+        match self.lock().get(key) {
+            None => true,
+            Some(s) => match s.open_until {
+                None => true,
+                Some(t) => Instant::now() >= t && !s.probing,
+            },
+        }
+    }
+
     pub fn success(&self, key: &str) {
         let mut m = self.lock();
         if m.contains_key(key) {
@@ -95,8 +107,12 @@ mod tests {
         b.failure("r");
         assert_eq!(b.admit("r"), Admit::No);
         assert_eq!(b.admit("other"), Admit::Yes, "per rung, not global");
+        assert!(!b.would_admit("r"));
         std::thread::sleep(Duration::from_millis(40));
+        assert!(b.would_admit("r"));
+        assert!(b.would_admit("r"), "asking does not take the probe slot");
         assert_eq!(b.admit("r"), Admit::Probe);
+        assert!(!b.would_admit("r"));
         assert_eq!(b.admit("r"), Admit::No, "one probe at a time");
         b.failure("r");
         assert_eq!(b.admit("r"), Admit::No, "a failed probe reopens");

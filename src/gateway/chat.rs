@@ -75,15 +75,13 @@ pub async fn serve(
             .with_status(503),
         );
     }
-    let admitted: Vec<(std::sync::Arc<Target>, Admit)> = targets
-        .into_iter()
-        .map(|t| {
-            let a = gw.breaker.admit(&t.breaker_key);
-            (t, a)
-        })
-        .filter(|(_, a)| *a != Admit::No)
-        .collect();
-    if admitted.is_empty() {
+    // Admission is asked only of a rung about to be tried: a half-open probe slot
+    // taken for a rung that is never reached would keep it closed off.
+    let healthy = targets
+        .iter()
+        .filter(|t| gw.breaker.would_admit(&t.breaker_key))
+        .count();
+    if healthy == 0 {
         return Outcome::Error(
             ApiError::new(
                 ErrorCode::UnavailableRoute,
@@ -92,18 +90,23 @@ pub async fn serve(
             .with_status(503),
         );
     }
-    let single = admitted.len() == 1;
+    let single = healthy == 1;
     let mut died = 0u32;
     let mut empty: Option<Usage> = None;
     let mut reasons: Vec<String> = Vec::new();
-    for (i, (target, _)) in admitted.iter().enumerate() {
-        if i > 0 {
+    let mut tried = 0usize;
+    for target in &targets {
+        if gw.breaker.admit(&target.breaker_key) == Admit::No {
+            continue;
+        }
+        if tried > 0 {
             gw.state
                 .metrics
                 .failovers
                 .with_label_values(&["chat"])
                 .inc();
         }
+        tried += 1;
         for try_no in 0..2 {
             let rendered = Bytes::from(render_request(&body, &target.model_id, stream));
             let result = if stream {
