@@ -287,14 +287,6 @@ impl Config {
         Ok(())
     }
 
-    pub fn provider(&self, name: &str) -> Option<&ProviderConfig> {
-        self.providers.get(name)
-    }
-
-    pub fn retention(&self) -> Duration {
-        parse_duration(&self.responses.retention).unwrap_or(Duration::from_secs(30 * 86_400))
-    }
-
     pub fn gateway_threads(&self) -> usize {
         if self.server.threads > 0 {
             self.server.threads

@@ -68,15 +68,19 @@ struct Answer {
     body: Value,
 }
 
+/// Sends a chat-completions request with the env's key.
+async fn send(e: &Env, body: &Value) -> reqwest::Response {
+    e.s.http
+        .post(format!("{}/v1/chat/completions", e.s.gateway))
+        .bearer_auth(&e.key)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
 async fn post(e: &Env, body: &Value) -> Answer {
-    let r =
-        e.s.http
-            .post(format!("{}/v1/chat/completions", e.s.gateway))
-            .bearer_auth(&e.key)
-            .json(body)
-            .send()
-            .await
-            .unwrap();
+    let r = send(e, body).await;
     let status = r.status().as_u16();
     let headers = r.headers().clone();
     Answer {
@@ -101,14 +105,7 @@ struct Sse {
 }
 
 async fn post_stream(e: &Env, body: &Value) -> Sse {
-    let mut r =
-        e.s.http
-            .post(format!("{}/v1/chat/completions", e.s.gateway))
-            .bearer_auth(&e.key)
-            .json(body)
-            .send()
-            .await
-            .unwrap();
+    let mut r = send(e, body).await;
     let status = r.status().as_u16();
     let headers = r.headers().clone();
     let mut text = String::new();
@@ -601,14 +598,7 @@ async fn sigterm_lets_open_streams_finish() {
             every: Duration::from_millis(150),
         }],
     );
-    let mut r =
-        e.s.http
-            .post(format!("{}/v1/chat/completions", e.s.gateway))
-            .bearer_auth(&e.key)
-            .json(&stream_body("chat-a"))
-            .send()
-            .await
-            .unwrap();
+    let mut r = send(&e, &stream_body("chat-a")).await;
     assert_eq!(r.status(), 200);
     e.s.terminate();
     let mut text = String::new();

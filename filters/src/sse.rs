@@ -32,11 +32,6 @@ impl SseDecoder {
         self.buf.extend_from_slice(bytes);
     }
 
-    /// Bytes received but not yet part of a complete event.
-    pub fn buffered(&self) -> usize {
-        self.buf.len()
-    }
-
     /// The next complete event, if the buffer holds one.
     pub fn next_event(&mut self) -> Option<SseEvent> {
         loop {
@@ -104,15 +99,6 @@ impl SseDecoder {
             self.buf.drain(..self.scan);
             self.scan = 0;
         }
-    }
-
-    /// Drops everything buffered (after a stream is abandoned).
-    pub fn clear(&mut self) {
-        self.buf.clear();
-        self.scan = 0;
-        self.pending = SseEvent::default();
-        self.has_field = false;
-        self.data_lines = 0;
     }
 }
 

@@ -48,10 +48,6 @@ impl Directory {
         Some((key, org))
     }
 
-    pub fn org(&self, org_id: &str) -> Option<Arc<OrgRecord>> {
-        self.orgs.load().get(org_id).cloned()
-    }
-
     /// Applies a local write at once (the poll would see it within a tick).
     pub fn put_key(&self, rec: KeyRecord) {
         let rec = Arc::new(rec);

@@ -259,12 +259,8 @@ pub async fn set_review(
     .bind(now_ms())
     .bind(org_id)
     .execute(&db.pool)
-    .await
-    .map_err(db_error)?;
-    if done.rows_affected() == 0 {
-        return Err(no_org());
-    }
-    Ok(())
+    .await;
+    one_org(done)
 }
 
 pub async fn set_tier(db: &Db, org_id: &str, tier: i64) -> Result<(), ApiError> {
@@ -279,12 +275,16 @@ pub async fn set_tier(db: &Db, org_id: &str, tier: i64) -> Result<(), ApiError> 
         .bind(now_ms())
         .bind(org_id)
         .execute(&db.pool)
-        .await
-        .map_err(db_error)?;
-    if done.rows_affected() == 0 {
-        return Err(no_org());
+        .await;
+    one_org(done)
+}
+
+/// The result of an UPDATE of one org: not found when no row matched.
+fn one_org(done: Result<sqlx::any::AnyQueryResult, sqlx::Error>) -> Result<(), ApiError> {
+    match done.map_err(db_error)?.rows_affected() {
+        0 => Err(no_org()),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 const COLUMNS: &str = "id, name, email, email_verified, card_on_file, settled, tier, balance_micro_usd, \

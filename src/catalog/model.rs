@@ -77,10 +77,6 @@ impl RungSpec {
     pub fn id(&self) -> String {
         format!("{}:{}", self.provider, self.provider_model_id)
     }
-
-    pub fn has(&self, cap: &str) -> bool {
-        self.caps.iter().any(|c| c == cap)
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

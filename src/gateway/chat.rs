@@ -19,8 +19,8 @@ use pingora::time::fast_timeout::fast_timeout;
 use serde_json::json;
 use sluice_filters::sse::{data_frame, SseDecoder, KEEPALIVE};
 use sluice_filters::upstream::openai_chat::{
-    client_wants_stream_usage, inspect, quick_content_len, render_request, splice_member,
-    splice_member_into, usage_json, Inspection, RawObject,
+    append_member, client_wants_stream_usage, inspect, quick_content_len, render_request,
+    splice_member, splice_member_into, usage_json, Inspection, RawObject,
 };
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
@@ -325,7 +325,8 @@ async fn plain_attempt(
     ex.usage = info.usage.unwrap_or_default();
     ex.first_token = Some(ex.started.elapsed());
     let provider = serde_json::to_vec(&t.rung_id).unwrap_or_default();
-    let out = splice_member(&buf, "provider", &provider);
+    let mut out = buf;
+    append_member(&mut out, 0, "provider", &provider);
     let mut h = match ResponseHeader::build_no_case(200, Some(4)) {
         Ok(h) => h,
         Err(_) => return Attempt::Terminal(ApiError::internal()),

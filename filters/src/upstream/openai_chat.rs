@@ -293,25 +293,35 @@ pub fn splice_member(object: &[u8], key: &str, value_json: &[u8]) -> Vec<u8> {
 
 /// [`splice_member`] appending to `out`.
 pub fn splice_member_into(out: &mut Vec<u8>, object: &[u8], key: &str, value_json: &[u8]) {
-    let Some(end) = object.iter().rposition(|&b| b == b'}') else {
-        out.extend_from_slice(object);
+    let start = out.len();
+    out.extend_from_slice(object);
+    append_member(out, start, key, value_json);
+}
+
+/// [`splice_member`] on the object that ends `buf` (from `start`), in place: only the
+/// closing brace and what follows it move.
+pub fn append_member(buf: &mut Vec<u8>, start: usize, key: &str, value_json: &[u8]) {
+    let Some(end) = buf[start..]
+        .iter()
+        .rposition(|&b| b == b'}')
+        .map(|e| start + e)
+    else {
         return;
     };
-    let body = &object[..end];
-    let empty = body
+    let tail = buf.split_off(end);
+    let empty = buf[start..]
         .iter()
         .rev()
         .find(|b| !b.is_ascii_whitespace())
         .is_some_and(|&b| b == b'{');
-    out.extend_from_slice(body);
     if !empty {
-        out.push(b',');
+        buf.push(b',');
     }
-    out.push(b'"');
-    out.extend_from_slice(key.as_bytes());
-    out.extend_from_slice(b"\":");
-    out.extend_from_slice(value_json);
-    out.extend_from_slice(&object[end..]);
+    buf.push(b'"');
+    buf.extend_from_slice(key.as_bytes());
+    buf.extend_from_slice(b"\":");
+    buf.extend_from_slice(value_json);
+    buf.extend_from_slice(&tail);
 }
 
 /// The usage object in the chat format.
