@@ -5,6 +5,8 @@
 //! parameter policy) unit-testable, fuzzable and benchmarkable on its own.
 
 pub mod error;
+pub mod inbound;
+pub mod ir;
 pub mod route;
 pub mod slug;
 pub mod sse;

@@ -1,0 +1,14 @@
+//! The client-facing formats: parse and validate a body into the canonical
+//! [`Request`](crate::ir::Request); encode canonical answers back, whole or streamed.
+//!
+//! Every format module has the same shape:
+//! - `parse(body: &[u8]) -> Result<Request, ApiError>`: structural validation, each
+//!   failure a stable code naming its `param`; nothing route-dependent (capabilities
+//!   are judged later by `policy`).
+//! - `render(resp: &Response, meta: &Meta, tail: &Tail) -> Vec<u8>`: one whole JSON
+//!   answer. An answer with no parts and finish `Stop` is the spec's empty shape.
+//! - `Encoder::new(meta: Meta)`: a [`StreamEncoder`](crate::ir::StreamEncoder).
+//! - `error_frame(err: &ApiError) -> Vec<u8>`: the in-band error event that ends a
+//!   stream whose header already went out.
+
+pub mod common;

@@ -1,0 +1,260 @@
+//! The canonical request.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// Who speaks a turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions from the caller (chat `system`/`developer`, responses
+    /// `instructions`, messages `system`).
+    System,
+    User,
+    Assistant,
+    /// A turn that only carries tool results (chat `tool`; messages user turns of
+    /// `tool_result` blocks map here too).
+    Tool,
+}
+
+/// One piece of a turn.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Part {
+    Text {
+        text: String,
+    },
+    /// An image: `url` is an `https:` URL or a `data:<media type>;base64,...` URL.
+    Image {
+        url: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+    /// A document (PDF and the like), as a data URL or an https URL.
+    Document {
+        url: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
+    /// A call the assistant made. `arguments` is the JSON text of the arguments.
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: String,
+    },
+    /// The result of a call, sent back by the caller.
+    ToolResult {
+        call_id: String,
+        /// Text and image parts of the result.
+        content: Vec<Part>,
+        #[serde(default)]
+        is_error: bool,
+    },
+    /// Visible reasoning (Anthropic `thinking`, Gemini thoughts, OpenAI reasoning
+    /// summaries), with the provider's signature when it gave one.
+    Thinking {
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    /// Hidden reasoning carried opaquely: Anthropic `redacted_thinking.data` or an
+    /// OpenAI reasoning item's `encrypted_content`.
+    EncryptedReasoning {
+        data: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+    },
+}
+
+impl Part {
+    pub fn text(text: impl Into<String>) -> Self {
+        Part::Text { text: text.into() }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub parts: Vec<Part>,
+}
+
+/// A function the model may call. `parameters` is a JSON Schema, forwarded as is.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Tool {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub parameters: Box<RawValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
+}
+
+impl PartialEq for Tool {
+    fn eq(&self, o: &Self) -> bool {
+        self.name == o.name
+            && self.description == o.description
+            && self.parameters.get() == o.parameters.get()
+            && self.strict == o.strict
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToolChoice {
+    Auto,
+    None,
+    /// The model must call some tool (chat `required`, messages `any`).
+    Required,
+    /// The model must call this tool.
+    Tool { name: String },
+}
+
+/// Structured output.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseFormat {
+    Text,
+    JsonObject,
+    JsonSchema {
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        schema: Box<RawValue>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        strict: Option<bool>,
+    },
+}
+
+impl PartialEq for ResponseFormat {
+    fn eq(&self, o: &Self) -> bool {
+        match (self, o) {
+            (Self::Text, Self::Text) | (Self::JsonObject, Self::JsonObject) => true,
+            (
+                Self::JsonSchema { name: a, description: b, schema: c, strict: d },
+                Self::JsonSchema { name: e, description: f, schema: g, strict: h },
+            ) => a == e && b == f && c.get() == g.get() && d == h,
+            _ => false,
+        }
+    }
+}
+
+/// Reasoning controls, in the union of the makers' terms.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reasoning {
+    /// OpenAI effort: minimal, low, medium, high (passed through as given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<String>,
+    /// OpenAI summary: auto, concise, detailed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// Anthropic / Gemini thinking budget in tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_tokens: Option<u64>,
+}
+
+/// A field the gateway did not model, kept verbatim with its inbound name: it is
+/// forwarded only to a rung of the inbound format's own maker, else dropped and
+/// disclosed.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Extra {
+    pub name: String,
+    pub value: Box<RawValue>,
+}
+
+impl PartialEq for Extra {
+    fn eq(&self, o: &Self) -> bool {
+        self.name == o.name && self.value.get() == o.value.get()
+    }
+}
+
+/// The canonical request: what every inbound format means, in one shape.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// The slug as the client sent it (suffixes included).
+    pub model: String,
+    pub stream: bool,
+    /// Chat `stream_options.include_usage`: the client wants the usage chunk.
+    #[serde(default)]
+    pub include_usage: bool,
+    /// Instructions, in order (several system turns are kept apart).
+    #[serde(default)]
+    pub system: Vec<String>,
+    pub messages: Vec<Message>,
+    #[serde(default)]
+    pub tools: Vec<Tool>,
+    #[serde(default)]
+    pub tool_choice: Option<ToolChoice>,
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    /// The output budget (chat max_tokens / max_completion_tokens, responses
+    /// max_output_tokens, messages max_tokens); on reasoning models it covers
+    /// thinking.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub top_k: Option<u64>,
+    #[serde(default)]
+    pub frequency_penalty: Option<f64>,
+    #[serde(default)]
+    pub presence_penalty: Option<f64>,
+    #[serde(default)]
+    pub stop: Vec<String>,
+    #[serde(default)]
+    pub response_format: Option<ResponseFormat>,
+    #[serde(default)]
+    pub reasoning: Option<Reasoning>,
+    /// End-user attribution (chat/responses `user`, messages `metadata.user_id`).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// A routing hint owned by the gateway: never sent upstream as is.
+    #[serde(default)]
+    pub prompt_cache_key: Option<String>,
+    /// Responses `include` values (e.g. `reasoning.encrypted_content`).
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Fields of one maker the canonical form does not model (e.g. `text.verbosity`,
+    /// `service_tier`, `metadata`, `client_metadata`), forwarded only to that
+    /// maker's rungs.
+    #[serde(default)]
+    pub extras: Vec<Extra>,
+}
+
+impl Request {
+    /// Whether the request asks for structured output (json_object or json_schema).
+    pub fn wants_structured(&self) -> bool {
+        matches!(
+            self.response_format,
+            Some(ResponseFormat::JsonObject) | Some(ResponseFormat::JsonSchema { .. })
+        )
+    }
+
+    /// Whether any turn carries an image or a document.
+    pub fn has_media(&self) -> bool {
+        fn media(p: &Part) -> bool {
+            match p {
+                Part::Image { .. } | Part::Document { .. } => true,
+                Part::ToolResult { content, .. } => content.iter().any(media),
+                _ => false,
+            }
+        }
+        self.messages.iter().any(|m| m.parts.iter().any(media))
+    }
+
+    /// The text of the last user turn (what a service-run web search looks up).
+    pub fn last_user_text(&self) -> Option<String> {
+        let m = self.messages.iter().rev().find(|m| m.role == Role::User)?;
+        let text: Vec<&str> = m
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        (!text.is_empty()).then(|| text.join("\n"))
+    }
+}
