@@ -12,3 +12,6 @@
 //!   stream whose header already went out.
 
 pub mod common;
+pub mod chat;
+pub mod responses;
+pub mod messages;

@@ -12,7 +12,11 @@
 //! - `refusal(status: u16, body: &[u8]) -> Option<RefusalReason>`: whether an
 //!   error answer is a policy refusal (which does not fail over).
 
+pub mod anthropic;
+pub mod bedrock;
+pub mod gemini;
 pub mod openai_chat;
+pub mod openai_responses;
 
 /// A request body rendered for one rung.
 #[derive(Clone, Debug, Default, PartialEq)]

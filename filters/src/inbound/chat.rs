@@ -1,0 +1,1 @@
+//! The chat inbound format (see the module contract in `inbound`).

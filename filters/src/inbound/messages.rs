@@ -1,0 +1,1 @@
+//! The messages inbound format (see the module contract in `inbound`).

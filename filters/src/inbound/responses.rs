@@ -1,0 +1,1 @@
+//! The responses inbound format (see the module contract in `inbound`).

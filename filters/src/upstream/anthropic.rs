@@ -1,0 +1,1 @@
+//! The anthropic upstream wire (see the module contract in `upstream`).

@@ -1,0 +1,1 @@
+//! The bedrock upstream wire (see the module contract in `upstream`).

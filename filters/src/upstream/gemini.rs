@@ -1,0 +1,1 @@
+//! The gemini upstream wire (see the module contract in `upstream`).

@@ -1,0 +1,1 @@
+//! The openai_responses upstream wire (see the module contract in `upstream`).
