@@ -7,6 +7,7 @@
 pub mod error;
 pub mod inbound;
 pub mod ir;
+pub mod policy;
 pub mod route;
 pub mod slug;
 pub mod sse;

@@ -11,7 +11,7 @@
 //! - `error_frame(err: &ApiError) -> Vec<u8>`: the in-band error event that ends a
 //!   stream whose header already went out.
 
-pub mod common;
 pub mod chat;
-pub mod responses;
+pub mod common;
 pub mod messages;
+pub mod responses;

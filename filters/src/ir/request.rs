@@ -106,7 +106,9 @@ pub enum ToolChoice {
     /// The model must call some tool (chat `required`, messages `any`).
     Required,
     /// The model must call this tool.
-    Tool { name: String },
+    Tool {
+        name: String,
+    },
 }
 
 /// Structured output.
@@ -130,8 +132,18 @@ impl PartialEq for ResponseFormat {
         match (self, o) {
             (Self::Text, Self::Text) | (Self::JsonObject, Self::JsonObject) => true,
             (
-                Self::JsonSchema { name: a, description: b, schema: c, strict: d },
-                Self::JsonSchema { name: e, description: f, schema: g, strict: h },
+                Self::JsonSchema {
+                    name: a,
+                    description: b,
+                    schema: c,
+                    strict: d,
+                },
+                Self::JsonSchema {
+                    name: e,
+                    description: f,
+                    schema: g,
+                    strict: h,
+                },
             ) => a == e && b == f && c.get() == g.get() && d == h,
             _ => false,
         }

@@ -1,7 +1,7 @@
 //! A whole answer, folded from its events.
 
-use super::stream::{Event, FinishReason, RefusalReason};
 use super::request::Part;
+use super::stream::{Event, FinishReason, RefusalReason};
 use crate::usage::Usage;
 
 /// A whole answer in canonical form.
@@ -66,8 +66,14 @@ impl Collector {
                 _ => r.parts.push(Part::text(text.clone())),
             },
             Event::Thinking { text } => match r.parts.last_mut() {
-                Some(Part::Thinking { text: t, signature: None }) => t.push_str(text),
-                _ => r.parts.push(Part::Thinking { text: text.clone(), signature: None }),
+                Some(Part::Thinking {
+                    text: t,
+                    signature: None,
+                }) => t.push_str(text),
+                _ => r.parts.push(Part::Thinking {
+                    text: text.clone(),
+                    signature: None,
+                }),
             },
             Event::ThinkingSignature { signature } => match r.parts.last_mut() {
                 Some(Part::Thinking { signature: s, .. }) => {

@@ -84,7 +84,11 @@ pub enum Event {
         id: Option<String>,
     },
     /// A tool call begins. `index` counts the answer's calls from 0. Content.
-    ToolCallStart { index: u32, id: String, name: String },
+    ToolCallStart {
+        index: u32,
+        id: String,
+        name: String,
+    },
     /// A piece of a tool call's JSON arguments. Content when non-empty.
     ToolCallArgs { index: u32, arguments: String },
     /// The provider refused; `text` is its own words, when it gave any.
