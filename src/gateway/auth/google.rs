@@ -581,6 +581,27 @@ mod tests {
         assert!(c.get(1).unwrap().starts_with('t'));
     }
 
+    /// The whole exchange against the mock provider's token endpoint.
+    #[tokio::test]
+    async fn mock_token_endpoint_accepts_the_assertion() {
+        let mock = sluice_mock::Mock::start().await;
+        let mut sa = sa();
+        sa.token_uri = format!("{}/token", mock.base_url());
+        let body = token_request_body(&assertion(&sa, 1_700_000_000).unwrap());
+        let answer = reqwest::Client::new()
+            .post(&sa.token_uri)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        let (token, expires_in) = parse_token_response(&answer.bytes().await.unwrap()).unwrap();
+        assert_eq!((token.as_str(), expires_in), ("mock-token-1", 3600));
+        assert_eq!(mock.count(sluice_mock::oauth::SCRIPT_KEY), 1);
+        mock.shutdown();
+    }
+
     #[test]
     fn regions_hosts_and_paths() {
         assert_eq!(

@@ -22,6 +22,7 @@ mod control;
 mod embed;
 mod gemini;
 mod handlers;
+pub mod oauth;
 mod openai;
 mod responses;
 mod sse;
@@ -318,6 +319,7 @@ fn router(inner: Arc<Inner>) -> Router {
         .route("/v1/messages", post(handlers::messages))
         .route("/v1beta/models/{*rest}", post(handlers::gemini))
         .route("/v1/models/{*rest}", post(handlers::gemini))
+        .route("/token", post(oauth::token))
         .route("/_mock/script", post(control::script))
         .route("/_mock/default", post(control::set_default))
         .route("/_mock/requests", get(control::requests))
