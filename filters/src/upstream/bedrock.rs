@@ -16,8 +16,8 @@
 //!   schema. Tool choice `none` has no Converse form: the tools are left out (so
 //!   nothing can be called), or, when the history needs them, kept and `tool_choice`
 //!   disclosed as dropped.
-//! - A tool result's `status` is sent only for errors (`error`): other makers than
-//!   Anthropic do not take the field.
+//! - A tool result's `status` is sent only for errors (`error`) and only to
+//!   Anthropic models: Converse documents the field for them alone.
 //! - Reasoning reaches only Anthropic models (a model id naming `anthropic` or
 //!   `claude`), through `additionalModelRequestFields.thinking {type: enabled,
 //!   budget_tokens}`: `budget_tokens` as given, or an effort's budget (at least
@@ -612,7 +612,7 @@ impl<'d> Turns<'d> {
             } => Block::ToolResult {
                 tool_use_id: call_id,
                 content: self.result(content),
-                status: is_error.then_some("error"),
+                status: (*is_error && self.claude).then_some("error"),
             },
             Part::Thinking {
                 text,
