@@ -244,7 +244,11 @@ fn bedrock_stream_goldens() {
         // Awkward boundaries: inside every prelude, header and CRC, one byte at a
         // time, and in two pieces at every offset.
         let singles: Vec<usize> = (1..bytes.len()).collect();
-        assert_eq!(bedrock_stream(&bytes, &singles).0, events, "{case}: bytewise");
+        assert_eq!(
+            bedrock_stream(&bytes, &singles).0,
+            events,
+            "{case}: bytewise"
+        );
         for cut in 1..bytes.len() {
             assert_eq!(
                 bedrock_stream(&bytes, &[cut]).0,
@@ -333,7 +337,10 @@ fn gemini_refusal_mapping() {
     }
     let blocked = |reason: &str| {
         let body = json!({"promptFeedback": {"blockReason": reason}});
-        match gemini::decode(body.to_string().as_bytes()).unwrap().as_slice() {
+        match gemini::decode(body.to_string().as_bytes())
+            .unwrap()
+            .as_slice()
+        {
             [Event::Start { .. }, Event::Refusal { reason, .. }, Event::Finish { .. }] => *reason,
             other => panic!("{other:?}"),
         }
@@ -344,14 +351,18 @@ fn gemini_refusal_mapping() {
 
     // Error answers.
     let err = |status: u16, message: &str| {
-        let body = json!({"error": {"code": status, "message": message, "status": "INVALID_ARGUMENT"}});
+        let body =
+            json!({"error": {"code": status, "message": message, "status": "INVALID_ARGUMENT"}});
         gemini::refusal(status, body.to_string().as_bytes())
     };
     assert_eq!(
         err(400, "The request was blocked due to safety reasons."),
         Some(ContentPolicy)
     );
-    assert_eq!(err(400, "Prohibited content detected."), Some(ContentPolicy));
+    assert_eq!(
+        err(400, "Prohibited content detected."),
+        Some(ContentPolicy)
+    );
     assert_eq!(err(400, "Invalid JSON payload received."), None);
     assert_eq!(err(500, "blocked for safety"), None);
     assert_eq!(err(429, "Resource has been exhausted"), None);
@@ -385,8 +396,14 @@ fn bedrock_refusal_mapping() {
             _ => None,
         })
     };
-    assert_eq!(refusal(&stop("guardrail_intervened", false)), Some(ContentPolicy));
-    assert_eq!(refusal(&stop("content_filtered", false)), Some(ContentPolicy));
+    assert_eq!(
+        refusal(&stop("guardrail_intervened", false)),
+        Some(ContentPolicy)
+    );
+    assert_eq!(
+        refusal(&stop("content_filtered", false)),
+        Some(ContentPolicy)
+    );
     assert_eq!(refusal(&stop("content_filtered", true)), None);
     assert_eq!(refusal(&stop("end_turn", false)), None);
     assert!(stop("malformed_tool_use", false)
@@ -407,7 +424,10 @@ fn bedrock_refusal_mapping() {
 
 #[test]
 fn crc_failures_are_detected() {
-    let frame = bedrock::encode_event("contentBlockDelta", br#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#);
+    let frame = bedrock::encode_event(
+        "contentBlockDelta",
+        br#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#,
+    );
     // Flip one bit in the prelude, its CRC, a header, the payload and the message CRC.
     for at in [1, 9, 14, frame.len() - 8, frame.len() - 1] {
         let mut bad = frame.clone();

@@ -38,8 +38,8 @@
 use super::gemini::{data_url, effort_budget};
 use super::Rendered;
 use crate::ir::{
-    DecodeError, Event, FinishReason, Message, Part, RefusalReason, Request, ResponseFormat,
-    Role, StreamDecoder, ToolChoice,
+    DecodeError, Event, FinishReason, Message, Part, RefusalReason, Request, ResponseFormat, Role,
+    StreamDecoder, ToolChoice,
 };
 use crate::usage::Usage;
 use serde::{Deserialize, Serialize};
@@ -582,9 +582,8 @@ impl<'d> Turns<'d> {
                 }
             },
             Part::Document { url, name } => {
-                let doc = data_url(url).and_then(|(mime, bytes)| {
-                    Some((document_format(mime)?, Source { bytes }))
-                });
+                let doc = data_url(url)
+                    .and_then(|(mime, bytes)| Some((document_format(mime)?, Source { bytes })));
                 let Some((format, source)) = doc else {
                     drop_field(self.dropped, "file");
                     return None;
@@ -1019,9 +1018,8 @@ impl StreamDecoder for Decoder {
                 self.done = true;
             }
             exception if exception.ends_with("Exception") => {
-                let p: ErrorPayload = serde_json::from_slice(data).unwrap_or(ErrorPayload {
-                    message: None,
-                });
+                let p: ErrorPayload =
+                    serde_json::from_slice(data).unwrap_or(ErrorPayload { message: None });
                 let detail = p.message.map(|m| format!(": {m}")).unwrap_or_default();
                 out.push(Event::Error {
                     message: format!("{exception}{detail}"),
@@ -1215,7 +1213,7 @@ impl FrameDecoder {
         if crc32fast::hash(&rest[0..8]) != be32(&rest[8..12]) {
             return self.fail("prelude CRC mismatch");
         }
-        if total < OVERHEAD || total > MAX_MESSAGE || headers_len > total - OVERHEAD {
+        if !(OVERHEAD..=MAX_MESSAGE).contains(&total) || headers_len > total - OVERHEAD {
             return self.fail("bad message lengths");
         }
         if rest.len() < total {

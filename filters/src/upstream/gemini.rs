@@ -42,8 +42,8 @@
 
 use super::Rendered;
 use crate::ir::{
-    DecodeError, Event, FinishReason, Message, Part, RefusalReason, Request, ResponseFormat,
-    Role, StreamDecoder, ToolChoice,
+    DecodeError, Event, FinishReason, Message, Part, RefusalReason, Request, ResponseFormat, Role,
+    StreamDecoder, ToolChoice,
 };
 use crate::usage::Usage;
 use serde::{Deserialize, Serialize};
@@ -105,14 +105,14 @@ struct TextOnly<'a> {
 #[serde(rename_all = "camelCase")]
 struct WirePart<'a> {
     #[serde(flatten)]
-    data: Data<'a>,
+    data: Kind<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     thought_signature: Option<&'a str>,
 }
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
-enum Data<'a> {
+enum Kind<'a> {
     Text(&'a str),
     InlineData {
         mime_type: &'a str,
@@ -387,17 +387,17 @@ fn guess_mime(url: &str) -> Option<&'static str> {
     })
 }
 
-fn media(url: &str) -> Data<'_> {
+fn media(url: &str) -> Kind<'_> {
     match data_url(url) {
-        Some((mime_type, data)) => Data::InlineData { mime_type, data },
-        None => Data::FileData {
+        Some((mime_type, data)) => Kind::InlineData { mime_type, data },
+        None => Kind::FileData {
             mime_type: guess_mime(url),
             file_uri: url,
         },
     }
 }
 
-fn part(data: Data<'_>) -> WirePart<'_> {
+fn part(data: Kind<'_>) -> WirePart<'_> {
     WirePart {
         data,
         thought_signature: None,
@@ -454,7 +454,7 @@ fn tool_result<'a>(
             error: None,
         }
     };
-    parts.push(part(Data::FunctionResponse {
+    parts.push(part(Kind::FunctionResponse {
         name: call_name(history, call_id),
         response,
     }));
@@ -474,7 +474,7 @@ fn turn_parts<'a>(history: &'a [Message], m: &'a Message) -> Vec<WirePart<'a>> {
     for p in &m.parts {
         let data = match p {
             Part::Text { text } if text.is_empty() => continue,
-            Part::Text { text } => Data::Text(text),
+            Part::Text { text } => Kind::Text(text),
             Part::Image { url, .. } | Part::Document { url, .. } => media(url),
             Part::ToolCall {
                 name, arguments, ..
@@ -484,7 +484,7 @@ fn turn_parts<'a>(history: &'a [Message], m: &'a Message) -> Vec<WirePart<'a>> {
                     sig = Some(SKIP_SIGNATURE);
                 }
                 parts.push(WirePart {
-                    data: Data::FunctionCall {
+                    data: Kind::FunctionCall {
                         name,
                         args: call_args(arguments),
                     },
@@ -517,7 +517,7 @@ fn turn_parts<'a>(history: &'a [Message], m: &'a Message) -> Vec<WirePart<'a>> {
         // Thoughts closed the turn: the signature rides on an empty text part, as
         // Gemini itself sends it.
         parts.push(WirePart {
-            data: Data::Text(""),
+            data: Kind::Text(""),
             thought_signature: Some(s),
         });
     }
@@ -649,8 +649,12 @@ struct WireError {
 /// The refusal reason for a Gemini finish or block reason, if it is one.
 fn refusal_reason(reason: &str) -> Option<RefusalReason> {
     Some(match reason {
-        "SAFETY" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "IMAGE_SAFETY"
-        | "IMAGE_PROHIBITED_CONTENT" | "JAILBREAK" => RefusalReason::ContentPolicy,
+        "SAFETY"
+        | "BLOCKLIST"
+        | "PROHIBITED_CONTENT"
+        | "IMAGE_SAFETY"
+        | "IMAGE_PROHIBITED_CONTENT"
+        | "JAILBREAK" => RefusalReason::ContentPolicy,
         "RECITATION" | "IMAGE_RECITATION" => RefusalReason::Recitation,
         "SPII" | "MODEL_ARMOR" => RefusalReason::DataInspection,
         _ => return None,
@@ -742,7 +746,9 @@ impl Decoder {
         let text = p.text.filter(|t| !t.is_empty());
         if p.thought {
             if let Some(t) = text {
-                out.push(Event::Thinking { text: t.into_owned() });
+                out.push(Event::Thinking {
+                    text: t.into_owned(),
+                });
             }
             if let Some(signature) = p.thought_signature {
                 out.push(Event::ThinkingSignature { signature });
@@ -755,7 +761,9 @@ impl Decoder {
         }
         if let Some(t) = text {
             self.content = true;
-            out.push(Event::Text { text: t.into_owned() });
+            out.push(Event::Text {
+                text: t.into_owned(),
+            });
         }
         if let Some(call) = p.function_call {
             let index = self.calls;
