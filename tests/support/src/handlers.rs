@@ -15,7 +15,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::{
-    anthropic, embed, gemini, openai, responses,
+    anthropic, bedrock, embed, gemini, openai, responses,
     sse::{self, Item},
     step::{self, Failure},
     wire::{self, Ctx, Wire},
@@ -82,6 +82,26 @@ pub(crate) async fn gemini(State(m): Shared, Path(rest): Path<String>, req: Requ
             error_response(gemini::error_body(404, &msg), 404)
         }
     }
+}
+
+/// Bedrock Converse: the model id is the (percent-decoded) path segment.
+pub(crate) async fn bedrock_converse(
+    State(m): Shared,
+    Path(model): Path<String>,
+    req: Request,
+) -> Response {
+    let wire = bedrock::Converse { stream: false };
+    bedrock::with_headers(generate(&m, wire, Some(model), req).await)
+}
+
+/// Bedrock ConverseStream, answered in the binary event-stream framing.
+pub(crate) async fn bedrock_converse_stream(
+    State(m): Shared,
+    Path(model): Path<String>,
+    req: Request,
+) -> Response {
+    let wire = bedrock::Converse { stream: true };
+    bedrock::with_headers(generate(&m, wire, Some(model), req).await)
 }
 
 pub(crate) async fn not_found(State(m): Shared, req: Request) -> Response {

@@ -2,7 +2,8 @@
 //! and load benches.
 //!
 //! It speaks the real wire formats of OpenAI (chat completions, responses,
-//! embeddings, Azure deployment paths), Anthropic messages and Gemini, and
+//! embeddings, Azure deployment paths), Anthropic messages, Gemini and Bedrock
+//! Converse (JSON and the binary converse-stream), and
 //! plays scripted faults per model: error statuses, delays, cut streams,
 //! in-band error events, refusals, tool calls, dropped connections.
 //!
@@ -18,6 +19,7 @@
 //! ```
 
 mod anthropic;
+mod bedrock;
 mod control;
 mod embed;
 mod gemini;
@@ -320,6 +322,11 @@ fn router(inner: Arc<Inner>) -> Router {
         .route("/v1beta/models/{*rest}", post(handlers::gemini))
         .route("/v1/models/{*rest}", post(handlers::gemini))
         .route("/token", post(oauth::token))
+        .route("/model/{model}/converse", post(handlers::bedrock_converse))
+        .route(
+            "/model/{model}/converse-stream",
+            post(handlers::bedrock_converse_stream),
+        )
         .route("/_mock/script", post(control::script))
         .route("/_mock/default", post(control::set_default))
         .route("/_mock/requests", get(control::requests))
