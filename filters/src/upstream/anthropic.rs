@@ -12,7 +12,8 @@
 //!   becomes `thinking: {type: enabled, budget_tokens}`. Anthropic refuses sampling
 //!   changes and forced tool use next to thinking, so those combinations drop
 //!   `temperature` / `top_p` / `top_k` (with thinking on) or the thinking (with a
-//!   forced tool), and say so in `dropped`.
+//!   forced tool), and say so in `dropped`; recent Claude models also refuse
+//!   `temperature` with `top_p`, so `top_p` gives way.
 //! - `response_format` json_schema becomes `output_config.format` (Anthropic's
 //!   structured outputs); json_object has no Anthropic form and is dropped.
 //! - `extras` are forwarded only when they are Anthropic request fields (the
@@ -347,10 +348,8 @@ impl Body {
 
 /// The thinking budget the canonical reasoning asks for, if any.
 fn thinking_budget(req: &Request, dropped: &mut Vec<String>) -> Option<u64> {
+    // `summary` needs nothing: Anthropic's thinking blocks are its summaries.
     let r = req.reasoning.as_ref()?;
-    if r.summary.is_some() {
-        dropped.push("reasoning.summary".into());
-    }
     let budget = match (r.budget_tokens, r.effort.as_deref()) {
         (Some(b), _) => b,
         (None, None | Some("none")) => return None,
@@ -541,8 +540,9 @@ pub fn render(req: &Request, model_id: &str, stream: bool) -> Rendered {
     }
 }
 
-/// temperature (Anthropic's range is 0 to 1: clamped), top_p and top_k; all three
-/// are dropped next to thinking, which refuses them.
+/// temperature (Anthropic's range is 0 to 1: clamped), top_p and top_k. All three
+/// are dropped next to thinking, which refuses them; top_p is dropped next to
+/// temperature, which recent Claude models refuse together.
 fn sampling(req: &Request, thinking: bool, body: &mut Body, dropped: &mut Vec<String>) {
     let fields = [
         ("temperature", req.temperature.map(|t| t.clamp(0.0, 1.0))),
@@ -552,6 +552,7 @@ fn sampling(req: &Request, thinking: bool, body: &mut Body, dropped: &mut Vec<St
     for (name, value) in fields {
         match value {
             Some(_) if thinking => dropped.push(name.into()),
+            Some(_) if name == "top_p" && req.temperature.is_some() => dropped.push(name.into()),
             Some(_) if name == "top_k" => body.json(name, &req.top_k),
             Some(v) => body.json(name, &v),
             None => {}
