@@ -454,7 +454,6 @@ fn parse_errors_name_the_field_with_a_stable_code() {
             Some("metadata"),
         ),
     ];
-    let mut seen = std::collections::HashSet::new();
     for (body, code, param) in &cases {
         let err = messages::parse(body.as_bytes())
             .expect_err(&format!("accepted: {}", &body[..body.len().min(200)]));
@@ -465,10 +464,7 @@ fn parse_errors_name_the_field_with_a_stable_code() {
         let env = json(&err.to_body(sluice_filters::Format::Anthropic));
         assert_eq!(env["type"], "error");
         assert_eq!(env["error"]["type"], "invalid_request_error");
-        seen.insert((code.as_str(), *param));
     }
-    // The malformed-body cases aside, each case names a distinct field.
-    assert!(seen.len() >= cases.len() - 10, "{} distinct", seen.len());
 }
 
 #[test]
@@ -553,6 +549,30 @@ fn whole_thinking_answer_keeps_signature_and_redacted_data() {
         &resp.parts[1],
         Part::EncryptedReasoning { id: None, .. }
     ));
+    // Another maker's unsigned thinking renders with an empty signature, and is not
+    // carried back when the client replays it.
+    let foreign = Response {
+        parts: vec![
+            Part::Thinking {
+                text: "hmm".into(),
+                signature: None,
+            },
+            Part::text("ok"),
+        ],
+        finish: Some(FinishReason::Stop),
+        ..Response::default()
+    };
+    let v = json(&messages::render(&foreign, &meta(), &Tail::default()));
+    assert_eq!(
+        v["content"][0],
+        serde_json::json!({"type":"thinking","thinking":"hmm","signature":""})
+    );
+    let replay = format!(
+        r#"{{"model":"m","max_tokens":9,"messages":[{{"role":"user","content":"q"}},{{"role":"assistant","content":{}}}]}}"#,
+        v["content"]
+    );
+    let req = messages::parse(replay.as_bytes()).unwrap();
+    assert_eq!(req.messages[1].parts, vec![Part::text("ok")]);
 }
 
 #[test]
@@ -880,6 +900,22 @@ fn encoder_switches_blocks_with_fresh_indexes() {
             "text"
         ]
     );
+    // Thinking after a signed thinking block opens a new block.
+    let again = encode(
+        &[
+            Event::Thinking { text: "a".into() },
+            Event::ThinkingSignature {
+                signature: "s1".into(),
+            },
+            Event::Thinking { text: "b".into() },
+        ],
+        &Tail::default(),
+    );
+    let thinking_blocks = assert_valid_messages_sse(&again)
+        .iter()
+        .filter(|f| f["type"] == "content_block_start")
+        .count();
+    assert_eq!(thinking_blocks, 2);
     let start = &frames[0]["message"];
     assert_eq!(start["id"], "msg_gw_01abc");
     assert_eq!(start["model"], "claude-sonnet-4.5");

@@ -12,6 +12,8 @@
 //! [`Role::Tool`] turn, other blocks a [`Role::User`] turn, in their order.
 //! `server_tool_use` and `web_search_tool_result` blocks of assistant history (what a
 //! search turn left behind) are skipped: the canonical form has no place for them.
+//! So are thinking blocks without a signature: only another maker's reasoning, as
+//! this gateway renders it, lacks one, and no one can verify it.
 //!
 //! Rendering writes the `message` object, or the Messages SSE sequence. Anthropic's
 //! `usage.input_tokens` excludes cache reads while the canonical `input_tokens`
@@ -571,10 +573,18 @@ fn assistant_block(at: At, b: WireBlock) -> Result<Option<Part>, ApiError> {
                 arguments,
             }
         }
-        "thinking" => Part::Thinking {
-            text: b.thinking.ok_or_else(|| required(at, "thinking"))?,
-            signature: b.signature,
-        },
+        "thinking" => {
+            let text = b.thinking.ok_or_else(|| required(at, "thinking"))?;
+            match b.signature.filter(|s| !s.is_empty()) {
+                Some(signature) => Part::Thinking {
+                    text,
+                    signature: Some(signature),
+                },
+                // Unsigned (another maker's reasoning, as rendered here):
+                // unverifiable, so not carried back.
+                None => return Ok(None),
+            }
+        }
         "redacted_thinking" => Part::EncryptedReasoning {
             data: b.data.ok_or_else(|| required(at, "data"))?,
             id: None,
@@ -844,7 +854,7 @@ impl<'a> Input<'a> {
     pub(crate) fn of(arguments: &'a str) -> Self {
         let raw = serde_json::from_str::<&RawValue>(arguments)
             .ok()
-            .filter(|r| r.get().starts_with('{'));
+            .filter(|r| r.get().trim_start().starts_with('{'));
         Input(raw)
     }
 }
@@ -918,16 +928,13 @@ struct OutMessage<'a> {
 }
 
 /// An answer part as a content block. Thinking without a signature (another maker's
-/// reasoning) is left out: Anthropic would refuse it when replayed.
+/// reasoning) gets an empty one, as a stream would show it.
 fn out_block(p: &Part) -> Option<OutBlock<'_>> {
     Some(match p {
         Part::Text { text } if !text.is_empty() => OutBlock::Text { text },
-        Part::Thinking {
-            text,
-            signature: Some(signature),
-        } => OutBlock::Thinking {
+        Part::Thinking { text, signature } => OutBlock::Thinking {
             thinking: text,
-            signature,
+            signature: signature.as_deref().unwrap_or(""),
         },
         Part::EncryptedReasoning { data, .. } => OutBlock::RedactedThinking { data },
         Part::ToolCall {
@@ -1108,6 +1115,8 @@ pub struct Encoder {
     finish: Option<FinishReason>,
     raw: Option<String>,
     refused: bool,
+    /// The open thinking block got its signature: more thinking opens another.
+    signed: bool,
 }
 
 impl Encoder {
@@ -1124,6 +1133,7 @@ impl Encoder {
             finish: None,
             raw: None,
             refused: false,
+            signed: false,
         }
     }
 
@@ -1175,6 +1185,7 @@ impl Encoder {
         out.push(b'}');
         close_frame(out);
         self.open = Some((kind, index));
+        self.signed = false;
         index
     }
 
@@ -1264,6 +1275,9 @@ impl StreamEncoder for Encoder {
             Event::Text { text } => self.text(text, out),
             Event::Thinking { text } => {
                 if !text.is_empty() {
+                    if self.signed {
+                        self.close(out);
+                    }
                     let index = self.open_thinking(out);
                     Self::delta(out, index, "thinking_delta", "thinking", text);
                 }
@@ -1271,6 +1285,7 @@ impl StreamEncoder for Encoder {
             Event::ThinkingSignature { signature } => {
                 let index = self.open_thinking(out);
                 Self::delta(out, index, "signature_delta", "signature", signature);
+                self.signed = true;
             }
             Event::EncryptedReasoning { data, .. } => self.redacted(data, out),
             Event::ToolCallStart { index, id, name } => self.tool_start(*index, id, name, out),
