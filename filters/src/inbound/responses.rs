@@ -1289,16 +1289,21 @@ impl Encoder {
                 let i = self.push_item(out, |ids, i| {
                     OutItem::message(ids.item("msg", i), String::new(), "in_progress")
                 });
-                self.added(i, out);
-                if let Some(OutItem::Message { id, content, .. }) = self.items.get(i) {
-                    if let Some(part) = content.first() {
+                // The item is announced without content, then its one text part.
+                if let Some(OutItem::Message { content, .. }) = self.items.get_mut(i) {
+                    let part = content.pop();
+                    self.added(i, out);
+                    if let (Some(OutItem::Message { id, content, .. }), Some(part)) =
+                        (self.items.get_mut(i), part)
+                    {
                         let ev = PartEvent {
                             item_id: id,
                             output_index: i,
                             content_index: 0,
-                            part,
+                            part: &part,
                         };
                         frame(out, &mut self.seq, "response.content_part.added", ev);
+                        content.push(part);
                     }
                 }
                 i
