@@ -416,6 +416,85 @@ fn the_empty_completion_shape_streams_and_renders() {
 }
 
 #[test]
+fn answers_of_other_makers_encode_as_responses() {
+    use sluice_filters::ir::FinishReason;
+    // An Anthropic-style answer: thinking with a signature, redacted thinking, text,
+    // and two tool calls whose argument pieces interleave.
+    let events = vec![
+        Event::Start {
+            id: Some("msg_01XFD".into()),
+            model: Some("claude-sonnet-4-5".into()),
+        },
+        Event::Thinking { text: "hmm".into() },
+        Event::ThinkingSignature {
+            signature: "sig".into(),
+        },
+        Event::EncryptedReasoning {
+            data: "redacted".into(),
+            id: None,
+        },
+        Event::Text { text: "Hi".into() },
+        Event::ToolCallStart {
+            index: 0,
+            id: "toolu_a".into(),
+            name: "f".into(),
+        },
+        Event::ToolCallStart {
+            index: 1,
+            id: "toolu_b".into(),
+            name: "g".into(),
+        },
+        Event::ToolCallArgs {
+            index: 0,
+            arguments: "{}".into(),
+        },
+        Event::ToolCallArgs {
+            index: 1,
+            arguments: "{\"a\":1}".into(),
+        },
+        Event::Finish {
+            reason: FinishReason::ToolCalls,
+            raw: Some("tool_use".into()),
+        },
+        Event::Usage(Usage {
+            input_tokens: 5,
+            cached_tokens: 1,
+            output_tokens: 7,
+            reasoning_tokens: 0,
+        }),
+    ];
+    let t = tail(
+        Usage {
+            input_tokens: 5,
+            cached_tokens: 1,
+            output_tokens: 7,
+            reasoning_tokens: 0,
+        },
+        false,
+    );
+    let stream = frames(&encode(&events, &t));
+    assert_stream_matches_render(&stream, &events, &t);
+    let done = &stream.as_array().unwrap().last().unwrap()["data"]["response"];
+    assert_eq!(done["id"], "resp_msg_01XFD");
+    assert_eq!(done["status"], "completed");
+    assert_eq!(
+        done["output"],
+        json!([
+            {"type": "reasoning", "id": "rs_msg_01XFD_0", "encrypted_content": "redacted",
+             "summary": [{"type": "summary_text", "text": "hmm"}]},
+            {"type": "message", "id": "msg_msg_01XFD_1", "status": "completed", "role": "assistant",
+             "content": [{"type": "output_text", "text": "Hi", "annotations": []}]},
+            {"type": "function_call", "id": "fc_msg_01XFD_2", "call_id": "toolu_a", "name": "f",
+             "arguments": "{}", "status": "completed"},
+            {"type": "function_call", "id": "fc_msg_01XFD_3", "call_id": "toolu_b", "name": "g",
+             "arguments": "{\"a\":1}", "status": "completed"}
+        ])
+    );
+    assert_eq!(done["usage"]["input_tokens_details"]["cached_tokens"], 1);
+    assert_eq!(done["usage"]["total_tokens"], 12);
+}
+
+#[test]
 fn error_frames_are_the_streams_error_event() {
     let err = sluice_filters::ApiError::new(
         sluice_filters::ErrorCode::Refusal,
@@ -503,6 +582,82 @@ fn the_decoder_ignores_unknown_events_and_reads_unnamed_ones() {
     assert!(dec
         .frame(Some("response.output_text.delta"), b"{oops", &mut out)
         .is_err());
+}
+
+#[test]
+fn the_decoder_fills_in_from_done_events_when_no_deltas_came() {
+    // A provider that only sends the finished pieces.
+    let frames = [
+        (
+            "response.output_item.added",
+            r#"{"output_index":0,"item":{"id":"rs_1","type":"reasoning","summary":[]}}"#,
+        ),
+        (
+            "response.output_item.done",
+            r#"{"output_index":0,"item":{"id":"rs_1","type":"reasoning","summary":[{"type":"summary_text","text":"a"},{"type":"summary_text","text":"b"}],"encrypted_content":"enc"}}"#,
+        ),
+        (
+            "response.output_item.added",
+            r#"{"output_index":1,"item":{"id":"fc_1","type":"function_call","call_id":"call_1","name":"f","arguments":""}}"#,
+        ),
+        (
+            "response.function_call_arguments.done",
+            r#"{"item_id":"fc_1","output_index":1,"arguments":"{\"x\":1}"}"#,
+        ),
+        (
+            "response.output_item.done",
+            r#"{"output_index":1,"item":{"id":"fc_1","type":"function_call","call_id":"call_1","name":"f","arguments":"{\"x\":1}"}}"#,
+        ),
+        (
+            "response.output_item.done",
+            r#"{"output_index":2,"item":{"id":"fc_2","type":"function_call","call_id":"call_2","name":"g","arguments":"{}"}}"#,
+        ),
+        (
+            "response.output_text.done",
+            r#"{"item_id":"msg_1","output_index":3,"content_index":0,"text":"done text"}"#,
+        ),
+        (
+            "error",
+            r#"{"type":"error","error":{"type":"invalid_request_error","code":"cyber_policy","message":"flagged"}}"#,
+        ),
+    ];
+    let mut dec = wire::Decoder::new();
+    let mut out = Vec::new();
+    for (name, data) in frames {
+        dec.frame(Some(name), data.as_bytes(), &mut out).unwrap();
+    }
+    let call = |index: u32, id: &str, name: &str| Event::ToolCallStart {
+        index,
+        id: id.into(),
+        name: name.into(),
+    };
+    let args = |index: u32, a: &str| Event::ToolCallArgs {
+        index,
+        arguments: a.into(),
+    };
+    assert_eq!(
+        out,
+        [
+            Event::Thinking {
+                text: "a\n\nb".into()
+            },
+            Event::EncryptedReasoning {
+                data: "enc".into(),
+                id: Some("rs_1".into())
+            },
+            call(0, "call_1", "f"),
+            args(0, "{\"x\":1}"),
+            call(1, "call_2", "g"),
+            args(1, "{}"),
+            Event::Text {
+                text: "done text".into()
+            },
+            Event::Refusal {
+                reason: sluice_filters::ir::RefusalReason::CyberPolicy,
+                text: Some("flagged".into())
+            },
+        ]
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -1284,7 +1284,7 @@ impl Encoder {
             return;
         }
         let index = match self.open {
-            Some(i) if matches!(self.items[i], OutItem::Message { .. }) => i,
+            Some(i) if matches!(self.items.get(i), Some(OutItem::Message { .. })) => i,
             _ => {
                 let i = self.push_item(out, |ids, i| {
                     OutItem::message(ids.item("msg", i), String::new(), "in_progress")
@@ -1329,18 +1329,22 @@ impl Encoder {
             return;
         }
         let index = match self.open {
-            Some(i) if self.items[i].open_reasoning() => i,
+            Some(i) if self.items.get(i).is_some_and(OutItem::open_reasoning) => i,
             _ => self.push_item(out, |ids, i| OutItem::reasoning(ids.item("rs", i))),
         };
-        self.items[index].add_thinking(text);
+        if let Some(it) = self.items.get_mut(index) {
+            it.add_thinking(text);
+        }
     }
 
     fn encrypted(&mut self, data: &str, id: Option<&str>, out: &mut Vec<u8>) {
         let index = match self.open {
-            Some(i) if self.items[i].open_reasoning() => i,
+            Some(i) if self.items.get(i).is_some_and(OutItem::open_reasoning) => i,
             _ => self.push_item(out, |ids, i| OutItem::reasoning(ids.item("rs", i))),
         };
-        self.items[index].set_encrypted(data, id);
+        if let Some(it) = self.items.get_mut(index) {
+            it.set_encrypted(data, id);
+        }
         self.close(out, "completed");
     }
 

@@ -785,6 +785,9 @@ struct Frame<'a> {
     code: Option<String>,
     #[serde(default)]
     message: Option<String>,
+    /// Some providers nest the `error` event's members.
+    #[serde(default)]
+    error: Option<WireError>,
 }
 
 #[derive(Deserialize)]
@@ -1092,11 +1095,11 @@ impl StreamDecoder for Decoder {
                 self.finished(&f, out)?;
             }
             "error" => {
-                let e = WireError {
+                let e = f.error.unwrap_or(WireError {
                     code: f.code,
                     message: f.message,
                     innererror: None,
-                };
+                });
                 out.push(e.event());
             }
             _ => {}
