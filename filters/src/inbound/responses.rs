@@ -7,7 +7,9 @@
 //! key in an input message item, is a 400 naming it. Fields the canonical form does
 //! not model but an OpenAI rung understands are kept verbatim in `extras`.
 
-use super::common::{check_description, invalid, malformed, refused_everywhere, unsupported};
+use super::common::{
+    check_description, invalid, malformed, refused_everywhere, unsupported, MAX_DESCRIPTION_CHARS,
+};
 use crate::error::{ApiError, ErrorCode, Format};
 use crate::ir::{
     Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response, ResponseFormat,
@@ -103,11 +105,40 @@ fn is_null(v: &RawValue) -> bool {
     v.get() == "null"
 }
 
+/// Where a value sits in the body (`input[3].content[1]`), spelled out only when an
+/// error names it: a valid body costs no formatting.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Root(&'static str),
+    Key(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl<'a> Path<'a> {
+    fn key(&'a self, k: &'a str) -> Path<'a> {
+        Path::Key(self, k)
+    }
+
+    fn at(&'a self, i: usize) -> Path<'a> {
+        Path::Index(self, i)
+    }
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Path::Root(name) => f.write_str(name),
+            Path::Key(p, k) => write!(f, "{p}.{k}"),
+            Path::Index(p, i) => write!(f, "{p}[{i}]"),
+        }
+    }
+}
+
 /// Reads an optional member: absent and `null` are both `None`; a value of the wrong
 /// type is a 400 naming `param`.
 fn opt<'a, T: Deserialize<'a>>(
     v: Option<&'a RawValue>,
-    param: &str,
+    param: impl fmt::Display,
     what: &str,
 ) -> Result<Option<T>, ApiError> {
     match v {
@@ -122,13 +153,13 @@ fn opt<'a, T: Deserialize<'a>>(
 /// Reads a required member.
 fn req<'a, T: Deserialize<'a>>(
     v: Option<&'a RawValue>,
-    param: &str,
+    param: impl fmt::Display + Copy,
     what: &str,
 ) -> Result<T, ApiError> {
     opt(v, param, what)?.ok_or_else(|| missing(param))
 }
 
-fn missing(param: &str) -> ApiError {
+fn missing(param: impl fmt::Display) -> ApiError {
     ApiError::new(
         ErrorCode::InvalidRequest,
         format!("Missing required parameter: `{param}`."),
@@ -136,13 +167,13 @@ fn missing(param: &str) -> ApiError {
     .param(param.to_string())
 }
 
-fn members<'a>(v: &'a RawValue, param: &str) -> Result<Vec<Member<'a>>, ApiError> {
+fn members(v: &RawValue, param: impl fmt::Display) -> Result<Vec<Member<'_>>, ApiError> {
     serde_json::from_str::<Members>(v.get())
         .map(|m| m.0)
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an object.")))
 }
 
-fn array<'a>(v: &'a RawValue, param: &str) -> Result<Vec<&'a RawValue>, ApiError> {
+fn array(v: &RawValue, param: impl fmt::Display) -> Result<Vec<&RawValue>, ApiError> {
     serde_json::from_str(v.get())
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an array.")))
 }
@@ -268,8 +299,13 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
             "`max_output_tokens` must be a positive integer.",
         ));
     }
-    r.temperature = ranged(t.temperature, "temperature", 2.0)?;
-    r.top_p = ranged(t.top_p, "top_p", 1.0)?;
+    r.temperature = ranged(
+        t.temperature,
+        "temperature",
+        2.0,
+        "a number between 0 and 2",
+    )?;
+    r.top_p = ranged(t.top_p, "top_p", 1.0, "a number between 0 and 1")?;
     r.reasoning = parse_reasoning(t.reasoning)?;
     if let Some(text) = t.text.filter(|v| !is_null(v)) {
         parse_text(text, &mut r)?;
@@ -297,10 +333,14 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     Ok(r)
 }
 
-/// A number in `0..=max`.
-fn ranged(v: Option<&RawValue>, param: &str, max: f64) -> Result<Option<f64>, ApiError> {
-    let what = format!("a number between 0 and {max}");
-    let n: Option<f64> = opt(v, param, &what)?;
+/// A number in `0..=max`; `what` says so in words.
+fn ranged(
+    v: Option<&RawValue>,
+    param: &str,
+    max: f64,
+    what: &str,
+) -> Result<Option<f64>, ApiError> {
+    let n: Option<f64> = opt(v, param, what)?;
     match n {
         Some(x) if !(0.0..=max).contains(&x) => Err(invalid(
             param.to_string(),
@@ -325,8 +365,9 @@ fn parse_input(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
             "`input` must be a string or an array of input items.",
         )
     })?;
+    let input = Path::Root("input");
     for (i, item) in items.into_iter().enumerate() {
-        parse_item(i, item, r)?;
+        parse_item(input.at(i), item, r)?;
     }
     Ok(())
 }
@@ -347,24 +388,23 @@ fn turn(r: &mut Request, role: Role) -> &mut Vec<Part> {
     &mut r.messages[last].parts
 }
 
-fn parse_item(i: usize, item: &RawValue, r: &mut Request) -> Result<(), ApiError> {
-    let param = format!("input[{i}]");
-    let fields = members(item, &param)?;
+fn parse_item(param: Path, item: &RawValue, r: &mut Request) -> Result<(), ApiError> {
+    let fields = members(item, param)?;
     let kind = fields.iter().find(|(k, _)| k == "type").map(|(_, v)| *v);
-    let kind: Option<String> = opt(kind, &format!("{param}.type"), "a string")?;
+    let kind: Option<String> = opt(kind, param.key("type"), "a string")?;
     match kind.as_deref() {
-        None | Some("message") => message_item(&param, &fields, r),
-        Some("function_call") => function_call_item(&param, item, r),
-        Some("function_call_output") => function_output_item(&param, item, r),
-        Some("reasoning") => reasoning_item(&param, item, r),
+        None | Some("message") => message_item(param, &fields, r),
+        Some("function_call") => function_call_item(param, item, r),
+        Some("function_call_output") => function_output_item(param, item, r),
+        Some("reasoning") => reasoning_item(param, item, r),
         Some(other) => Err(unsupported(
-            format!("{param}.type"),
+            param.key("type").to_string(),
             format!("Input items of type `{other}` are not supported."),
         )),
     }
 }
 
-fn message_item(param: &str, fields: &[Member], r: &mut Request) -> Result<(), ApiError> {
+fn message_item(param: Path, fields: &[Member], r: &mut Request) -> Result<(), ApiError> {
     let (mut role, mut content) = (None, None);
     for (k, v) in fields {
         match k.as_ref() {
@@ -375,30 +415,30 @@ fn message_item(param: &str, fields: &[Member], r: &mut Request) -> Result<(), A
             "type" | "id" | "status" | "phase" => {}
             other => {
                 return Err(invalid(
-                    format!("{param}.{other}"),
+                    param.key(other).to_string(),
                     format!("Unknown key `{other}` in a message input item."),
                 ))
             }
         }
     }
-    let role_param = format!("{param}.role");
-    let role: String = req(role, &role_param, "a string")?;
+    let role_param = param.key("role");
+    let role: String = req(role, role_param, "a string")?;
     let role = match role.as_str() {
         "user" => Role::User,
         "assistant" => Role::Assistant,
         "system" | "developer" => Role::System,
         _ => {
             return Err(invalid(
-                role_param,
+                role_param.to_string(),
                 "The role must be one of user, assistant, system or developer.",
             ))
         }
     };
-    let content_param = format!("{param}.content");
-    let content = content.ok_or_else(|| missing(&content_param))?;
-    let parts = content_parts(content, &content_param)?;
+    let content_param = param.key("content");
+    let content = content.ok_or_else(|| missing(content_param))?;
+    let parts = content_parts(content, content_param)?;
     match role {
-        Role::System => r.system.push(system_text(parts, &content_param)?),
+        Role::System => r.system.push(system_text(parts, content_param)?),
         Role::User => r.messages.push(Message { role, parts }),
         _ => turn(r, role).extend(parts),
     }
@@ -406,12 +446,12 @@ fn message_item(param: &str, fields: &[Member], r: &mut Request) -> Result<(), A
 }
 
 /// A system or developer message's text; its parts are joined by newlines.
-fn system_text(parts: Vec<Part>, param: &str) -> Result<String, ApiError> {
+fn system_text(parts: Vec<Part>, param: Path) -> Result<String, ApiError> {
     let mut text = String::new();
     for (j, p) in parts.into_iter().enumerate() {
         let Part::Text { text: t } = p else {
             return Err(invalid(
-                format!("{param}[{j}]"),
+                param.at(j).to_string(),
                 "System and developer messages take text only.",
             ));
         };
@@ -439,7 +479,7 @@ struct InPart {
 }
 
 /// A message content (a string, or a list of parts) as canonical parts.
-fn content_parts(v: &RawValue, param: &str) -> Result<Vec<Part>, ApiError> {
+fn content_parts(v: &RawValue, param: Path) -> Result<Vec<Part>, ApiError> {
     if v.get().starts_with('"') {
         let text: String = req(Some(v), param, "a string or an array of content parts")?;
         return Ok(vec![Part::text(text)]);
@@ -452,23 +492,23 @@ fn content_parts(v: &RawValue, param: &str) -> Result<Vec<Part>, ApiError> {
     })?;
     let mut parts = Vec::with_capacity(list.len());
     for (j, raw) in list.into_iter().enumerate() {
-        let pp = format!("{param}[{j}]");
+        let pp = param.at(j);
         let p: InPart = serde_json::from_str(raw.get()).map_err(|_| {
             invalid(
-                pp.clone(),
+                pp.to_string(),
                 "Each content part must be an object with a string `type`.",
             )
         })?;
-        parts.push(content_part(p, &pp)?);
+        parts.push(content_part(p, pp)?);
     }
     Ok(parts)
 }
 
-fn content_part(p: InPart, param: &str) -> Result<Part, ApiError> {
-    let need = |v: Option<String>, key: &str| v.ok_or_else(|| missing(&format!("{param}.{key}")));
+fn content_part(p: InPart, param: Path) -> Result<Part, ApiError> {
+    let need = |v: Option<String>, key: &str| v.ok_or_else(|| missing(param.key(key)));
     let no_file_id = |id: &Option<String>| match id {
         Some(_) => Err(invalid(
-            format!("{param}.file_id"),
+            param.key("file_id").to_string(),
             "File ids are not supported; send the content inline as a data URL or as a URL.",
         )),
         None => Ok(()),
@@ -490,7 +530,7 @@ fn content_part(p: InPart, param: &str) -> Result<Part, ApiError> {
                 // Bare base64: the format's files are PDFs.
                 (Some(data), _) => format!("data:application/pdf;base64,{data}"),
                 (None, Some(url)) => url,
-                (None, None) => return Err(missing(&format!("{param}.file_data"))),
+                (None, None) => return Err(missing(param.key("file_data"))),
             };
             Ok(Part::Document {
                 url,
@@ -498,7 +538,7 @@ fn content_part(p: InPart, param: &str) -> Result<Part, ApiError> {
             })
         }
         other => Err(invalid(
-            format!("{param}.type"),
+            param.key("type").to_string(),
             format!("Content parts of type `{other}` are not supported."),
         )),
     }
@@ -511,14 +551,14 @@ struct FunctionCallItem {
     arguments: Option<String>,
 }
 
-fn function_call_item(param: &str, item: &RawValue, r: &mut Request) -> Result<(), ApiError> {
+fn function_call_item(param: Path, item: &RawValue, r: &mut Request) -> Result<(), ApiError> {
     let c: FunctionCallItem = serde_json::from_str(item.get()).map_err(|_| {
         invalid(
             param.to_string(),
             "A function_call item needs string `call_id`, `name` and `arguments`.",
         )
     })?;
-    let need = |v: Option<String>, key: &str| v.ok_or_else(|| missing(&format!("{param}.{key}")));
+    let need = |v: Option<String>, key: &str| v.ok_or_else(|| missing(param.key(key)));
     let part = Part::ToolCall {
         id: need(c.call_id, "call_id")?,
         name: need(c.name, "name")?,
@@ -535,21 +575,19 @@ struct FunctionOutputItem<'a> {
     output: Option<&'a RawValue>,
 }
 
-fn function_output_item(param: &str, item: &RawValue, r: &mut Request) -> Result<(), ApiError> {
+fn function_output_item(param: Path, item: &RawValue, r: &mut Request) -> Result<(), ApiError> {
     let o: FunctionOutputItem = serde_json::from_str(item.get()).map_err(|_| {
         invalid(
             param.to_string(),
             "A function_call_output item needs a string `call_id` and an `output`.",
         )
     })?;
-    let call_id = o
-        .call_id
-        .ok_or_else(|| missing(&format!("{param}.call_id")))?;
-    let out_param = format!("{param}.output");
-    let output = o.output.ok_or_else(|| missing(&out_param))?;
+    let call_id = o.call_id.ok_or_else(|| missing(param.key("call_id")))?;
+    let out_param = param.key("output");
+    let output = o.output.ok_or_else(|| missing(out_param))?;
     let part = Part::ToolResult {
         call_id,
-        content: content_parts(output, &out_param)?,
+        content: content_parts(output, out_param)?,
         is_error: false,
     };
     turn(r, Role::Tool).push(part);
@@ -569,7 +607,7 @@ struct SummaryIn {
     text: String,
 }
 
-fn reasoning_item(param: &str, item: &RawValue, r: &mut Request) -> Result<(), ApiError> {
+fn reasoning_item(param: Path, item: &RawValue, r: &mut Request) -> Result<(), ApiError> {
     let it: ReasoningItem = serde_json::from_str(item.get()).map_err(|_| {
         invalid(
             param.to_string(),
@@ -589,6 +627,15 @@ fn reasoning_item(param: &str, item: &RawValue, r: &mut Request) -> Result<(), A
     Ok(())
 }
 
+/// The description cap; a text short in bytes is short in characters, so only a
+/// long one is counted.
+fn described(param: Path, text: &str) -> Result<(), ApiError> {
+    if text.len() <= MAX_DESCRIPTION_CHARS {
+        return Ok(());
+    }
+    check_description(param.to_string(), text)
+}
+
 #[derive(Deserialize)]
 struct ToolIn<'a> {
     #[serde(rename = "type")]
@@ -601,11 +648,12 @@ struct ToolIn<'a> {
 }
 
 fn parse_tools(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
+    let tools = Path::Root("tools");
     for (i, raw) in array(v, "tools")?.into_iter().enumerate() {
-        let param = format!("tools[{i}]");
+        let param = tools.at(i);
         let t: ToolIn = serde_json::from_str(raw.get()).map_err(|_| {
             invalid(
-                param.clone(),
+                param.to_string(),
                 "Each tool must be an object with a string `type`.",
             )
         })?;
@@ -614,9 +662,9 @@ fn parse_tools(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
                 let name = t
                     .name
                     .filter(|n| !n.is_empty())
-                    .ok_or_else(|| missing(&format!("{param}.name")))?;
+                    .ok_or_else(|| missing(param.key("name")))?;
                 if let Some(d) = &t.description {
-                    check_description(format!("{param}.description"), d)?;
+                    described(param.key("description"), d)?;
                 }
                 let parameters = match t.parameters {
                     Some(p) => p.to_owned(),
@@ -637,7 +685,7 @@ fn parse_tools(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
             }),
             k => {
                 return Err(unsupported(
-                    format!("{param}.type"),
+                    param.key("type").to_string(),
                     format!("Tools of type `{k}` are not supported."),
                 ))
             }
@@ -753,7 +801,7 @@ fn parse_format(v: &RawValue) -> Result<ResponseFormat, ApiError> {
         "json_object" => Ok(ResponseFormat::JsonObject),
         "json_schema" => {
             if let Some(d) = &f.description {
-                check_description("text.format.description".into(), d)?;
+                described(Path::Root("text.format.description"), d)?;
             }
             Ok(ResponseFormat::JsonSchema {
                 name: f.name.ok_or_else(|| missing("text.format.name"))?,
