@@ -861,6 +861,16 @@ struct OutputText {
     annotations: [(); 0],
 }
 
+impl OutputText {
+    fn new(text: String) -> Self {
+        OutputText {
+            kind: "output_text",
+            text,
+            annotations: [],
+        }
+    }
+}
+
 /// One output item of the answer.
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -895,17 +905,21 @@ impl OutItem {
         }
     }
 
-    fn message(id: String, text: String, status: &'static str) -> Self {
+    /// A message item, announced without content.
+    fn message(id: String, status: &'static str) -> Self {
         OutItem::Message {
             id,
             status,
             role: "assistant",
-            content: vec![OutputText {
-                kind: "output_text",
-                text,
-                annotations: [],
-            }],
+            content: Vec::new(),
         }
+    }
+
+    fn with_text(mut self, text: String) -> Self {
+        if let OutItem::Message { content, .. } = &mut self {
+            content.push(OutputText::new(text));
+        }
+        self
     }
 
     fn set_status(&mut self, to: &'static str) {
@@ -1076,11 +1090,8 @@ fn items_of(parts: &[Part], ids: &Ids) -> Vec<OutItem> {
                 }
             }
             Part::Text { text } if text.is_empty() => {}
-            Part::Text { text } => items.push(OutItem::message(
-                ids.item("msg", n),
-                text.clone(),
-                "completed",
-            )),
+            Part::Text { text } => items
+                .push(OutItem::message(ids.item("msg", n), "completed").with_text(text.clone())),
             Part::ToolCall {
                 id,
                 name,
@@ -1228,6 +1239,19 @@ fn frame<T: Serialize>(out: &mut Vec<u8>, seq: &mut u64, name: &str, body: T) {
     *seq += 1;
 }
 
+/// Writes a lifecycle event, which carries the response object (the last one with
+/// the tail's members).
+fn lifecycle(out: &mut Vec<u8>, seq: u64, name: &str, obj: &ResponseObj, tail: Option<&Tail>) {
+    use std::io::Write;
+    // Writing into a Vec cannot fail.
+    let _ = write!(
+        out,
+        "event: {name}\ndata: {{\"type\":\"{name}\",\"sequence_number\":{seq},\"response\":"
+    );
+    write_response(out, obj, tail);
+    out.extend_from_slice(b"}\n\n");
+}
+
 /// Encodes canonical events as the responses API's stream: `response.created` and
 /// `response.in_progress`, then each output item's added / delta / done events,
 /// then `response.completed` (or `response.incomplete`) with the whole response.
@@ -1301,16 +1325,8 @@ impl Encoder {
         }
         self.ids = Some(Ids::new(id, &self.meta.fallback_id));
         for name in ["response.created", "response.in_progress"] {
-            let mut seq = self.seq;
-            out.extend_from_slice(b"event: ");
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b"\ndata: ");
-            let head = format!("{{\"type\":\"{name}\",\"sequence_number\":{seq},\"response\":");
-            out.extend_from_slice(head.as_bytes());
-            write_response(out, &self.snapshot(None, None), None);
-            out.extend_from_slice(b"}\n\n");
-            seq += 1;
-            self.seq = seq;
+            lifecycle(out, self.seq, name, &self.snapshot(None, None), None);
+            self.seq += 1;
         }
     }
 
@@ -1335,23 +1351,20 @@ impl Encoder {
             Some(i) if matches!(self.items.get(i), Some(OutItem::Message { .. })) => i,
             _ => {
                 let i = self.push_item(out, |ids, i| {
-                    OutItem::message(ids.item("msg", i), String::new(), "in_progress")
+                    OutItem::message(ids.item("msg", i), "in_progress")
                 });
                 // The item is announced without content, then its one text part.
-                if let Some(OutItem::Message { content, .. }) = self.items.get_mut(i) {
-                    let part = content.pop();
-                    self.added(i, out);
-                    if let (Some(OutItem::Message { id, content, .. }), Some(part)) =
-                        (self.items.get_mut(i), part)
-                    {
+                self.added(i, out);
+                if let Some(OutItem::Message { id, content, .. }) = self.items.get_mut(i) {
+                    content.push(OutputText::new(String::new()));
+                    if let Some(part) = content.first() {
                         let ev = PartEvent {
                             item_id: id,
                             output_index: i,
                             content_index: 0,
-                            part: &part,
+                            part,
                         };
                         frame(out, &mut self.seq, "response.content_part.added", ev);
-                        content.push(part);
                     }
                 }
                 i
@@ -1572,29 +1585,14 @@ impl StreamEncoder for Encoder {
     fn end(&mut self, tail: &Tail, out: &mut Vec<u8>) {
         self.start(None, out);
         let outcome = Outcome::of(self.finish, tail.cut);
-        let status = match outcome {
-            Outcome::Completed => "completed",
-            Outcome::Incomplete(_) => "incomplete",
-        };
-        self.close(out, status);
+        // The item still open is where the answer stopped.
+        self.close(out, outcome.status());
         let name = match outcome {
             Outcome::Completed => "response.completed",
             Outcome::Incomplete(_) => "response.incomplete",
         };
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b"\ndata: ");
-        let head = format!(
-            "{{\"type\":\"{name}\",\"sequence_number\":{},\"response\":",
-            self.seq
-        );
-        out.extend_from_slice(head.as_bytes());
-        write_response(
-            out,
-            &self.snapshot(Some(outcome), Some(&tail.usage)),
-            Some(tail),
-        );
-        out.extend_from_slice(b"}\n\n");
+        let obj = self.snapshot(Some(outcome), Some(&tail.usage));
+        lifecycle(out, self.seq, name, &obj, Some(tail));
         self.seq += 1;
     }
 }
