@@ -846,10 +846,12 @@ prop_compose! {
     }
 }
 
-/// Images without a detail level are sent as `auto`, the API's default.
+/// Images without a detail level are sent as `auto`, the API's default; an empty
+/// tool result as an empty string.
 fn normal_part(p: &mut Part) {
     match p {
         Part::Image { detail, .. } if detail.is_none() => *detail = Some("auto".into()),
+        Part::ToolResult { content, .. } if content.is_empty() => content.push(Part::text("")),
         Part::ToolResult { content, .. } => content.iter_mut().for_each(normal_part),
         _ => {}
     }
@@ -896,5 +898,84 @@ proptest! {
             TestCaseError::fail(format!("{e}: {}", String::from_utf8_lossy(&rendered.body)))
         })?;
         prop_assert_eq!(normal(back), normal(req));
+    }
+}
+
+/// One piece of an answer, as a group of events in stream order.
+fn answer_piece() -> impl Strategy<Value = Vec<Event>> {
+    let text = "[a-z \u{e9}\u{1f44b}]{1,8}";
+    prop_oneof![
+        prop::collection::vec(text, 1..4)
+            .prop_map(|t| t.into_iter().map(|text| Event::Text { text }).collect()),
+        (
+            prop::collection::vec(text, 0..3),
+            prop::option::of(("[a-zA-Z0-9=]{1,12}", "rs_[a-z0-9]{1,6}"))
+        )
+            .prop_filter("some reasoning", |(t, e)| !t.is_empty() || e.is_some())
+            .prop_map(|(t, enc)| {
+                let mut out: Vec<Event> =
+                    t.into_iter().map(|text| Event::Thinking { text }).collect();
+                if let Some((data, id)) = enc {
+                    out.push(Event::EncryptedReasoning { data, id: Some(id) });
+                }
+                out
+            }),
+        (
+            call_id(),
+            "[a-z_]{1,8}",
+            prop::collection::vec("[a-z{}\":0-9]{1,6}", 0..3)
+        )
+            .prop_map(|(id, name, args)| {
+                // The call's index is filled in by the caller.
+                let mut out = vec![Event::ToolCallStart {
+                    index: u32::MAX,
+                    id,
+                    name,
+                }];
+                out.extend(args.into_iter().map(|arguments| Event::ToolCallArgs {
+                    index: u32::MAX,
+                    arguments,
+                }));
+                out
+            }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn encoded_streams_decode_to_the_same_answer(
+        pieces in prop::collection::vec(answer_piece(), 0..6),
+        length in any::<bool>(),
+    ) {
+        use sluice_filters::ir::FinishReason;
+        let mut events = vec![Event::Start { id: Some("resp_p".into()), model: Some("m".into()) }];
+        let mut calls = 0u32;
+        for piece in pieces {
+            let is_call = matches!(piece.first(), Some(Event::ToolCallStart { .. }));
+            for mut ev in piece {
+                if let Event::ToolCallStart { index, .. } | Event::ToolCallArgs { index, .. } = &mut ev {
+                    *index = calls;
+                }
+                events.push(ev);
+            }
+            calls += u32::from(is_call);
+        }
+        let reason = if length { FinishReason::Length } else { FinishReason::Stop };
+        events.push(Event::Finish { reason, raw: None });
+        let t = tail(Usage::default(), false);
+        let out = encode(&events, &t);
+        let stream = frames(&out);
+        assert_stream_matches_render(&stream, &events, &t);
+        let (back, done) = decode_pieces(out.chunks(5));
+        prop_assert!(done);
+        let (a, b) = (Response::from_events(&back), Response::from_events(&events));
+        prop_assert_eq!(a.parts, b.parts);
+        prop_assert_eq!(a.finish == Some(FinishReason::Length), length);
     }
 }

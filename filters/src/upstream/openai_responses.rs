@@ -240,10 +240,12 @@ fn user_items<'a>(m: &'a Message, role: &'static str, items: &mut Vec<Item<'a>>)
         } = p
         {
             flush(&mut pending, items);
-            items.push(Item::FunctionCallOutput {
-                call_id,
-                output: content(c.iter().filter_map(in_part).collect()),
-            });
+            let output = match content(c.iter().filter_map(in_part).collect()) {
+                // A result with nothing in it is an empty string to this API.
+                Content::Parts(p) if p.is_empty() => Content::Text(""),
+                output => output,
+            };
+            items.push(Item::FunctionCallOutput { call_id, output });
         } else if let Some(ip) = in_part(p) {
             pending.push(ip);
         }
