@@ -1,1 +1,1613 @@
-//! The responses inbound format (see the module contract in `inbound`).
+//! The responses inbound format (`POST /v1/responses`): the body parsed and
+//! validated into the canonical [`Request`]; answers rendered back as a `response`
+//! object, whole or as the responses API's named stream events (see the module
+//! contract in `inbound`).
+//!
+//! The responses API is a closed schema: an unknown top-level field, or an unknown
+//! key in an input message item, is a 400 naming it. Fields the canonical form does
+//! not model but an OpenAI rung understands are kept verbatim in `extras`.
+
+use super::common::{
+    check_description, invalid, malformed, refused_everywhere, unsupported, MAX_DESCRIPTION_CHARS,
+};
+use crate::error::{ApiError, ErrorCode, Format};
+use crate::ir::{
+    Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response, ResponseFormat,
+    Role, StreamEncoder, Tail, Tool, ToolChoice,
+};
+use crate::upstream::openai_chat::append_member;
+use crate::usage::Usage;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::fmt;
+
+/// The member of the final answer that carries the receipt.
+const RECEIPT_MEMBER: &str = "x_gateway";
+/// The member of the final answer that names the dropped fields.
+const IGNORED_MEMBER: &str = "x_service_ignored_parameters";
+
+/// Top-level fields kept verbatim as extras under their own names: an OpenAI rung
+/// understands them, the canonical form does not model them.
+const EXTRA_FIELDS: [&str; 8] = [
+    "metadata",
+    "service_tier",
+    "truncation",
+    "client_metadata",
+    "background",
+    "top_logprobs",
+    "safety_identifier",
+    "max_tool_calls",
+];
+
+/// Parameters for a function tool that declares none.
+const EMPTY_PARAMETERS: &str = r#"{"type":"object","properties":{}}"#;
+
+// ---------------------------------------------------------------------------
+// Reading objects member by member
+
+/// One member of a JSON object: its key and its unparsed value.
+pub(crate) type Member<'a> = (Cow<'a, str>, &'a RawValue);
+
+/// The members of a JSON object in document order, values unparsed: lets a closed
+/// schema name the offending key, and lets forwarded values pass untouched.
+pub(crate) struct Members<'a>(pub(crate) Vec<Member<'a>>);
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(16));
+                while let Some(Key(k)) = map.next_key()? {
+                    let v: &'de RawValue = map.next_value()?;
+                    out.push((k, v));
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A key, borrowed from the document unless it holds escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Whether a member is absent in effect (`null`).
+fn is_null(v: &RawValue) -> bool {
+    v.get() == "null"
+}
+
+/// Where a value sits in the body (`input[3].content[1]`), spelled out only when an
+/// error names it: a valid body costs no formatting.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Root(&'static str),
+    Key(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl<'a> Path<'a> {
+    fn key(&'a self, k: &'a str) -> Path<'a> {
+        Path::Key(self, k)
+    }
+
+    fn at(&'a self, i: usize) -> Path<'a> {
+        Path::Index(self, i)
+    }
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Path::Root(name) => f.write_str(name),
+            Path::Key(p, k) => write!(f, "{p}.{k}"),
+            Path::Index(p, i) => write!(f, "{p}[{i}]"),
+        }
+    }
+}
+
+/// Reads an optional member: absent and `null` are both `None`; a value of the wrong
+/// type is a 400 naming `param`.
+fn opt<'a, T: Deserialize<'a>>(
+    v: Option<&'a RawValue>,
+    param: impl fmt::Display,
+    what: &str,
+) -> Result<Option<T>, ApiError> {
+    match v {
+        None => Ok(None),
+        Some(v) if is_null(v) => Ok(None),
+        Some(v) => serde_json::from_str(v.get())
+            .map(Some)
+            .map_err(|_| invalid(param.to_string(), format!("`{param}` must be {what}."))),
+    }
+}
+
+/// Reads a required member.
+fn req<'a, T: Deserialize<'a>>(
+    v: Option<&'a RawValue>,
+    param: impl fmt::Display + Copy,
+    what: &str,
+) -> Result<T, ApiError> {
+    opt(v, param, what)?.ok_or_else(|| missing(param))
+}
+
+fn missing(param: impl fmt::Display) -> ApiError {
+    ApiError::new(
+        ErrorCode::InvalidRequest,
+        format!("Missing required parameter: `{param}`."),
+    )
+    .param(param.to_string())
+}
+
+fn members(v: &RawValue, param: impl fmt::Display) -> Result<Vec<Member<'_>>, ApiError> {
+    serde_json::from_str::<Members>(v.get())
+        .map(|m| m.0)
+        .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an object.")))
+}
+
+fn array(v: &RawValue, param: impl fmt::Display) -> Result<Vec<&RawValue>, ApiError> {
+    serde_json::from_str(v.get())
+        .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an array.")))
+}
+
+// ---------------------------------------------------------------------------
+// Parsing
+
+/// The top-level members the format knows, unparsed until read.
+#[derive(Default)]
+struct Top<'a> {
+    model: Option<&'a RawValue>,
+    input: Option<&'a RawValue>,
+    instructions: Option<&'a RawValue>,
+    tools: Option<&'a RawValue>,
+    tool_choice: Option<&'a RawValue>,
+    parallel_tool_calls: Option<&'a RawValue>,
+    max_output_tokens: Option<&'a RawValue>,
+    temperature: Option<&'a RawValue>,
+    top_p: Option<&'a RawValue>,
+    reasoning: Option<&'a RawValue>,
+    text: Option<&'a RawValue>,
+    store: Option<&'a RawValue>,
+    include: Option<&'a RawValue>,
+    user: Option<&'a RawValue>,
+    prompt_cache_key: Option<&'a RawValue>,
+    stream: Option<&'a RawValue>,
+    extras: Vec<(&'static str, &'a RawValue)>,
+}
+
+impl<'a> Top<'a> {
+    fn collect(members: Vec<Member<'a>>) -> Result<Self, ApiError> {
+        let mut t = Top::default();
+        for (k, v) in members {
+            let slot = match k.as_ref() {
+                "model" => &mut t.model,
+                "input" => &mut t.input,
+                "instructions" => &mut t.instructions,
+                "tools" => &mut t.tools,
+                "tool_choice" => &mut t.tool_choice,
+                "parallel_tool_calls" => &mut t.parallel_tool_calls,
+                "max_output_tokens" => &mut t.max_output_tokens,
+                "temperature" => &mut t.temperature,
+                "top_p" => &mut t.top_p,
+                "reasoning" => &mut t.reasoning,
+                "text" => &mut t.text,
+                "store" => &mut t.store,
+                "include" => &mut t.include,
+                "user" => &mut t.user,
+                "prompt_cache_key" => &mut t.prompt_cache_key,
+                "stream" => &mut t.stream,
+                "previous_response_id" => {
+                    previous_response(v)?;
+                    continue;
+                }
+                name => {
+                    if let Some(x) = EXTRA_FIELDS.iter().find(|x| **x == name) {
+                        if !is_null(v) {
+                            t.extras.push((x, v));
+                        }
+                        continue;
+                    }
+                    return Err(refused_everywhere(name).unwrap_or_else(|| {
+                        unsupported(
+                            name.to_string(),
+                            format!(
+                                "The parameter `{name}` is not supported on the responses route."
+                            ),
+                        )
+                    }));
+                }
+            };
+            *slot = Some(v);
+        }
+        Ok(t)
+    }
+}
+
+/// The gateway keeps no responses yet: any id given is not found.
+fn previous_response(v: &RawValue) -> Result<(), ApiError> {
+    let id: Option<String> = opt(Some(v), "previous_response_id", "a string")?;
+    match id {
+        None => Ok(()),
+        Some(_) => Err(ApiError::new(
+            ErrorCode::PreviousResponseNotFound,
+            "The previous response was not found; send the full conversation as `input`.",
+        )
+        .param("previous_response_id")),
+    }
+}
+
+/// Parses and validates a responses body into the canonical request.
+pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
+    let Members(top) = serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => malformed("The request body must be a JSON object."),
+        _ => ApiError::invalid_json(e),
+    })?;
+    let t = Top::collect(top)?;
+    let mut r = Request {
+        model: req(t.model, "model", "a string")?,
+        stream: opt(t.stream, "stream", "a boolean")?.unwrap_or(false),
+        ..Request::default()
+    };
+    if r.model.is_empty() {
+        return Err(invalid("model", "`model` must not be empty."));
+    }
+    if let Some(i) = opt::<String>(t.instructions, "instructions", "a string")? {
+        r.system.push(i);
+    }
+    parse_input(t.input.ok_or_else(|| missing("input"))?, &mut r)?;
+    if let Some(tools) = t.tools.filter(|v| !is_null(v)) {
+        parse_tools(tools, &mut r)?;
+    }
+    r.tool_choice = parse_tool_choice(t.tool_choice)?;
+    r.parallel_tool_calls = opt(t.parallel_tool_calls, "parallel_tool_calls", "a boolean")?;
+    r.max_tokens = opt(
+        t.max_output_tokens,
+        "max_output_tokens",
+        "a positive integer",
+    )?;
+    if r.max_tokens == Some(0) {
+        return Err(invalid(
+            "max_output_tokens",
+            "`max_output_tokens` must be a positive integer.",
+        ));
+    }
+    r.temperature = ranged(
+        t.temperature,
+        "temperature",
+        2.0,
+        "a number between 0 and 2",
+    )?;
+    r.top_p = ranged(t.top_p, "top_p", 1.0, "a number between 0 and 1")?;
+    r.reasoning = parse_reasoning(t.reasoning)?;
+    if let Some(text) = t.text.filter(|v| !is_null(v)) {
+        parse_text(text, &mut r)?;
+    }
+    // Nothing is stored upstream whatever the client asks; the value is checked only.
+    opt::<bool>(t.store, "store", "a boolean")?;
+    r.include = opt(t.include, "include", "an array of strings")?.unwrap_or_default();
+    r.user = opt(t.user, "user", "a string")?;
+    r.prompt_cache_key = opt(t.prompt_cache_key, "prompt_cache_key", "a string")?;
+    for (name, v) in t.extras {
+        if name == "top_logprobs" {
+            let n: Option<u8> = opt(Some(v), name, "an integer between 0 and 20")?;
+            if n.is_some_and(|n| n > 20) {
+                return Err(invalid(
+                    name,
+                    "`top_logprobs` must be an integer between 0 and 20.",
+                ));
+            }
+        }
+        r.extras.push(Extra {
+            name: name.to_string(),
+            value: v.to_owned(),
+        });
+    }
+    Ok(r)
+}
+
+/// A number in `0..=max`; `what` says so in words.
+fn ranged(
+    v: Option<&RawValue>,
+    param: &str,
+    max: f64,
+    what: &str,
+) -> Result<Option<f64>, ApiError> {
+    let n: Option<f64> = opt(v, param, what)?;
+    match n {
+        Some(x) if !(0.0..=max).contains(&x) => Err(invalid(
+            param.to_string(),
+            format!("`{param}` must be {what}."),
+        )),
+        n => Ok(n),
+    }
+}
+
+fn parse_input(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
+    if v.get().starts_with('"') {
+        let text: String = req(Some(v), "input", "a string or an array of input items")?;
+        r.messages.push(Message {
+            role: Role::User,
+            parts: vec![Part::text(text)],
+        });
+        return Ok(());
+    }
+    let items: Vec<&RawValue> = serde_json::from_str(v.get()).map_err(|_| {
+        invalid(
+            "input",
+            "`input` must be a string or an array of input items.",
+        )
+    })?;
+    let input = Path::Root("input");
+    for (i, item) in items.into_iter().enumerate() {
+        parse_item(input.at(i), item, r)?;
+    }
+    Ok(())
+}
+
+/// The parts of the turn `role` is adding to: assistant output items (reasoning,
+/// messages, function calls) join one assistant turn, and consecutive function
+/// call outputs one tool turn, so every wire sees calls and results grouped.
+fn turn(r: &mut Request, role: Role) -> &mut Vec<Part> {
+    let merge = matches!(role, Role::Assistant | Role::Tool)
+        && r.messages.last().is_some_and(|m| m.role == role);
+    if !merge {
+        r.messages.push(Message {
+            role,
+            parts: Vec::new(),
+        });
+    }
+    let last = r.messages.len() - 1;
+    &mut r.messages[last].parts
+}
+
+fn parse_item(param: Path, item: &RawValue, r: &mut Request) -> Result<(), ApiError> {
+    let fields = members(item, param)?;
+    let kind = fields.iter().find(|(k, _)| k == "type").map(|(_, v)| *v);
+    let kind: Option<String> = opt(kind, param.key("type"), "a string")?;
+    match kind.as_deref() {
+        None | Some("message") => message_item(param, &fields, r),
+        Some("function_call") => function_call_item(param, item, r),
+        Some("function_call_output") => function_output_item(param, item, r),
+        Some("reasoning") => reasoning_item(param, item, r),
+        Some(other) => Err(unsupported(
+            param.key("type").to_string(),
+            format!("Input items of type `{other}` are not supported."),
+        )),
+    }
+}
+
+fn message_item(param: Path, fields: &[Member], r: &mut Request) -> Result<(), ApiError> {
+    let (mut role, mut content) = (None, None);
+    for (k, v) in fields {
+        match k.as_ref() {
+            "role" => role = Some(*v),
+            "content" => content = Some(*v),
+            // Output-item bookkeeping a client replays; `phase` is a hint the
+            // canonical form cannot carry.
+            "type" | "id" | "status" | "phase" => {}
+            other => {
+                return Err(invalid(
+                    param.key(other).to_string(),
+                    format!("Unknown key `{other}` in a message input item."),
+                ))
+            }
+        }
+    }
+    let role_param = param.key("role");
+    let role: String = req(role, role_param, "a string")?;
+    let role = match role.as_str() {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "system" | "developer" => Role::System,
+        _ => {
+            return Err(invalid(
+                role_param.to_string(),
+                "The role must be one of user, assistant, system or developer.",
+            ))
+        }
+    };
+    let content_param = param.key("content");
+    let content = content.ok_or_else(|| missing(content_param))?;
+    let parts = content_parts(content, content_param)?;
+    match role {
+        Role::System => r.system.push(system_text(parts, content_param)?),
+        Role::User => r.messages.push(Message { role, parts }),
+        _ => turn(r, role).extend(parts),
+    }
+    Ok(())
+}
+
+/// A system or developer message's text; its parts are joined by newlines.
+fn system_text(parts: Vec<Part>, param: Path) -> Result<String, ApiError> {
+    let mut text = String::new();
+    for (j, p) in parts.into_iter().enumerate() {
+        let Part::Text { text: t } = p else {
+            return Err(invalid(
+                param.at(j).to_string(),
+                "System and developer messages take text only.",
+            ));
+        };
+        if j > 0 {
+            text.push('\n');
+        }
+        text.push_str(&t);
+    }
+    Ok(text)
+}
+
+/// One content part of a message or of a function call output.
+#[derive(Deserialize)]
+struct InPart {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+    refusal: Option<String>,
+    image_url: Option<String>,
+    detail: Option<String>,
+    file_id: Option<String>,
+    file_data: Option<String>,
+    file_url: Option<String>,
+    filename: Option<String>,
+}
+
+/// A message content (a string, or a list of parts) as canonical parts.
+fn content_parts(v: &RawValue, param: Path) -> Result<Vec<Part>, ApiError> {
+    if v.get().starts_with('"') {
+        let text: String = req(Some(v), param, "a string or an array of content parts")?;
+        return Ok(vec![Part::text(text)]);
+    }
+    let list: Vec<&RawValue> = serde_json::from_str(v.get()).map_err(|_| {
+        invalid(
+            param.to_string(),
+            format!("`{param}` must be a string or an array of content parts."),
+        )
+    })?;
+    let mut parts = Vec::with_capacity(list.len());
+    for (j, raw) in list.into_iter().enumerate() {
+        let pp = param.at(j);
+        let p: InPart = serde_json::from_str(raw.get()).map_err(|_| {
+            invalid(
+                pp.to_string(),
+                "Each content part must be an object with a string `type`.",
+            )
+        })?;
+        parts.push(content_part(p, pp)?);
+    }
+    Ok(parts)
+}
+
+fn content_part(p: InPart, param: Path) -> Result<Part, ApiError> {
+    let need = |v: Option<String>, key: &str| v.ok_or_else(|| missing(param.key(key)));
+    let no_file_id = |id: &Option<String>| match id {
+        Some(_) => Err(invalid(
+            param.key("file_id").to_string(),
+            "File ids are not supported; send the content inline as a data URL or as a URL.",
+        )),
+        None => Ok(()),
+    };
+    match p.kind.as_str() {
+        "input_text" | "output_text" => Ok(Part::text(need(p.text, "text")?)),
+        "refusal" => Ok(Part::text(need(p.refusal, "refusal")?)),
+        "input_image" => {
+            no_file_id(&p.file_id)?;
+            Ok(Part::Image {
+                url: need(p.image_url, "image_url")?,
+                detail: p.detail,
+            })
+        }
+        "input_file" => {
+            no_file_id(&p.file_id)?;
+            let url = match (p.file_data, p.file_url) {
+                (Some(data), _) if data.starts_with("data:") => data,
+                // Bare base64: the format's files are PDFs.
+                (Some(data), _) => format!("data:application/pdf;base64,{data}"),
+                (None, Some(url)) => url,
+                (None, None) => return Err(missing(param.key("file_data"))),
+            };
+            Ok(Part::Document {
+                url,
+                name: p.filename,
+            })
+        }
+        other => Err(invalid(
+            param.key("type").to_string(),
+            format!("Content parts of type `{other}` are not supported."),
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+struct FunctionCallItem {
+    call_id: Option<String>,
+    name: Option<String>,
+    arguments: Option<String>,
+}
+
+fn function_call_item(param: Path, item: &RawValue, r: &mut Request) -> Result<(), ApiError> {
+    let c: FunctionCallItem = serde_json::from_str(item.get()).map_err(|_| {
+        invalid(
+            param.to_string(),
+            "A function_call item needs string `call_id`, `name` and `arguments`.",
+        )
+    })?;
+    let need = |v: Option<String>, key: &str| v.ok_or_else(|| missing(param.key(key)));
+    let part = Part::ToolCall {
+        id: need(c.call_id, "call_id")?,
+        name: need(c.name, "name")?,
+        arguments: need(c.arguments, "arguments")?,
+    };
+    turn(r, Role::Assistant).push(part);
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct FunctionOutputItem<'a> {
+    call_id: Option<String>,
+    #[serde(borrow)]
+    output: Option<&'a RawValue>,
+}
+
+fn function_output_item(param: Path, item: &RawValue, r: &mut Request) -> Result<(), ApiError> {
+    let o: FunctionOutputItem = serde_json::from_str(item.get()).map_err(|_| {
+        invalid(
+            param.to_string(),
+            "A function_call_output item needs a string `call_id` and an `output`.",
+        )
+    })?;
+    let call_id = o.call_id.ok_or_else(|| missing(param.key("call_id")))?;
+    let out_param = param.key("output");
+    let output = o.output.ok_or_else(|| missing(out_param))?;
+    let part = Part::ToolResult {
+        call_id,
+        content: content_parts(output, out_param)?,
+        is_error: false,
+    };
+    turn(r, Role::Tool).push(part);
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct ReasoningItem {
+    id: Option<String>,
+    #[serde(default)]
+    summary: Vec<SummaryIn>,
+    encrypted_content: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct SummaryIn {
+    text: String,
+}
+
+fn reasoning_item(param: Path, item: &RawValue, r: &mut Request) -> Result<(), ApiError> {
+    let it: ReasoningItem = serde_json::from_str(item.get()).map_err(|_| {
+        invalid(
+            param.to_string(),
+            "A reasoning item needs `summary` as an array of summary_text parts.",
+        )
+    })?;
+    let parts = turn(r, Role::Assistant);
+    for s in it.summary {
+        parts.push(Part::Thinking {
+            text: s.text,
+            signature: None,
+        });
+    }
+    if let Some(data) = it.encrypted_content {
+        parts.push(Part::EncryptedReasoning { data, id: it.id });
+    }
+    Ok(())
+}
+
+/// The description cap; a text short in bytes is short in characters, so only a
+/// long one is counted.
+fn described(param: Path, text: &str) -> Result<(), ApiError> {
+    if text.len() <= MAX_DESCRIPTION_CHARS {
+        return Ok(());
+    }
+    check_description(param.to_string(), text)
+}
+
+#[derive(Deserialize)]
+struct ToolIn<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    name: Option<String>,
+    description: Option<String>,
+    #[serde(borrow)]
+    parameters: Option<&'a RawValue>,
+    strict: Option<bool>,
+}
+
+fn parse_tools(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
+    let tools = Path::Root("tools");
+    for (i, raw) in array(v, "tools")?.into_iter().enumerate() {
+        let param = tools.at(i);
+        let t: ToolIn = serde_json::from_str(raw.get()).map_err(|_| {
+            invalid(
+                param.to_string(),
+                "Each tool must be an object with a string `type`.",
+            )
+        })?;
+        match t.kind.as_str() {
+            "function" => {
+                let name = t
+                    .name
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| missing(param.key("name")))?;
+                if let Some(d) = &t.description {
+                    described(param.key("description"), d)?;
+                }
+                let parameters = match t.parameters {
+                    Some(p) => p.to_owned(),
+                    None => RawValue::from_string(EMPTY_PARAMETERS.to_string())
+                        .map_err(|_| ApiError::internal())?,
+                };
+                r.tools.push(Tool {
+                    name,
+                    description: t.description,
+                    parameters,
+                    strict: t.strict,
+                });
+            }
+            // Web search is served later (natively or by the service): kept whole.
+            k if k.starts_with("web_search") => r.extras.push(Extra {
+                name: "tools.web_search".into(),
+                value: raw.to_owned(),
+            }),
+            k => {
+                return Err(unsupported(
+                    param.key("type").to_string(),
+                    format!("Tools of type `{k}` are not supported."),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct ToolChoiceIn {
+    #[serde(rename = "type")]
+    kind: String,
+    name: Option<String>,
+}
+
+fn parse_tool_choice(v: Option<&RawValue>) -> Result<Option<ToolChoice>, ApiError> {
+    let Some(v) = v.filter(|v| !is_null(v)) else {
+        return Ok(None);
+    };
+    let bad = || {
+        invalid(
+            "tool_choice",
+            "`tool_choice` must be auto, none, required or {\"type\":\"function\",\"name\":...}.",
+        )
+    };
+    if v.get().starts_with('"') {
+        let s: String = serde_json::from_str(v.get()).map_err(|_| bad())?;
+        return match s.as_str() {
+            "auto" => Ok(Some(ToolChoice::Auto)),
+            "none" => Ok(Some(ToolChoice::None)),
+            "required" => Ok(Some(ToolChoice::Required)),
+            _ => Err(bad()),
+        };
+    }
+    let c: ToolChoiceIn = serde_json::from_str(v.get()).map_err(|_| bad())?;
+    match (c.kind.as_str(), c.name) {
+        ("function", Some(name)) => Ok(Some(ToolChoice::Tool { name })),
+        ("function", None) => Err(missing("tool_choice.name")),
+        (kind, _) => Err(unsupported(
+            "tool_choice",
+            format!("A tool_choice of type `{kind}` is not supported."),
+        )),
+    }
+}
+
+fn parse_reasoning(v: Option<&RawValue>) -> Result<Option<Reasoning>, ApiError> {
+    let Some(v) = v.filter(|v| !is_null(v)) else {
+        return Ok(None);
+    };
+    let mut out = Reasoning::default();
+    let mut legacy = None;
+    for (k, v) in members(v, "reasoning")? {
+        match k.as_ref() {
+            "effort" => out.effort = opt(Some(v), "reasoning.effort", "a string")?,
+            "summary" => out.summary = opt(Some(v), "reasoning.summary", "a string")?,
+            // The deprecated spelling of `summary`.
+            "generate_summary" => legacy = opt(Some(v), "reasoning.generate_summary", "a string")?,
+            other => {
+                return Err(unsupported(
+                    format!("reasoning.{other}"),
+                    format!("The parameter `reasoning.{other}` is not supported."),
+                ))
+            }
+        }
+    }
+    if out.summary.is_none() {
+        out.summary = legacy;
+    }
+    Ok((out.effort.is_some() || out.summary.is_some()).then_some(out))
+}
+
+#[derive(Deserialize)]
+struct FormatIn<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    name: Option<String>,
+    description: Option<String>,
+    #[serde(borrow)]
+    schema: Option<&'a RawValue>,
+    strict: Option<bool>,
+}
+
+fn parse_text(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
+    for (k, v) in members(v, "text")? {
+        match k.as_ref() {
+            "format" if is_null(v) => {}
+            "format" => r.response_format = Some(parse_format(v)?),
+            "verbosity" if is_null(v) => {}
+            "verbosity" => r.extras.push(Extra {
+                name: "text.verbosity".into(),
+                value: v.to_owned(),
+            }),
+            other => {
+                return Err(unsupported(
+                    format!("text.{other}"),
+                    format!("The parameter `text.{other}` is not supported."),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn parse_format(v: &RawValue) -> Result<ResponseFormat, ApiError> {
+    let f: FormatIn = serde_json::from_str(v.get()).map_err(|_| {
+        invalid(
+            "text.format",
+            "`text.format` must be an object with a string `type`.",
+        )
+    })?;
+    match f.kind.as_str() {
+        "text" => Ok(ResponseFormat::Text),
+        "json_object" => Ok(ResponseFormat::JsonObject),
+        "json_schema" => {
+            if let Some(d) = &f.description {
+                described(Path::Root("text.format.description"), d)?;
+            }
+            Ok(ResponseFormat::JsonSchema {
+                name: f.name.ok_or_else(|| missing("text.format.name"))?,
+                description: f.description,
+                schema: f
+                    .schema
+                    .ok_or_else(|| missing("text.format.schema"))?
+                    .to_owned(),
+                strict: f.strict,
+            })
+        }
+        other => Err(invalid(
+            "text.format.type",
+            format!("`text.format.type` must be text, json_object or json_schema, not `{other}`."),
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The response object
+
+/// Ids of the answer and its output items. The provider's id is kept when it is a
+/// responses id; any other is prefixed so the client sees the format's own shape.
+struct Ids {
+    resp: String,
+}
+
+impl Ids {
+    fn new(id: Option<&str>, fallback: &str) -> Self {
+        let raw = id.filter(|s| !s.is_empty()).unwrap_or(fallback);
+        let resp = if raw.starts_with("resp_") {
+            raw.to_string()
+        } else {
+            format!("resp_{raw}")
+        };
+        Ids { resp }
+    }
+
+    /// An output item id, unique within the answer.
+    fn item(&self, prefix: &str, index: usize) -> String {
+        format!("{prefix}_{}_{index}", &self.resp["resp_".len()..])
+    }
+}
+
+#[derive(Serialize)]
+struct SummaryText {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: String,
+}
+
+#[derive(Serialize)]
+struct OutputText {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: String,
+    annotations: [(); 0],
+}
+
+impl OutputText {
+    fn new(text: String) -> Self {
+        OutputText {
+            kind: "output_text",
+            text,
+            annotations: [],
+        }
+    }
+}
+
+/// One output item of the answer.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum OutItem {
+    Reasoning {
+        id: String,
+        summary: Vec<SummaryText>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        encrypted_content: Option<String>,
+    },
+    Message {
+        id: String,
+        status: &'static str,
+        role: &'static str,
+        content: Vec<OutputText>,
+    },
+    FunctionCall {
+        id: String,
+        call_id: String,
+        name: String,
+        arguments: String,
+        status: &'static str,
+    },
+}
+
+impl OutItem {
+    fn reasoning(id: String) -> Self {
+        OutItem::Reasoning {
+            id,
+            summary: Vec::new(),
+            encrypted_content: None,
+        }
+    }
+
+    /// A message item, announced without content.
+    fn message(id: String, status: &'static str) -> Self {
+        OutItem::Message {
+            id,
+            status,
+            role: "assistant",
+            content: Vec::new(),
+        }
+    }
+
+    fn with_text(mut self, text: String) -> Self {
+        if let OutItem::Message { content, .. } = &mut self {
+            content.push(OutputText::new(text));
+        }
+        self
+    }
+
+    fn set_status(&mut self, to: &'static str) {
+        match self {
+            OutItem::Message { status, .. } | OutItem::FunctionCall { status, .. } => *status = to,
+            OutItem::Reasoning { .. } => {}
+        }
+    }
+
+    /// Whether this is a reasoning item that can still take its encrypted content.
+    fn open_reasoning(&self) -> bool {
+        matches!(
+            self,
+            OutItem::Reasoning {
+                encrypted_content: None,
+                ..
+            }
+        )
+    }
+
+    /// Adds visible reasoning to a reasoning item (one summary part).
+    fn add_thinking(&mut self, text: &str) {
+        if let OutItem::Reasoning { summary, .. } = self {
+            match summary.last_mut() {
+                Some(s) => s.text.push_str(text),
+                None => summary.push(SummaryText {
+                    kind: "summary_text",
+                    text: text.to_string(),
+                }),
+            }
+        }
+    }
+
+    fn set_encrypted(&mut self, data: &str, new_id: Option<&str>) {
+        if let OutItem::Reasoning {
+            id,
+            encrypted_content,
+            ..
+        } = self
+        {
+            *encrypted_content = Some(data.to_string());
+            if let Some(n) = new_id {
+                *id = n.to_string();
+            }
+        }
+    }
+}
+
+/// How the answer ended, in the format's terms.
+#[derive(Clone, Copy, PartialEq)]
+enum Outcome {
+    Completed,
+    /// `incomplete`, with `incomplete_details.reason`.
+    Incomplete(&'static str),
+}
+
+impl Outcome {
+    fn of(finish: Option<FinishReason>, cut: bool) -> Self {
+        match finish {
+            _ if cut => Outcome::Incomplete("max_output_tokens"),
+            Some(FinishReason::Length) => Outcome::Incomplete("max_output_tokens"),
+            Some(FinishReason::ContentFilter) => Outcome::Incomplete("content_filter"),
+            _ => Outcome::Completed,
+        }
+    }
+
+    fn status(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Incomplete(_) => "incomplete",
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Incomplete {
+    reason: &'static str,
+}
+
+#[derive(Serialize)]
+struct CachedDetails {
+    cached_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct ReasoningDetails {
+    reasoning_tokens: u64,
+}
+
+/// Usage in the responses format's names.
+#[derive(Serialize)]
+struct UsageOut {
+    input_tokens: u64,
+    input_tokens_details: CachedDetails,
+    output_tokens: u64,
+    output_tokens_details: ReasoningDetails,
+    total_tokens: u64,
+}
+
+impl From<&Usage> for UsageOut {
+    fn from(u: &Usage) -> Self {
+        UsageOut {
+            input_tokens: u.input_tokens,
+            input_tokens_details: CachedDetails {
+                cached_tokens: u.cached_tokens,
+            },
+            output_tokens: u.output_tokens,
+            output_tokens_details: ReasoningDetails {
+                reasoning_tokens: u.reasoning_tokens,
+            },
+            total_tokens: u.total(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ResponseObj<'a> {
+    id: &'a str,
+    object: &'static str,
+    created_at: i64,
+    status: &'static str,
+    error: Option<()>,
+    incomplete_details: Option<Incomplete>,
+    model: &'a str,
+    output: &'a [OutItem],
+    usage: Option<UsageOut>,
+    provider: &'a str,
+}
+
+/// Writes a response object into `out`; a finished one carries the receipt and the
+/// disclosure of dropped fields.
+fn write_response(out: &mut Vec<u8>, obj: &ResponseObj, tail: Option<&Tail>) {
+    let start = out.len();
+    // Serializing plain strings and numbers into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, obj);
+    let Some(tail) = tail else { return };
+    if !tail.receipt.is_empty() {
+        append_member(out, start, RECEIPT_MEMBER, tail.receipt.as_bytes());
+    }
+    if let Some(ignored) = &tail.ignored {
+        let v = serde_json::to_vec(ignored).unwrap_or_default();
+        append_member(out, start, IGNORED_MEMBER, &v);
+    }
+}
+
+/// The output items of a whole answer, in order: visible reasoning and the
+/// encrypted content that follows it share one reasoning item.
+fn items_of(parts: &[Part], ids: &Ids) -> Vec<OutItem> {
+    let mut items: Vec<OutItem> = Vec::new();
+    for p in parts {
+        let n = items.len();
+        match p {
+            Part::Thinking { text, .. } if text.is_empty() => {}
+            Part::Thinking { text, .. } => {
+                if !items.last().is_some_and(OutItem::open_reasoning) {
+                    items.push(OutItem::reasoning(ids.item("rs", n)));
+                }
+                if let Some(it) = items.last_mut() {
+                    it.add_thinking(text);
+                }
+            }
+            Part::EncryptedReasoning { data, id } => {
+                if !items.last().is_some_and(OutItem::open_reasoning) {
+                    items.push(OutItem::reasoning(ids.item("rs", n)));
+                }
+                if let Some(it) = items.last_mut() {
+                    it.set_encrypted(data, id.as_deref());
+                }
+            }
+            Part::Text { text } if text.is_empty() => {}
+            Part::Text { text } => items
+                .push(OutItem::message(ids.item("msg", n), "completed").with_text(text.clone())),
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => items.push(OutItem::FunctionCall {
+                id: ids.item("fc", n),
+                call_id: id.clone(),
+                name: name.clone(),
+                arguments: arguments.clone(),
+                status: "completed",
+            }),
+            // Inputs never appear in an answer.
+            Part::Image { .. } | Part::Document { .. } | Part::ToolResult { .. } => {}
+        }
+    }
+    items
+}
+
+/// One whole answer as a `response` object.
+pub fn render(resp: &Response, meta: &Meta, tail: &Tail) -> Vec<u8> {
+    let ids = Ids::new(resp.id.as_deref(), &meta.fallback_id);
+    let mut items = items_of(&resp.parts, &ids);
+    let outcome = Outcome::of(resp.finish, tail.cut);
+    if let (Outcome::Incomplete(_), Some(last)) = (outcome, items.last_mut()) {
+        last.set_status("incomplete");
+    }
+    let obj = ResponseObj {
+        id: &ids.resp,
+        object: "response",
+        created_at: meta.created,
+        status: outcome.status(),
+        error: None,
+        incomplete_details: match outcome {
+            Outcome::Incomplete(reason) => Some(Incomplete { reason }),
+            Outcome::Completed => None,
+        },
+        model: resp.model.as_deref().unwrap_or(&meta.slug),
+        output: &items,
+        usage: Some(UsageOut::from(&tail.usage)),
+        provider: &meta.provider,
+    };
+    let mut out = Vec::with_capacity(512 + tail.receipt.len());
+    write_response(&mut out, &obj, Some(tail));
+    out
+}
+
+// ---------------------------------------------------------------------------
+// The stream
+
+/// A stream event: its `type` (also the SSE `event:` name) and `sequence_number`
+/// around the event's own members.
+#[derive(Serialize)]
+struct Envelope<'a, T: Serialize> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    sequence_number: u64,
+    #[serde(flatten)]
+    body: T,
+}
+
+#[derive(Serialize)]
+struct ItemEvent<'a> {
+    output_index: usize,
+    item: &'a OutItem,
+}
+
+#[derive(Serialize)]
+struct PartEvent<'a> {
+    item_id: &'a str,
+    output_index: usize,
+    content_index: usize,
+    part: &'a OutputText,
+}
+
+#[derive(Serialize)]
+struct TextDelta<'a> {
+    item_id: &'a str,
+    output_index: usize,
+    content_index: usize,
+    delta: &'a str,
+    logprobs: [(); 0],
+}
+
+#[derive(Serialize)]
+struct TextDone<'a> {
+    item_id: &'a str,
+    output_index: usize,
+    content_index: usize,
+    text: &'a str,
+    logprobs: [(); 0],
+}
+
+#[derive(Serialize)]
+struct SummaryPartEvent<'a> {
+    item_id: &'a str,
+    output_index: usize,
+    summary_index: usize,
+    part: &'a SummaryText,
+}
+
+#[derive(Serialize)]
+struct SummaryDelta<'a> {
+    item_id: &'a str,
+    output_index: usize,
+    summary_index: usize,
+    delta: &'a str,
+}
+
+#[derive(Serialize)]
+struct SummaryDone<'a> {
+    item_id: &'a str,
+    output_index: usize,
+    summary_index: usize,
+    text: &'a str,
+}
+
+#[derive(Serialize)]
+struct ArgsDelta<'a> {
+    item_id: &'a str,
+    output_index: usize,
+    delta: &'a str,
+}
+
+#[derive(Serialize)]
+struct ArgsDone<'a> {
+    item_id: &'a str,
+    output_index: usize,
+    name: &'a str,
+    arguments: &'a str,
+}
+
+/// Writes one named event straight into `out`.
+fn frame<T: Serialize>(out: &mut Vec<u8>, seq: &mut u64, name: &str, body: T) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    let env = Envelope {
+        kind: name,
+        sequence_number: *seq,
+        body,
+    };
+    // Serializing strings and numbers into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, &env);
+    out.extend_from_slice(b"\n\n");
+    *seq += 1;
+}
+
+/// Writes a lifecycle event, which carries the response object (the last one with
+/// the tail's members).
+fn lifecycle(out: &mut Vec<u8>, seq: u64, name: &str, obj: &ResponseObj, tail: Option<&Tail>) {
+    use std::io::Write;
+    // Writing into a Vec cannot fail.
+    let _ = write!(
+        out,
+        "event: {name}\ndata: {{\"type\":\"{name}\",\"sequence_number\":{seq},\"response\":"
+    );
+    write_response(out, obj, tail);
+    out.extend_from_slice(b"}\n\n");
+}
+
+/// Encodes canonical events as the responses API's stream: `response.created` and
+/// `response.in_progress`, then each output item's added / delta / done events,
+/// then `response.completed` (or `response.incomplete`) with the whole response.
+///
+/// Text and function calls stream as they arrive. A reasoning item is written when
+/// it closes: its id (needed to replay its encrypted content) is known only then.
+pub struct Encoder {
+    meta: Meta,
+    seq: u64,
+    ids: Option<Ids>,
+    model: Option<String>,
+    items: Vec<OutItem>,
+    /// The output index of the item still taking deltas.
+    open: Option<usize>,
+    /// Output index of each tool call, by its canonical index.
+    calls: Vec<(u32, usize)>,
+    finish: Option<FinishReason>,
+}
+
+/// The id of the output item at `index`.
+fn item_id(items: &[OutItem], index: usize) -> &str {
+    match items.get(index) {
+        Some(OutItem::Reasoning { id, .. })
+        | Some(OutItem::Message { id, .. })
+        | Some(OutItem::FunctionCall { id, .. }) => id,
+        None => "",
+    }
+}
+
+impl Encoder {
+    pub fn new(meta: Meta) -> Self {
+        Encoder {
+            meta,
+            seq: 0,
+            ids: None,
+            model: None,
+            items: Vec::new(),
+            open: None,
+            calls: Vec::new(),
+            finish: None,
+        }
+    }
+
+    fn ids(&self) -> &str {
+        self.ids.as_ref().map_or("", |i| i.resp.as_str())
+    }
+
+    /// The response object as it stands.
+    fn snapshot<'a>(&'a self, outcome: Option<Outcome>, usage: Option<&Usage>) -> ResponseObj<'a> {
+        ResponseObj {
+            id: self.ids(),
+            object: "response",
+            created_at: self.meta.created,
+            status: outcome.map_or("in_progress", Outcome::status),
+            error: None,
+            incomplete_details: match outcome {
+                Some(Outcome::Incomplete(reason)) => Some(Incomplete { reason }),
+                _ => None,
+            },
+            model: self.model.as_deref().unwrap_or(&self.meta.slug),
+            output: if outcome.is_some() { &self.items } else { &[] },
+            usage: usage.map(UsageOut::from),
+            provider: &self.meta.provider,
+        }
+    }
+
+    /// Writes `response.created` and `response.in_progress` before anything else.
+    fn start(&mut self, id: Option<&str>, out: &mut Vec<u8>) {
+        if self.ids.is_some() {
+            return;
+        }
+        self.ids = Some(Ids::new(id, &self.meta.fallback_id));
+        for name in ["response.created", "response.in_progress"] {
+            lifecycle(out, self.seq, name, &self.snapshot(None, None), None);
+            self.seq += 1;
+        }
+    }
+
+    /// Opens a new item at the end of the output (the previous one closes first).
+    fn push_item(&mut self, out: &mut Vec<u8>, make: impl FnOnce(&Ids, usize) -> OutItem) -> usize {
+        self.close(out, "completed");
+        let index = self.items.len();
+        let item = match &self.ids {
+            Some(ids) => make(ids, index),
+            None => make(&Ids::new(None, &self.meta.fallback_id), index),
+        };
+        self.items.push(item);
+        self.open = Some(index);
+        index
+    }
+
+    fn text(&mut self, text: &str, out: &mut Vec<u8>) {
+        if text.is_empty() {
+            return;
+        }
+        let index = match self.open {
+            Some(i) if matches!(self.items.get(i), Some(OutItem::Message { .. })) => i,
+            _ => {
+                let i = self.push_item(out, |ids, i| {
+                    OutItem::message(ids.item("msg", i), "in_progress")
+                });
+                // The item is announced without content, then its one text part.
+                self.added(i, out);
+                if let Some(OutItem::Message { id, content, .. }) = self.items.get_mut(i) {
+                    content.push(OutputText::new(String::new()));
+                    if let Some(part) = content.first() {
+                        let ev = PartEvent {
+                            item_id: id,
+                            output_index: i,
+                            content_index: 0,
+                            part,
+                        };
+                        frame(out, &mut self.seq, "response.content_part.added", ev);
+                    }
+                }
+                i
+            }
+        };
+        if let Some(OutItem::Message { content, .. }) = self.items.get_mut(index) {
+            if let Some(part) = content.first_mut() {
+                part.text.push_str(text);
+            }
+        }
+        let ev = TextDelta {
+            item_id: item_id(&self.items, index),
+            output_index: index,
+            content_index: 0,
+            delta: text,
+            logprobs: [],
+        };
+        frame(out, &mut self.seq, "response.output_text.delta", ev);
+    }
+
+    fn thinking(&mut self, text: &str, out: &mut Vec<u8>) {
+        if text.is_empty() {
+            return;
+        }
+        let index = match self.open {
+            Some(i) if self.items.get(i).is_some_and(OutItem::open_reasoning) => i,
+            _ => self.push_item(out, |ids, i| OutItem::reasoning(ids.item("rs", i))),
+        };
+        if let Some(it) = self.items.get_mut(index) {
+            it.add_thinking(text);
+        }
+    }
+
+    fn encrypted(&mut self, data: &str, id: Option<&str>, out: &mut Vec<u8>) {
+        let index = match self.open {
+            Some(i) if self.items.get(i).is_some_and(OutItem::open_reasoning) => i,
+            _ => self.push_item(out, |ids, i| OutItem::reasoning(ids.item("rs", i))),
+        };
+        if let Some(it) = self.items.get_mut(index) {
+            it.set_encrypted(data, id);
+        }
+        self.close(out, "completed");
+    }
+
+    fn tool_start(&mut self, index: u32, call_id: &str, name: &str, out: &mut Vec<u8>) {
+        let i = self.push_item(out, |ids, i| OutItem::FunctionCall {
+            id: ids.item("fc", i),
+            call_id: call_id.to_string(),
+            name: name.to_string(),
+            arguments: String::new(),
+            status: "in_progress",
+        });
+        self.calls.push((index, i));
+        self.added(i, out);
+    }
+
+    fn tool_args(&mut self, index: u32, args: &str, out: &mut Vec<u8>) {
+        let Some(&(_, i)) = self.calls.iter().rev().find(|(c, _)| *c == index) else {
+            return;
+        };
+        if let Some(OutItem::FunctionCall { arguments, .. }) = self.items.get_mut(i) {
+            arguments.push_str(args);
+        }
+        // A call that already closed keeps the late pieces in the final response.
+        if self.open == Some(i) && !args.is_empty() {
+            let ev = ArgsDelta {
+                item_id: item_id(&self.items, i),
+                output_index: i,
+                delta: args,
+            };
+            frame(
+                out,
+                &mut self.seq,
+                "response.function_call_arguments.delta",
+                ev,
+            );
+        }
+    }
+
+    fn added(&mut self, index: usize, out: &mut Vec<u8>) {
+        if let Some(item) = self.items.get(index) {
+            let ev = ItemEvent {
+                output_index: index,
+                item,
+            };
+            frame(out, &mut self.seq, "response.output_item.added", ev);
+        }
+    }
+
+    /// Closes the open item with its done events.
+    fn close(&mut self, out: &mut Vec<u8>, status: &'static str) {
+        let Some(index) = self.open.take() else {
+            return;
+        };
+        let Some(item) = self.items.get_mut(index) else {
+            return;
+        };
+        item.set_status(status);
+        let seq = &mut self.seq;
+        match &*item {
+            OutItem::Message { id, content, .. } => {
+                if let Some(part) = content.first() {
+                    let done = TextDone {
+                        item_id: id,
+                        output_index: index,
+                        content_index: 0,
+                        text: &part.text,
+                        logprobs: [],
+                    };
+                    frame(out, seq, "response.output_text.done", done);
+                    let ev = PartEvent {
+                        item_id: id,
+                        output_index: index,
+                        content_index: 0,
+                        part,
+                    };
+                    frame(out, seq, "response.content_part.done", ev);
+                }
+            }
+            OutItem::FunctionCall {
+                id,
+                name,
+                arguments,
+                ..
+            } => {
+                let ev = ArgsDone {
+                    item_id: id,
+                    output_index: index,
+                    name,
+                    arguments,
+                };
+                frame(out, seq, "response.function_call_arguments.done", ev);
+            }
+            OutItem::Reasoning { id, summary, .. } => {
+                // Written whole now that its id is final.
+                let ev = ItemEvent {
+                    output_index: index,
+                    item: &OutItem::Reasoning {
+                        id: id.clone(),
+                        summary: Vec::new(),
+                        encrypted_content: None,
+                    },
+                };
+                frame(out, seq, "response.output_item.added", ev);
+                let empty = SummaryText {
+                    kind: "summary_text",
+                    text: String::new(),
+                };
+                for (j, part) in summary.iter().enumerate() {
+                    let added = SummaryPartEvent {
+                        item_id: id,
+                        output_index: index,
+                        summary_index: j,
+                        part: &empty,
+                    };
+                    frame(out, seq, "response.reasoning_summary_part.added", added);
+                    let delta = SummaryDelta {
+                        item_id: id,
+                        output_index: index,
+                        summary_index: j,
+                        delta: &part.text,
+                    };
+                    frame(out, seq, "response.reasoning_summary_text.delta", delta);
+                    let done = SummaryDone {
+                        item_id: id,
+                        output_index: index,
+                        summary_index: j,
+                        text: &part.text,
+                    };
+                    frame(out, seq, "response.reasoning_summary_text.done", done);
+                    let done = SummaryPartEvent {
+                        item_id: id,
+                        output_index: index,
+                        summary_index: j,
+                        part,
+                    };
+                    frame(out, seq, "response.reasoning_summary_part.done", done);
+                }
+            }
+        }
+        let ev = ItemEvent {
+            output_index: index,
+            item,
+        };
+        frame(out, seq, "response.output_item.done", ev);
+    }
+}
+
+impl StreamEncoder for Encoder {
+    fn event(&mut self, ev: &Event, out: &mut Vec<u8>) {
+        match ev {
+            Event::Start { id, model } => {
+                if model.is_some() {
+                    self.model.clone_from(model);
+                }
+                self.start(id.as_deref(), out);
+                return;
+            }
+            _ => self.start(None, out),
+        }
+        match ev {
+            Event::Text { text } => self.text(text, out),
+            Event::Thinking { text } => self.thinking(text, out),
+            Event::EncryptedReasoning { data, id } => self.encrypted(data, id.as_deref(), out),
+            Event::ToolCallStart { index, id, name } => self.tool_start(*index, id, name, out),
+            Event::ToolCallArgs { index, arguments } => self.tool_args(*index, arguments, out),
+            Event::Finish { reason, .. } => self.finish = Some(*reason),
+            // Usage comes whole with the tail; signatures have no place in this
+            // format; refusals and errors are settled by the gateway.
+            Event::Usage(_)
+            | Event::ThinkingSignature { .. }
+            | Event::Refusal { .. }
+            | Event::Error { .. }
+            | Event::Start { .. } => {}
+        }
+    }
+
+    fn end(&mut self, tail: &Tail, out: &mut Vec<u8>) {
+        self.start(None, out);
+        let outcome = Outcome::of(self.finish, tail.cut);
+        // The item still open is where the answer stopped.
+        self.close(out, outcome.status());
+        let name = match outcome {
+            Outcome::Completed => "response.completed",
+            Outcome::Incomplete(_) => "response.incomplete",
+        };
+        let obj = self.snapshot(Some(outcome), Some(&tail.usage));
+        lifecycle(out, self.seq, name, &obj, Some(tail));
+        self.seq += 1;
+    }
+}
+
+/// The `error` event that ends a stream whose header already went out. No
+/// response event was written before it (after the commit a failure settles as a
+/// cut), so it is the first in sequence.
+pub fn error_frame(err: &ApiError) -> Vec<u8> {
+    let mut v = err.to_value(Format::OpenAi);
+    let mut obj = match v.get_mut("error").map(serde_json::Value::take) {
+        Some(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    obj.insert("type".into(), "error".into());
+    obj.insert("sequence_number".into(), 0.into());
+    let data = serde_json::to_vec(&obj).unwrap_or_default();
+    crate::sse::named_frame("error", &data)
+}
