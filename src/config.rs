@@ -124,10 +124,21 @@ pub struct ResponsesConfig {
     pub retention: String,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProbeConfig {
     pub enabled: bool,
+    /// How often the periodic probe runs.
+    pub interval_seconds: u64,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig {
+            enabled: false,
+            interval_seconds: 86_400,
+        }
+    }
 }
 
 impl Default for ServerConfig {

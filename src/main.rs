@@ -5,7 +5,7 @@
 
 use clap::{Parser, Subcommand};
 use sluice::accounts::admin as adm;
-use sluice::{catalog, config, server, store};
+use sluice::{catalog, config, gateway, server, store};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -142,14 +142,43 @@ fn block_on<F: std::future::Future<Output = anyhow::Result<()>>>(f: F) -> anyhow
         .block_on(f)
 }
 
-/// Lists each platform rung with its declared capabilities. Live probing against
-/// providers arrives with the structured-output work; until then the declared
-/// capabilities are what routing uses.
+/// Probes each platform rung's capabilities once, records the verdicts (every
+/// instance serves them within a second) and prints them.
 async fn probe(config: config::Config) -> anyhow::Result<()> {
     let specs = catalog::load_file(std::path::Path::new(&config.catalog.path))?;
+    let db = store::Db::connect(&config.storage.database_url).await?;
+    db.migrate().await?;
+    let verdicts = gateway::probe::probe_all(&config, &specs).await;
+    catalog::probe::record(&db, &verdicts).await?;
     for m in &specs {
         for r in &m.rungs {
-            println!("{}\t{}\t{}", m.slug, r.id(), r.caps.join(","));
+            let found: Vec<String> = verdicts
+                .iter()
+                .filter(|v| {
+                    v.provider == r.provider
+                        && v.provider_model_id == r.provider_model_id
+                        && v.base_url == r.base_url
+                })
+                .map(|v| {
+                    format!(
+                        "{}={}",
+                        v.capability,
+                        if v.supported { "yes" } else { "no" }
+                    )
+                })
+                .collect();
+            let probed = if found.is_empty() {
+                "not probed (unreachable or no credential)".to_string()
+            } else {
+                found.join(",")
+            };
+            println!(
+                "{}\t{}\tdeclared={}\tprobed={}",
+                m.slug,
+                r.id(),
+                r.caps.join(","),
+                probed
+            );
         }
     }
     Ok(())

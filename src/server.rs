@@ -86,7 +86,10 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let state = state_rt.block_on(AppState::build(config.clone()))?;
-    state_rt.block_on(async { state.spawn_refreshers() });
+    state_rt.block_on(async {
+        state.spawn_refreshers();
+        crate::gateway::probe::spawn_periodic(config.clone(), state.db.clone());
+    });
     // Never dropped: the connections it drives are used by every service.
     std::mem::forget(state_rt);
 

@@ -514,8 +514,9 @@ async fn a_slow_first_token_gets_an_early_header_and_keepalives() {
     e.mock.script("a2", vec![Step::Status(500)]);
     let sse = post_stream(&e, &stream_body("chat-a")).await;
     assert_eq!(sse.status, 200);
-    let last: Value = serde_json::from_str(sse.data.last().unwrap()).unwrap();
-    assert_eq!(last["error"]["code"], "all_routes_failed");
+    assert_eq!(sse.data.last().unwrap(), "[DONE]");
+    let err: Value = serde_json::from_str(&sse.data[sse.data.len() - 2]).unwrap();
+    assert_eq!(err["error"]["code"], "all_routes_failed");
 }
 
 #[tokio::test]

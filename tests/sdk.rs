@@ -1,5 +1,6 @@
-//! The official openai SDKs for Python and Node, non-streaming and streaming,
-//! through the gateway against the mock provider, as a client would use them.
+//! The official SDKs (openai for Python and Node, anthropic for Python), non-streaming
+//! and streaming, through the gateway against the mock provider, as a client would
+//! use them: chat completions, responses and messages.
 //!
 //! The test command installs the SDKs and sets `SLUICE_TEST_SDK=1`; then these tests
 //! must pass. Without it (a bare `cargo test` on a machine without the SDKs) they
@@ -19,26 +20,28 @@ fn required() -> bool {
     false
 }
 
-async fn gateway() -> (Mock, Sluice, String, Backend) {
+async fn gateway(catalog: &str) -> (Mock, Sluice, String, Backend) {
     let mock = Mock::start().await;
     let b = Backend::fresh().await;
+    let base = mock.base_url();
     let s = Sluice::start(
         &b,
         Opts::default()
-            .catalog(repo_path("tests/fixtures/engine.toml"))
-            .env(
-                "SLUICE_PROVIDERS__OPENAI__BASE_URL",
-                format!("{}/v1", mock.base_url()),
-            )
-            .env("OPENAI_API_KEY", "sk-platform-openai"),
+            .catalog(repo_path(catalog))
+            .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
+            .env("SLUICE_PROVIDERS__ANTHROPIC__BASE_URL", &base)
+            .env("SLUICE_PROVIDERS__GOOGLE__BASE_URL", &base)
+            .env("OPENAI_API_KEY", "sk-platform-openai")
+            .env("ANTHROPIC_API_KEY", "sk-ant-platform")
+            .env("GEMINI_API_KEY", "gm-platform"),
     )
     .await;
     let (_, _, key) = s.org_and_key().await;
     (mock, s, key, b)
 }
 
-async fn run(program: &str, script: &str) {
-    let (_mock, s, key, _b) = gateway().await;
+async fn run(program: &str, script: &str, catalog: &str) {
+    let (_mock, s, key, _b) = gateway(catalog).await;
     let dir = repo_path("tests/sdk");
     let out = tokio::task::spawn_blocking({
         let (program, script, gw) = (program.to_string(), script.to_string(), s.gateway.clone());
@@ -65,13 +68,20 @@ async fn run(program: &str, script: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_python_sdk_works_by_changing_only_base_url_and_key() {
     if required() {
-        run("python3", "chat.py").await;
+        run("python3", "chat.py", "tests/fixtures/engine.toml").await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_node_sdk_works_by_changing_only_base_url_and_key() {
     if required() {
-        run("node", "chat.mjs").await;
+        run("node", "chat.mjs", "tests/fixtures/engine.toml").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_responses_and_anthropic_messages_sdks_work_against_rungs_of_another_maker() {
+    if required() {
+        run("python3", "formats.py", "tests/fixtures/formats.toml").await;
     }
 }

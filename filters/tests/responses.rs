@@ -405,7 +405,7 @@ fn the_empty_completion_shape_streams_and_renders() {
     assert_eq!(done["id"], "resp_gen_0001");
     assert_eq!(done["model"], "gpt-5");
     assert_eq!(done["provider"], "openai:gpt-5");
-    assert_eq!(done["x_service_ignored_parameters"], "top_k");
+    assert_eq!(done["x-service-ignored-parameters"], "top_k");
     assert_eq!(done["x_gateway"]["attempts"][0]["status"], "ok");
     let whole = value(&inbound::render(
         &Response::from_events(&events),

@@ -3,6 +3,7 @@
 //! a versioned poll keeps fresh.
 
 pub mod model;
+pub mod probe;
 pub mod query;
 pub mod retention;
 
@@ -224,12 +225,16 @@ impl CatalogStore {
         self.current.load()
     }
 
-    /// Rebuilds the snapshot when a row changed or disappeared since the last look.
+    /// Rebuilds the snapshot when a row (or a probe result) changed or disappeared
+    /// since the last look.
     pub async fn refresh(&self, db: &Db) -> anyhow::Result<()> {
-        let row =
-            sqlx::query("SELECT COUNT(*) AS n, COALESCE(MAX(updated_at), 0) AS t FROM models")
-                .fetch_one(&db.pool)
-                .await?;
+        let row = sqlx::query(
+            "SELECT (SELECT COUNT(*) FROM models) + (SELECT COUNT(*) FROM rung_probes) AS n, \
+             (SELECT COALESCE(MAX(updated_at), 0) FROM models) + \
+             (SELECT COALESCE(MAX(probed_at), 0) FROM rung_probes) AS t",
+        )
+        .fetch_one(&db.pool)
+        .await?;
         let (n, t): (i64, i64) = (row.get("n"), row.get("t"));
         if n != self.rows.load(Ordering::Relaxed) || t != self.watermark.load(Ordering::Relaxed) {
             self.reload(db).await?;
@@ -241,20 +246,24 @@ impl CatalogStore {
         let rows = sqlx::query("SELECT owner, slug, spec, created_at, updated_at FROM models")
             .fetch_all(&db.pool)
             .await?;
+        let probes = probe::load(db).await?;
         let mut cat = Catalog::default();
-        let mut max = 0i64;
+        let mut max = probes.watermark;
         for row in &rows {
             let owner: String = row.get("owner");
             let spec_text: String = row.get("spec");
             let created: i64 = row.get("created_at");
             max = max.max(row.get::<i64, _>("updated_at"));
-            let spec: ModelSpec = match serde_json::from_str(&spec_text) {
+            let mut spec: ModelSpec = match serde_json::from_str(&spec_text) {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::error!(owner, slug = %row.get::<String, _>("slug"), error = %e, "unreadable model row skipped");
                     continue;
                 }
             };
+            if owner == PUBLIC {
+                probes.apply(&mut spec);
+            }
             let slug = spec.slug.clone();
             let model = Arc::new(Model::new(spec, &owner, created));
             if owner == PUBLIC {
@@ -265,7 +274,8 @@ impl CatalogStore {
         }
         self.current.store(Arc::new(cat));
         self.watermark.store(max, Ordering::Relaxed);
-        self.rows.store(rows.len() as i64, Ordering::Relaxed);
+        self.rows
+            .store((rows.len() + probes.rows) as i64, Ordering::Relaxed);
         Ok(())
     }
 

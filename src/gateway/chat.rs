@@ -1,264 +1,28 @@
-//! The chat-completions attempt loop over the waterfall, for OpenAI-wire rungs.
-//!
-//! Each rung is tried in order until one commits. The commit point is the first
-//! content (a non-empty text or tool-call delta): before it, nothing has reached the
-//! client, so an error status, a throttle, a connect failure, a timeout, an in-band
-//! error event or a stall moves on to the next rung. A rung that accepted the request
-//! and died before any output is retried once on the same rung. After commit the
-//! answer streams from that rung, event by event, as it arrives.
+//! The native chat-completions attempts: a chat client on an OpenAI-wire rung.
+//! The client's body passes through with the rung's model id, and the answer is
+//! rewritten in place (the `provider` member spliced in) without a parse of the
+//! common text chunk: the fast path of the gateway.
 
-use super::breaker::Admit;
-use super::exchange::{Exchange, Outcome};
-use super::upstream::{speaks_openai_chat, Failure, Target};
+use super::attempt::{ready_now, sse_header, unless_gone, until, write_whole, Attempt};
+use super::exchange::Exchange;
+use super::upstream::{Failure, Target};
 use super::Gateway;
-use crate::catalog::Model;
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
 use serde_json::json;
+use sluice_filters::ir::{RefusalReason, IGNORED_MEMBER};
 use sluice_filters::sse::{data_frame, SseDecoder, KEEPALIVE};
 use sluice_filters::upstream::openai_chat::{
-    append_member, client_wants_stream_usage, inspect, quick_content_len, render_request,
-    splice_member, splice_member_into, usage_json, Inspection, RawObject,
+    append_member, inspect, quick_content_len, splice_member, splice_member_into, usage_json,
+    Inspection,
 };
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
 use std::time::{Duration, Instant};
 
-/// How one attempt ended.
-enum Attempt {
-    /// The answer went to the client (status written).
-    Served(u16),
-    /// The model ended its turn with no content.
-    Empty(Option<Usage>),
-    /// The provider refused before any content.
-    Refused,
-    Failed(Failure),
-    /// The request cannot be served by any rung (e.g. output over the limit).
-    Terminal(ApiError),
-    ClientGone,
-}
-
-/// Serves `/v1/chat/completions` for a model whose route the caller may use.
-pub async fn serve(
-    gw: &Gateway,
-    session: &mut Session,
-    ex: &mut Exchange,
-    model: &Model,
-    body: RawObject,
-) -> Outcome {
-    let stream = match body.get("stream").map(|v| v.get()) {
-        None | Some("false") | Some("null") => false,
-        Some("true") => true,
-        Some(_) => {
-            return Outcome::Error(ApiError::invalid_parameter(
-                "stream",
-                "stream must be a boolean",
-            ))
-        }
-    };
-    let wants_usage = stream && client_wants_stream_usage(&body);
-    let targets: Vec<std::sync::Arc<Target>> = model
-        .spec
-        .rungs
-        .iter()
-        .filter(|r| speaks_openai_chat(&r.provider))
-        .filter_map(|r| gw.upstreams.target(r))
-        .collect();
-    if targets.is_empty() {
-        return Outcome::Error(
-            ApiError::new(
-                ErrorCode::UnavailableRoute,
-                "No rung of this model is served on the chat-completions route yet.",
-            )
-            .with_status(503),
-        );
-    }
-    // Admission is asked only of a rung about to be tried: a half-open probe slot
-    // taken for a rung that is never reached would keep it closed off.
-    let healthy = targets
-        .iter()
-        .filter(|t| gw.breaker.would_admit(&t.breaker_key))
-        .count();
-    if healthy == 0 {
-        return Outcome::Error(
-            ApiError::new(
-                ErrorCode::UnavailableRoute,
-                "Every rung of this model is cooling down after repeated failures; retry with backoff.",
-            )
-            .with_status(503),
-        );
-    }
-    let single = healthy == 1;
-    let mut died = 0u32;
-    let mut empty: Option<Usage> = None;
-    let mut reasons: Vec<String> = Vec::new();
-    let mut tried = 0usize;
-    for target in &targets {
-        if gw.breaker.admit(&target.breaker_key) == Admit::No {
-            continue;
-        }
-        if tried > 0 {
-            gw.state
-                .metrics
-                .failovers
-                .with_label_values(&["chat"])
-                .inc();
-        }
-        tried += 1;
-        for try_no in 0..2 {
-            let rendered = Bytes::from(render_request(&body, &target.model_id, stream));
-            let result = if stream {
-                Box::pin(stream_attempt(
-                    gw,
-                    session,
-                    ex,
-                    target,
-                    rendered,
-                    wants_usage,
-                ))
-                .await
-            } else {
-                Box::pin(plain_attempt(gw, session, ex, target, rendered)).await
-            };
-            let label = match &result {
-                Attempt::Served(_) => "ok".to_string(),
-                Attempt::Empty(_) => "empty".to_string(),
-                Attempt::Refused => "refused".to_string(),
-                Attempt::Failed(f) => f.label(),
-                Attempt::Terminal(_) => "terminal".to_string(),
-                Attempt::ClientGone => "client_gone".to_string(),
-            };
-            gw.state
-                .metrics
-                .upstream_attempts
-                .with_label_values(&[target.provider.as_str(), label.as_str()])
-                .inc();
-            ex.attempt(&target.provider, &label);
-            match result {
-                Attempt::Served(status) => {
-                    gw.breaker.success(&target.breaker_key);
-                    ex.rung = Some(target.rung_id.clone());
-                    return Outcome::Written(status);
-                }
-                Attempt::Refused => {
-                    gw.breaker.success(&target.breaker_key);
-                    ex.rung = Some(target.rung_id.clone());
-                    return Outcome::Error(refusal());
-                }
-                Attempt::Empty(u) => {
-                    gw.breaker.success(&target.breaker_key);
-                    ex.empty_attempts += 1;
-                    empty.get_or_insert(u.unwrap_or_default());
-                    ex.rung = Some(target.rung_id.clone());
-                    break;
-                }
-                Attempt::Terminal(e) => {
-                    gw.breaker.abandon(&target.breaker_key);
-                    return Outcome::Error(e);
-                }
-                Attempt::ClientGone => {
-                    gw.breaker.abandon(&target.breaker_key);
-                    return Outcome::ClientGone;
-                }
-                Attempt::Failed(Failure::Deadline) => {
-                    gw.breaker.abandon(&target.breaker_key);
-                    return Outcome::Error(ApiError::new(
-                        ErrorCode::DeadlineExceeded,
-                        "The request ran past its deadline before any rung answered.",
-                    ));
-                }
-                Attempt::Failed(f) => {
-                    gw.breaker.failure(&target.breaker_key);
-                    reasons.push(format!("{} ({})", target.rung_id, describe(&f)));
-                    if f == Failure::DiedBeforeOutput {
-                        died += 1;
-                        if try_no == 0 {
-                            continue;
-                        }
-                    }
-                    break;
-                }
-            }
-        }
-    }
-    if let Some(u) = empty {
-        ex.usage = u;
-        return empty_completion(session, ex, model, stream).await;
-    }
-    if single && died == 2 {
-        return Outcome::Error(ApiError::new(
-            ErrorCode::ProviderInternal,
-            format!(
-                "The provider accepted the request and died before any output, twice: {}.",
-                reasons.join("; ")
-            ),
-        ));
-    }
-    Outcome::Error(ApiError::new(
-        ErrorCode::AllRoutesFailed,
-        format!("Every rung failed: {}.", reasons.join("; ")),
-    ))
-}
-
-fn describe(f: &Failure) -> String {
-    match f {
-        Failure::Connect(why) => format!("connect failed: {why}"),
-        Failure::HeaderTimeout => "timed out waiting for response headers".into(),
-        Failure::Status(429) => "throttled (429)".into(),
-        Failure::Status(s) => format!("status {s}"),
-        Failure::DiedBeforeOutput => "died before any output".into(),
-        Failure::FirstTokenTimeout => "timed out waiting for the first token".into(),
-        Failure::ErrorEvent => "error event before any output".into(),
-        Failure::BadAnswer => "unreadable answer".into(),
-        Failure::Deadline => "the request deadline passed".into(),
-    }
-}
-
-/// The 400 `refusal`. Its reason is `content_policy` until the translation layer
-/// classifies providers' refusal texts into the spec's finer reasons.
-fn refusal() -> ApiError {
-    ApiError::new(
-        ErrorCode::Refusal,
-        "provider refused the request: content policy",
-    )
-    .with_extra("refusal_reason", "content_policy")
-}
-
-/// Waits for `fut` until `deadline`. Pingora's fast timeout: coarse (10 ms) and
-/// free of the per-timer driver wake-ups of Tokio's, which cost a syscall each
-/// on this path.
-async fn until<F: std::future::Future>(deadline: Instant, fut: F) -> Result<F::Output, Elapsed> {
-    fast_timeout(deadline.saturating_duration_since(Instant::now()), fut)
-        .await
-        .map_err(|_| Elapsed)
-}
-
-/// A wait that ran out.
-struct Elapsed;
-
-/// Polls a future once: its output if it is ready now, else `None` (and the future
-/// is dropped). Used only on reads that are safe to abandon while pending.
-fn ready_now<F: std::future::Future>(fut: F) -> Option<F::Output> {
-    let mut fut = std::pin::pin!(fut);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match fut.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(v) => Some(v),
-        std::task::Poll::Pending => None,
-    }
-}
-
-/// Waits for `fut` unless the client goes away first.
-async fn unless_gone<F: std::future::Future>(session: &mut Session, fut: F) -> Option<F::Output> {
-    tokio::select! {
-        biased;
-        out = fut => Some(out),
-        _ = session.as_downstream_mut().read_body_or_idle(true) => None,
-    }
-}
-
-async fn plain_attempt(
+pub(super) async fn plain_attempt(
     gw: &Gateway,
     session: &mut Session,
     ex: &mut Exchange,
@@ -317,7 +81,7 @@ async fn plain_attempt(
     }
     if !info.has_content {
         if info.refusal.is_some() {
-            return Attempt::Refused;
+            return Attempt::Refused(RefusalReason::ContentPolicy);
         }
         return Attempt::Empty(info.usage);
     }
@@ -339,31 +103,7 @@ async fn plain_attempt(
     Attempt::Served(200)
 }
 
-/// Writes a whole answer (header with its content length, then the body); false
-/// when the client is gone.
-async fn write_whole(session: &mut Session, mut h: ResponseHeader, body: Vec<u8>) -> bool {
-    let _ = h.insert_header(http::header::CONTENT_LENGTH, body.len());
-    session
-        .write_response_header(Box::new(h), false)
-        .await
-        .is_ok()
-        && session
-            .write_response_body(Some(Bytes::from(body)), true)
-            .await
-            .is_ok()
-}
-
-/// The SSE response header.
-fn sse_header(ex: &Exchange, provider: &str, outcome: &str) -> Option<Box<ResponseHeader>> {
-    let mut h = ResponseHeader::build_no_case(200, Some(6)).ok()?;
-    let _ = h.insert_header(http::header::CONTENT_TYPE, "text/event-stream");
-    let _ = h.insert_header(http::header::CACHE_CONTROL, "no-cache");
-    let _ = h.insert_header(http::header::TRANSFER_ENCODING, "chunked");
-    ex.receipt_headers(&mut h, provider, outcome);
-    Some(Box::new(h))
-}
-
-async fn stream_attempt(
+pub(super) async fn stream_attempt(
     gw: &Gateway,
     session: &mut Session,
     ex: &mut Exchange,
@@ -463,7 +203,7 @@ async fn stream_attempt(
             }
             if !info.has_content {
                 if info.refusal.is_some() {
-                    return Attempt::Refused;
+                    return Attempt::Refused(RefusalReason::ContentPolicy);
                 }
                 if info.usage.is_some() {
                     last.usage = info.usage;
@@ -546,6 +286,10 @@ impl Pump<'_> {
         if info.finish_reason.is_some() && !self.finish_seen {
             self.finish_seen = true;
             frame = splice_member(&frame, "x_gateway", &ex.receipt_json(self.provider, "ok"));
+            if let Some(ignored) = &ex.ignored {
+                let v = serde_json::to_vec(ignored).unwrap_or_default();
+                frame = splice_member(&frame, IGNORED_MEMBER, &v);
+            }
         }
         self.out.extend_from_slice(&data_frame(&frame));
     }
@@ -621,8 +365,14 @@ impl Pump<'_> {
             while let Ok(Ok(Some(_))) = fast_timeout(Duration::from_millis(50), call.read()).await {
             }
         } else {
-            self.cut(ex);
-            ex.incomplete = true;
+            if self.finish_seen {
+                // The finish arrived before the connection ended: the answer is
+                // whole, only the end marker is missing.
+                self.out.extend_from_slice(b"data: [DONE]\n\n");
+            } else {
+                self.cut(ex);
+                ex.incomplete = true;
+            }
         }
         ex.usage = self.usage.unwrap_or_default();
         if !self.flush(session, true).await {
@@ -677,7 +427,11 @@ impl Pump<'_> {
         }
         let bytes = serde_json::to_vec(&chunk).unwrap_or_default();
         let bytes = splice_member(&bytes, "provider", self.provider_json);
-        let bytes = splice_member(&bytes, "x_gateway", &ex.receipt_json(self.provider, "ok"));
+        let mut bytes = splice_member(&bytes, "x_gateway", &ex.receipt_json(self.provider, "ok"));
+        if let Some(ignored) = &ex.ignored {
+            let v = serde_json::to_vec(ignored).unwrap_or_default();
+            bytes = splice_member(&bytes, IGNORED_MEMBER, &v);
+        }
         self.finish_seen = true;
         self.out.extend_from_slice(&data_frame(&bytes));
     }
@@ -694,64 +448,4 @@ impl Pump<'_> {
         self.synthesize_finish(ex, "length", true);
         self.out.extend_from_slice(b"data: [DONE]\n\n");
     }
-}
-
-/// Every reachable rung ended its turn with no content: 200 with the warning header
-/// and the spec's empty shape.
-async fn empty_completion(
-    session: &mut Session,
-    ex: &mut Exchange,
-    model: &Model,
-    stream: bool,
-) -> Outcome {
-    let created = crate::store::now_ms() / 1000;
-    let id = format!("chatcmpl-{}", crate::store::new_id("empty"));
-    let provider = ex.rung.clone().unwrap_or_default();
-    let mut h = match ResponseHeader::build_no_case(200, Some(6)) {
-        Ok(h) => h,
-        Err(_) => return Outcome::Error(ApiError::internal()),
-    };
-    let _ = h.insert_header("x-gateway-warning", "empty_completion");
-    let body = if stream {
-        let chunk = json!({
-            "id": id, "object": "chat.completion.chunk", "created": created, "model": model.spec.slug,
-            "provider": provider,
-            "choices": [{"index": 0, "delta": {"role": "assistant", "content": null}, "finish_reason": "stop"}],
-            "usage": usage_json(&Usage::default()),
-        });
-        let mut b = data_frame(&serde_json::to_vec(&chunk).unwrap_or_default());
-        b.extend_from_slice(b"data: [DONE]\n\n");
-        b
-    } else {
-        serde_json::to_vec(&json!({
-            "id": id, "object": "chat.completion", "created": created, "model": model.spec.slug,
-            "provider": provider,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": null}, "finish_reason": "stop"}],
-            "usage": usage_json(&Usage::default()),
-        }))
-        .unwrap_or_default()
-    };
-    if ex.header_sent {
-        // Terminal frames on a stream whose header already went out.
-        let ok = session
-            .write_response_body(Some(Bytes::from(body)), true)
-            .await
-            .is_ok();
-        return if ok {
-            Outcome::Written(200)
-        } else {
-            Outcome::ClientGone
-        };
-    }
-    if stream {
-        let _ = h.insert_header(http::header::CONTENT_TYPE, "text/event-stream");
-        let _ = h.insert_header(http::header::CACHE_CONTROL, "no-cache");
-    } else {
-        let _ = h.insert_header(http::header::CONTENT_TYPE, "application/json");
-    }
-    ex.receipt_headers(&mut h, "", "");
-    if !write_whole(session, h, body).await {
-        return Outcome::ClientGone;
-    }
-    Outcome::Written(200)
 }

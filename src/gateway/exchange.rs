@@ -31,6 +31,9 @@ pub struct Exchange {
     pub incomplete: bool,
     pub empty_attempts: u32,
     pub first_token: Option<Duration>,
+    /// `x-service-ignored-parameters` of the current attempt: the fields its rung
+    /// does not receive.
+    pub ignored: Option<String>,
 }
 
 impl Exchange {
@@ -46,6 +49,7 @@ impl Exchange {
             incomplete: false,
             empty_attempts: 0,
             first_token: None,
+            ignored: None,
         }
     }
 
@@ -80,6 +84,9 @@ impl Exchange {
     pub fn receipt_headers(&self, h: &mut ResponseHeader, provider: &str, outcome: &str) {
         let _ = h.insert_header("x-gateway-attempts", self.attempts_with(provider, outcome));
         let _ = h.insert_header("x-gateway-overhead-us", self.overhead_us().to_string());
+        if let Some(ignored) = &self.ignored {
+            let _ = h.insert_header("x-service-ignored-parameters", ignored.as_str());
+        }
     }
 
     /// The receipt as a JSON member for a stream's final chunk.

@@ -6,12 +6,15 @@ use super::body::{read_capped, BodyError};
 use super::exchange::{Exchange, Outcome};
 use super::models::{authenticate, granted, Handled};
 use super::respond::send;
+use super::waterfall::{self, Job};
+use super::wire;
 use super::Gateway;
 use crate::catalog::{Model, ModelKind};
 use crate::state::AppState;
 use crate::store::usage::UsageEvent;
 use bytes::Bytes;
 use pingora::proxy::Session;
+use sluice_filters::policy::Inbound;
 use sluice_filters::slug::split_suffixes;
 use sluice_filters::sse::data_frame;
 use sluice_filters::upstream::openai_chat::RawObject;
@@ -110,9 +113,27 @@ pub async fn handle(
         started,
         Duration::from_millis(state.config.limits.request_deadline_ms),
     );
-    let outcome = match route {
-        Route::Chat => super::chat::serve(gw, session, &mut ex, &model, object).await,
-        _ => Outcome::Error(
+    let inbound = match route {
+        Route::Chat => Some(Inbound::Chat),
+        Route::Responses => Some(Inbound::Responses),
+        Route::Messages => Some(Inbound::Messages),
+        _ => None,
+    };
+    let outcome = match inbound {
+        Some(inbound) => {
+            // Structural validation before anything is charged or sent.
+            let mut req = wire::parse(inbound, &body)?;
+            req.model = model_name.clone();
+            let job = Job {
+                inbound,
+                stream: req.stream,
+                req,
+                object,
+                long_context: wanted.long_context,
+            };
+            Box::pin(waterfall::serve(gw, session, &mut ex, &model, job)).await
+        }
+        None => Outcome::Error(
             ApiError::new(
                 ErrorCode::UnavailableRoute,
                 "No rung of this model is served on this route yet.",
@@ -120,11 +141,7 @@ pub async fn handle(
             .with_status(503),
         ),
     };
-    let format = if route == Route::Messages {
-        Format::Anthropic
-    } else {
-        Format::OpenAi
-    };
+    let format = inbound.map_or(Format::OpenAi, wire::format_of);
     let (status, error_class) = match outcome {
         Outcome::Written(s) => (s, None),
         Outcome::ClientGone => (499, Some(ErrorCode::RequestCancelled.as_str().to_string())),
@@ -132,7 +149,10 @@ pub async fn handle(
             let class = Some(e.code.as_str().to_string());
             if ex.header_sent {
                 // The 200 header already went out: the stream ends with an in-band error.
-                let frame = data_frame(&e.to_body(format));
+                let frame = match inbound {
+                    Some(i) => wire::error_frame(i, &e),
+                    None => data_frame(&e.to_body(format)),
+                };
                 let _ = session
                     .write_response_body(Some(Bytes::from(frame)), true)
                     .await;

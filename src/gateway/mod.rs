@@ -4,6 +4,7 @@
 //! proxy path cannot do (see DESIGN.md); so the phases stay thin and call the steps
 //! in this folder.
 
+mod attempt;
 pub mod auth;
 mod body;
 mod breaker;
@@ -12,8 +13,13 @@ mod exchange;
 mod inference;
 mod management;
 mod models;
+mod native;
+pub mod probe;
 mod respond;
+mod translated;
 mod upstream;
+mod waterfall;
+mod wire;
 
 use crate::state::AppState;
 use async_trait::async_trait;

@@ -3,6 +3,7 @@
 //! cache, and one call's life: connect, send, wait for headers under a timeout,
 //! read body pieces, and give the connection back only when the answer was whole.
 
+use super::auth::{google, sigv4};
 use crate::catalog::RungSpec;
 use crate::config::{Config, ProviderConfig};
 use bytes::Bytes;
@@ -11,6 +12,8 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::HttpPeer;
 use pingora::protocols::http::client::HttpSession;
 use pingora::time::fast_timeout::fast_timeout;
+use sluice_filters::policy::Wire;
+use sluice_filters::upstream::{bedrock, gemini};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -18,6 +21,8 @@ use std::time::{Duration, Instant};
 
 /// The version of Azure OpenAI's data-plane API we speak.
 const AZURE_API_VERSION: &str = "2024-10-21";
+/// The Anthropic messages API version we speak.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
 const DNS_TTL: Duration = Duration::from_secs(60);
 const POOL_IDLE: Duration = Duration::from_secs(60);
 
@@ -42,6 +47,8 @@ pub struct Target {
     /// Keys the circuit breaker: the rung's provider, model id, base URL and
     /// credential (never the host alone).
     pub breaker_key: String,
+    /// Bedrock and Vertex: the cloud region the base URL names.
+    region: String,
 }
 
 impl Target {
@@ -57,6 +64,36 @@ impl Target {
         }
     }
 
+    /// The request path of this rung's endpoint for `wire`.
+    pub fn path(&self, wire: Wire, stream: bool) -> String {
+        match wire {
+            Wire::OpenAiChat => self.chat_path(),
+            Wire::OpenAiResponses => format!("{}/responses", self.prefix),
+            Wire::Anthropic if self.provider == "vertex" => self.vertex_path("anthropic", stream),
+            Wire::Gemini if self.provider == "vertex" => self.vertex_path("google", stream),
+            Wire::Anthropic => format!("{}/v1/messages", self.prefix),
+            Wire::Gemini => format!("{}{}", self.prefix, gemini::path(&self.model_id, stream)),
+            Wire::Bedrock => format!("{}{}", self.prefix, bedrock::path(&self.model_id, stream)),
+        }
+    }
+
+    /// A Vertex AI publisher model endpoint; the project comes from the service
+    /// account.
+    fn vertex_path(&self, publisher: &str, stream: bool) -> String {
+        let method = match (publisher, stream) {
+            ("anthropic", true) => "streamRawPredict",
+            ("anthropic", false) => "rawPredict",
+            (_, true) => "streamGenerateContent?alt=sse",
+            (_, false) => "generateContent",
+        };
+        let project = self.credential.as_deref().unwrap_or_default();
+        format!(
+            "{}{}",
+            self.prefix,
+            google::vertex_path(project, &self.region, publisher, &self.model_id, method)
+        )
+    }
+
     fn authority(&self) -> String {
         let default_port = if self.tls { 443 } else { 80 };
         if self.port == default_port {
@@ -65,14 +102,6 @@ impl Target {
             format!("{}:{}", self.host, self.port)
         }
     }
-}
-
-/// Whether a provider speaks the OpenAI chat wire.
-pub fn speaks_openai_chat(provider: &str) -> bool {
-    matches!(
-        provider,
-        "openai" | "azure" | "mistral" | "openrouter" | "hosted" | "local"
-    )
 }
 
 /// Splits `http(s)://host[:port][/prefix]`.
@@ -137,6 +166,18 @@ pub struct Upstreams {
     /// Platform credentials by provider, read from the environment at start.
     credentials: HashMap<String, Arc<str>>,
     providers: HashMap<String, ProviderConfig>,
+    /// Bedrock: AWS keys from the standard variables; requests are SigV4-signed.
+    aws: Option<sigv4::AwsCredentials>,
+    /// Vertex: the service account and its cached access token.
+    vertex: Option<Vertex>,
+}
+
+/// A Vertex AI service account and its access token.
+struct Vertex {
+    account: google::ServiceAccount,
+    tokens: google::TokenCache,
+    /// Serializes refreshes: a burst of requests makes one token request.
+    refresh: tokio::sync::Mutex<()>,
 }
 
 impl Upstreams {
@@ -151,12 +192,30 @@ impl Upstreams {
                 Some((name.clone(), Arc::<str>::from(v)))
             })
             .collect();
+        let vertex = config
+            .providers
+            .get("vertex")
+            .and_then(|p| std::env::var(&p.api_key_env).ok())
+            .filter(|v| !v.is_empty())
+            .and_then(|v| match google::ServiceAccount::load(&v) {
+                Ok(account) => Some(Vertex {
+                    account,
+                    tokens: google::TokenCache::new(),
+                    refresh: tokio::sync::Mutex::new(()),
+                }),
+                Err(e) => {
+                    tracing::warn!("vertex service account not usable: {e}");
+                    None
+                }
+            });
         Upstreams {
             connector: Connector::new(None),
             targets: Mutex::new(HashMap::new()),
             dns: Mutex::new(HashMap::new()),
             credentials,
             providers: config.providers.clone().into_iter().collect(),
+            aws: sigv4::AwsCredentials::from_env(),
+            vertex,
         }
     }
 
@@ -188,7 +247,20 @@ impl Upstreams {
             &rung.base_url
         };
         let (tls, host, port, prefix) = parse_base(base)?;
-        let credential = self.credentials.get(&rung.provider).cloned();
+        // Bedrock and Vertex have no static credential: the rung is reachable when
+        // their keys loaded; the breaker tells accounts apart by key id / account.
+        let credential = match rung.provider.as_str() {
+            "bedrock" => Some(Arc::<str>::from(self.aws.as_ref()?.access_key_id.as_str())),
+            "vertex" => Some(Arc::<str>::from(
+                self.vertex.as_ref()?.account.project_id.as_str(),
+            )),
+            _ => self.credentials.get(&rung.provider).cloned(),
+        };
+        let region = match rung.provider.as_str() {
+            "bedrock" => sigv4::region_from_host(&host),
+            "vertex" => google::region_from_host(&host),
+            _ => String::new(),
+        };
         let cred_tag = credential.as_deref().map_or(String::new(), |c| {
             use sha2::Digest;
             hex::encode(&sha2::Sha256::digest(c.as_bytes())[..6])
@@ -210,6 +282,7 @@ impl Upstreams {
             connect_timeout: Duration::from_millis(p.connect_timeout_ms),
             header_timeout: Duration::from_millis(p.header_timeout_ms),
             first_token_timeout: Duration::from_millis(p.first_token_timeout_ms),
+            region,
         })
     }
 
@@ -234,6 +307,73 @@ impl Upstreams {
         Ok(addr)
     }
 
+    /// A Vertex access token: the cached one, or a fresh one from the account's
+    /// token endpoint (one refresh at a time).
+    async fn vertex_token(&self) -> Result<String, Failure> {
+        let v = self
+            .vertex
+            .as_ref()
+            .ok_or_else(|| Failure::Connect("no vertex account".into()))?;
+        let now = crate::store::now_ms() / 1000;
+        if let Some(t) = v.tokens.get(now as u64) {
+            return Ok(t);
+        }
+        let _one = v.refresh.lock().await;
+        if let Some(t) = v.tokens.get(now as u64) {
+            return Ok(t);
+        }
+        let assertion = google::assertion(&v.account, now as u64)
+            .map_err(|e| Failure::Connect(format!("vertex token: {e}")))?;
+        let form = google::token_request_body(&assertion);
+        let (tls, host, port, path) = parse_base(&v.account.token_uri)
+            .ok_or_else(|| Failure::Connect("vertex token: bad token_uri".into()))?;
+        let token_target = Target {
+            rung_id: String::new(),
+            provider: "oauth".into(),
+            model_id: String::new(),
+            tls,
+            host,
+            port,
+            prefix: String::new(),
+            credential: None,
+            connect_timeout: Duration::from_secs(5),
+            header_timeout: Duration::from_secs(10),
+            first_token_timeout: Duration::from_secs(10),
+            rung_base: String::new(),
+            breaker_key: String::new(),
+            region: String::new(),
+        };
+        let path = if path.is_empty() {
+            "/".to_string()
+        } else {
+            path
+        };
+        let mut call = Box::pin(self.send(
+            &token_target,
+            &path,
+            Bytes::from(form),
+            false,
+            "application/x-www-form-urlencoded",
+        ))
+        .await?;
+        let mut buf = Vec::new();
+        while let Ok(Ok(Some(b))) = fast_timeout(Duration::from_secs(10), call.read()).await {
+            buf.extend_from_slice(&b);
+            if buf.len() > 64 * 1024 {
+                break;
+            }
+        }
+        let status = call.status();
+        call.finish().await;
+        if status != 200 {
+            return Err(Failure::Connect(format!("vertex token: status {status}")));
+        }
+        let (token, expires_in) = google::parse_token_response(&buf)
+            .map_err(|e| Failure::Connect(format!("vertex token: {e}")))?;
+        v.tokens.put(token.clone(), expires_in, now as u64);
+        Ok(token)
+    }
+
     /// Sends a POST and waits for the response header.
     pub async fn post(
         &self,
@@ -241,6 +381,17 @@ impl Upstreams {
         path: &str,
         body: Bytes,
         stream: bool,
+    ) -> Result<Call<'_>, Failure> {
+        self.send(t, path, body, stream, "application/json").await
+    }
+
+    async fn send(
+        &self,
+        t: &Target,
+        path: &str,
+        body: Bytes,
+        stream: bool,
+        content_type: &'static str,
     ) -> Result<Call<'_>, Failure> {
         let addr = self.resolve(&t.host, t.port).await?;
         let mut peer = HttpPeer::new(addr, t.tls, t.host.clone());
@@ -254,18 +405,61 @@ impl Upstreams {
         let mut req = RequestHeader::build_no_case("POST", path.as_bytes(), Some(6))
             .map_err(|_| Failure::Connect("bad request line".into()))?;
         let _ = req.insert_header(http::header::HOST, t.authority());
-        let _ = req.insert_header(http::header::CONTENT_TYPE, "application/json");
+        let _ = req.insert_header(http::header::CONTENT_TYPE, content_type);
         let _ = req.insert_header(http::header::CONTENT_LENGTH, body.len());
         let _ = req.insert_header(http::header::USER_AGENT, "sluice/0.1");
         if stream {
             let _ = req.insert_header(http::header::ACCEPT, "text/event-stream");
         }
-        if let Some(c) = &t.credential {
-            if t.provider == "azure" {
-                let _ = req.insert_header("api-key", c.as_ref());
-            } else {
-                let _ = req.insert_header(http::header::AUTHORIZATION, format!("Bearer {c}"));
+        match t.provider.as_str() {
+            "bedrock" => {
+                let creds = self
+                    .aws
+                    .as_ref()
+                    .ok_or_else(|| Failure::Connect("no aws keys".into()))?;
+                let signed = sigv4::sign(
+                    creds,
+                    &t.region,
+                    "POST",
+                    &t.authority(),
+                    path,
+                    &[("content-type", "application/json")],
+                    &body,
+                    std::time::SystemTime::now(),
+                )
+                .map_err(|e| Failure::Connect(format!("sigv4: {e}")))?;
+                for (name, value) in signed {
+                    let _ = req.insert_header(name, value);
+                }
             }
+            "vertex" => {
+                let token = self.vertex_token().await?;
+                let _ = req.insert_header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+            }
+            _ => {}
+        }
+        if let Some(c) = t
+            .credential
+            .as_ref()
+            .filter(|_| !matches!(t.provider.as_str(), "bedrock" | "vertex"))
+        {
+            match t.provider.as_str() {
+                "azure" => {
+                    let _ = req.insert_header("api-key", c.as_ref());
+                }
+                "anthropic" => {
+                    let _ = req.insert_header("x-api-key", c.as_ref());
+                }
+                "google" => {
+                    let _ = req.insert_header("x-goog-api-key", c.as_ref());
+                }
+                _ => {
+                    let _ = req.insert_header(http::header::AUTHORIZATION, format!("Bearer {c}"));
+                }
+            }
+        }
+        if t.provider == "anthropic" {
+            let _ = req.insert_header("anthropic-version", ANTHROPIC_VERSION);
         }
         let sent = async {
             session.write_request_header(Box::new(req)).await?;

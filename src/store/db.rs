@@ -38,6 +38,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0002_usage_events.sql"),
         include_str!("../../migrations/postgres/0002_usage_events.sql"),
     ),
+    (
+        3,
+        "rung probes",
+        include_str!("../../migrations/sqlite/0003_rung_probes.sql"),
+        include_str!("../../migrations/postgres/0003_rung_probes.sql"),
+    ),
 ];
 
 impl Db {

@@ -924,6 +924,7 @@ struct OutMessage<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     x_gateway: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "x-service-ignored-parameters")]
     x_service_ignored_parameters: Option<&'a str>,
 }
 
@@ -1325,7 +1326,7 @@ impl StreamEncoder for Encoder {
             out.extend_from_slice(r.get().as_bytes());
         }
         if let Some(ignored) = &tail.ignored {
-            out.extend_from_slice(br#","x_service_ignored_parameters":"#);
+            out.extend_from_slice(br#","x-service-ignored-parameters":"#);
             put_str(out, ignored);
         }
         out.push(b'}');

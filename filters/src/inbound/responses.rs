@@ -26,7 +26,7 @@ use std::fmt;
 /// The member of the final answer that carries the receipt.
 const RECEIPT_MEMBER: &str = "x_gateway";
 /// The member of the final answer that names the dropped fields.
-const IGNORED_MEMBER: &str = "x_service_ignored_parameters";
+use crate::ir::IGNORED_MEMBER;
 
 /// Top-level fields kept verbatim as extras under their own names: an OpenAI rung
 /// understands them, the canonical form does not model them.

@@ -150,6 +150,10 @@ pub trait StreamDecoder: Send {
     fn done(&self) -> bool;
 }
 
+/// The member of a stream's finish chunk (or final event) that names the dropped
+/// fields: the same key as the response header.
+pub const IGNORED_MEMBER: &str = "x-service-ignored-parameters";
+
 /// What the gateway knows that the client's format must carry.
 #[derive(Clone, Debug, Default)]
 pub struct Meta {

@@ -3,6 +3,11 @@
 //! stream usage always on, gateway-owned fields removed) and inspection of answers
 //! (is there content yet, a refusal, an in-band error, the usage).
 
+use crate::ir::{
+    DecodeError, Event, FinishReason, Part, RefusalReason, Request, ResponseFormat, Role,
+    StreamDecoder, ToolChoice,
+};
+use crate::upstream::Rendered;
 use crate::usage::Usage;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -420,5 +425,522 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["provider"], "openai:m");
         assert_eq!(splice_member(b"{ }", "a", b"1"), b"{ \"a\":1}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The canonical side: a client of another format on an OpenAI-wire rung.
+
+/// Extras a chat rung understands (the rest are another maker's: dropped).
+const CHAT_EXTRAS: [&str; 8] = [
+    "metadata",
+    "service_tier",
+    "store",
+    "logprobs",
+    "top_logprobs",
+    "verbosity",
+    "web_search_options",
+    "safety_identifier",
+];
+
+fn part_json(p: &Part) -> Option<serde_json::Value> {
+    use serde_json::json;
+    match p {
+        Part::Text { text } => Some(json!({"type": "text", "text": text})),
+        Part::Image { url, detail } => {
+            let mut img = json!({"url": url});
+            if let Some(d) = detail {
+                img["detail"] = json!(d);
+            }
+            Some(json!({"type": "image_url", "image_url": img}))
+        }
+        Part::Document { url, name } => Some(json!({"type": "file", "file": {
+            "file_data": url,
+            "filename": name.clone().unwrap_or_else(|| "document.pdf".into()),
+        }})),
+        _ => None,
+    }
+}
+
+/// Text-only parts become a plain string (what every OpenAI-compatible server takes).
+fn content_json(parts: &[Part]) -> serde_json::Value {
+    let media = parts
+        .iter()
+        .any(|p| matches!(p, Part::Image { .. } | Part::Document { .. }));
+    if !media {
+        let text: Vec<&str> = parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        return serde_json::Value::from(text.join(""));
+    }
+    serde_json::Value::from(parts.iter().filter_map(part_json).collect::<Vec<_>>())
+}
+
+/// The body for an OpenAI-chat rung from the canonical form. `max_tokens` is sent
+/// as `max_tokens` (every OpenAI-compatible server knows it; OpenAI maps it for
+/// reasoning models too).
+pub fn render(req: &Request, model_id: &str, stream: bool) -> Rendered {
+    use serde_json::{json, Map, Value};
+    let mut dropped = Vec::new();
+    let mut messages = Vec::new();
+    for s in &req.system {
+        messages.push(json!({"role": "system", "content": s}));
+    }
+    let mut reasoning_dropped = false;
+    for m in &req.messages {
+        match m.role {
+            Role::Assistant => {
+                let text: Vec<&Part> = m
+                    .parts
+                    .iter()
+                    .filter(|p| matches!(p, Part::Text { .. }))
+                    .collect();
+                let calls: Vec<Value> = m
+                    .parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        Part::ToolCall {
+                            id,
+                            name,
+                            arguments,
+                        } => Some(json!({
+                            "id": id, "type": "function",
+                            "function": {"name": name, "arguments": arguments},
+                        })),
+                        _ => None,
+                    })
+                    .collect();
+                reasoning_dropped |= m
+                    .parts
+                    .iter()
+                    .any(|p| matches!(p, Part::Thinking { .. } | Part::EncryptedReasoning { .. }));
+                let content: String = text
+                    .iter()
+                    .filter_map(|p| match p {
+                        Part::Text { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                let mut msg = json!({"role": "assistant",
+                    "content": if content.is_empty() && !calls.is_empty() { Value::Null } else { Value::from(content) }});
+                if !calls.is_empty() {
+                    msg["tool_calls"] = Value::from(calls);
+                }
+                messages.push(msg);
+            }
+            Role::Tool => {
+                for p in &m.parts {
+                    if let Part::ToolResult {
+                        call_id, content, ..
+                    } = p
+                    {
+                        messages.push(json!({"role": "tool", "tool_call_id": call_id,
+                                             "content": content_json(content)}));
+                    }
+                }
+            }
+            Role::User | Role::System => {
+                let role = if m.role == Role::System {
+                    "system"
+                } else {
+                    "user"
+                };
+                // Tool results inside a user turn (a messages client) go first, as
+                // tool turns.
+                for p in &m.parts {
+                    if let Part::ToolResult {
+                        call_id, content, ..
+                    } = p
+                    {
+                        messages.push(json!({"role": "tool", "tool_call_id": call_id,
+                                             "content": content_json(content)}));
+                    }
+                }
+                let rest: Vec<Part> = m
+                    .parts
+                    .iter()
+                    .filter(|p| !matches!(p, Part::ToolResult { .. }))
+                    .cloned()
+                    .collect();
+                if !rest.is_empty() {
+                    messages.push(json!({"role": role, "content": content_json(&rest)}));
+                }
+            }
+        }
+    }
+    if reasoning_dropped {
+        dropped.push("reasoning".to_string());
+    }
+    let mut o = Map::new();
+    o.insert("model".into(), json!(model_id));
+    o.insert("messages".into(), Value::from(messages));
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                let mut f = json!({"name": t.name,
+                    "parameters": serde_json::from_str::<Value>(t.parameters.get()).unwrap_or(json!({}))});
+                if let Some(d) = &t.description {
+                    f["description"] = json!(d);
+                }
+                if let Some(s) = t.strict {
+                    f["strict"] = json!(s);
+                }
+                json!({"type": "function", "function": f})
+            })
+            .collect();
+        o.insert("tools".into(), Value::from(tools));
+    }
+    if let Some(tc) = &req.tool_choice {
+        o.insert(
+            "tool_choice".into(),
+            match tc {
+                ToolChoice::Auto => json!("auto"),
+                ToolChoice::None => json!("none"),
+                ToolChoice::Required => json!("required"),
+                ToolChoice::Tool { name } => {
+                    json!({"type": "function", "function": {"name": name}})
+                }
+            },
+        );
+    }
+    if let Some(p) = req.parallel_tool_calls {
+        o.insert("parallel_tool_calls".into(), json!(p));
+    }
+    let put = |o: &mut Map<String, Value>, k: &str, v: Option<Value>| {
+        if let Some(v) = v {
+            o.insert(k.into(), v);
+        }
+    };
+    put(&mut o, "max_tokens", req.max_tokens.map(Value::from));
+    put(&mut o, "temperature", req.temperature.map(Value::from));
+    put(&mut o, "top_p", req.top_p.map(Value::from));
+    put(
+        &mut o,
+        "frequency_penalty",
+        req.frequency_penalty.map(Value::from),
+    );
+    put(
+        &mut o,
+        "presence_penalty",
+        req.presence_penalty.map(Value::from),
+    );
+    if !req.stop.is_empty() {
+        o.insert("stop".into(), json!(req.stop));
+    }
+    if let Some(rf) = &req.response_format {
+        o.insert(
+            "response_format".into(),
+            match rf {
+                ResponseFormat::Text => json!({"type": "text"}),
+                ResponseFormat::JsonObject => json!({"type": "json_object"}),
+                ResponseFormat::JsonSchema { name, description, schema, strict } => {
+                    let mut js = json!({"name": name,
+                        "schema": serde_json::from_str::<Value>(schema.get()).unwrap_or(json!({}))});
+                    if let Some(d) = description {
+                        js["description"] = json!(d);
+                    }
+                    if let Some(s) = strict {
+                        js["strict"] = json!(s);
+                    }
+                    json!({"type": "json_schema", "json_schema": js})
+                }
+            },
+        );
+    }
+    if let Some(r) = &req.reasoning {
+        match (&r.effort, r.budget_tokens) {
+            (Some(e), _) => {
+                o.insert("reasoning_effort".into(), json!(e));
+            }
+            (None, Some(b)) => {
+                o.insert("reasoning_effort".into(), json!(effort_for_budget(b)));
+            }
+            _ => {}
+        }
+    }
+    put(&mut o, "user", req.user.clone().map(Value::from));
+    for e in &req.extras {
+        if CHAT_EXTRAS.contains(&e.name.as_str()) {
+            if let Ok(v) = serde_json::from_str::<Value>(e.value.get()) {
+                o.insert(e.name.clone(), v);
+            }
+        } else if !e.name.starts_with("tools.") && e.name != "thinking" {
+            dropped.push(e.name.clone());
+        }
+    }
+    if stream {
+        o.insert("stream".into(), json!(true));
+        o.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    Rendered {
+        body: serde_json::to_vec(&Value::Object(o)).unwrap_or_default(),
+        dropped,
+    }
+}
+
+/// A thinking budget in OpenAI's effort terms.
+fn effort_for_budget(budget: u64) -> &'static str {
+    match budget {
+        0..=2048 => "low",
+        2049..=12_000 => "medium",
+        _ => "high",
+    }
+}
+
+fn finish_of(raw: &str) -> FinishReason {
+    match raw {
+        "length" => FinishReason::Length,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "content_filter" => FinishReason::ContentFilter,
+        _ => FinishReason::Stop,
+    }
+}
+
+#[derive(Deserialize)]
+struct WireCall {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<WireFn>,
+}
+
+#[derive(Deserialize)]
+struct WireFn {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireMsg {
+    #[serde(default)]
+    content: Option<serde_json::Value>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<WireCall>>,
+    #[serde(default)]
+    refusal: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireChoice {
+    #[serde(default)]
+    message: Option<WireMsg>,
+    #[serde(default)]
+    delta: Option<WireMsg>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireAnswer {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    choices: Vec<WireChoice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<serde_json::Value>,
+}
+
+fn text_of(content: &Option<serde_json::Value>) -> String {
+    match content {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(|t| t.as_str()))
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+fn error_message(e: &serde_json::Value) -> String {
+    e.get("message")
+        .and_then(|m| m.as_str())
+        .unwrap_or("provider error")
+        .to_string()
+}
+
+/// A whole chat completion as canonical events.
+pub fn decode(body: &[u8]) -> Result<Vec<Event>, DecodeError> {
+    let a: WireAnswer =
+        serde_json::from_slice(body).map_err(|e| DecodeError(format!("chat completion: {e}")))?;
+    let mut out = vec![Event::Start {
+        id: a.id,
+        model: a.model,
+    }];
+    if let Some(e) = &a.error {
+        out.push(Event::Error {
+            message: error_message(e),
+        });
+        return Ok(out);
+    }
+    if let Some(c) = a.choices.first() {
+        if let Some(m) = &c.message {
+            if let Some(r) = &m.refusal {
+                out.push(Event::Refusal {
+                    reason: RefusalReason::ContentPolicy,
+                    text: Some(r.clone()),
+                });
+            }
+            if let Some(t) = m.reasoning_content.as_ref().filter(|t| !t.is_empty()) {
+                out.push(Event::Thinking { text: t.clone() });
+            }
+            let text = text_of(&m.content);
+            if !text.is_empty() {
+                out.push(Event::Text { text });
+            }
+            for (i, call) in m.tool_calls.iter().flatten().enumerate() {
+                let f = call.function.as_ref();
+                out.push(Event::ToolCallStart {
+                    index: i as u32,
+                    id: call.id.clone().unwrap_or_else(|| format!("call_{i}")),
+                    name: f.and_then(|f| f.name.clone()).unwrap_or_default(),
+                });
+                out.push(Event::ToolCallArgs {
+                    index: i as u32,
+                    arguments: f.and_then(|f| f.arguments.clone()).unwrap_or_default(),
+                });
+            }
+        }
+        if let Some(f) = &c.finish_reason {
+            out.push(Event::Finish {
+                reason: finish_of(f),
+                raw: Some(f.clone()),
+            });
+        }
+    }
+    if let Some(u) = &a.usage {
+        out.push(Event::Usage(u.to_usage()));
+    }
+    Ok(out)
+}
+
+/// The chat chunk stream as canonical events.
+#[derive(Default)]
+pub struct Decoder {
+    started: bool,
+    done: bool,
+    /// Tool-call stream indexes already started.
+    calls: Vec<u32>,
+}
+
+impl Decoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl StreamDecoder for Decoder {
+    fn frame(
+        &mut self,
+        _name: Option<&str>,
+        data: &[u8],
+        out: &mut Vec<Event>,
+    ) -> Result<(), DecodeError> {
+        if data == b"[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let a: WireAnswer =
+            serde_json::from_slice(data).map_err(|e| DecodeError(format!("chat chunk: {e}")))?;
+        if let Some(e) = &a.error {
+            out.push(Event::Error {
+                message: error_message(e),
+            });
+            return Ok(());
+        }
+        if !self.started {
+            self.started = true;
+            out.push(Event::Start {
+                id: a.id.clone(),
+                model: a.model.clone(),
+            });
+        }
+        for c in &a.choices {
+            if let Some(d) = &c.delta {
+                if let Some(r) = d.refusal.as_ref().filter(|r| !r.is_empty()) {
+                    out.push(Event::Refusal {
+                        reason: RefusalReason::ContentPolicy,
+                        text: Some(r.clone()),
+                    });
+                }
+                if let Some(t) = d.reasoning_content.as_ref().filter(|t| !t.is_empty()) {
+                    out.push(Event::Thinking { text: t.clone() });
+                }
+                let text = text_of(&d.content);
+                if !text.is_empty() {
+                    out.push(Event::Text { text });
+                }
+                for (n, call) in d.tool_calls.iter().flatten().enumerate() {
+                    let index = call.index.unwrap_or(n as u32);
+                    let f = call.function.as_ref();
+                    if !self.calls.contains(&index) {
+                        self.calls.push(index);
+                        out.push(Event::ToolCallStart {
+                            index,
+                            id: call.id.clone().unwrap_or_else(|| format!("call_{index}")),
+                            name: f.and_then(|f| f.name.clone()).unwrap_or_default(),
+                        });
+                    }
+                    if let Some(args) = f
+                        .and_then(|f| f.arguments.clone())
+                        .filter(|a| !a.is_empty())
+                    {
+                        out.push(Event::ToolCallArgs {
+                            index,
+                            arguments: args,
+                        });
+                    }
+                }
+            }
+            if let Some(f) = &c.finish_reason {
+                out.push(Event::Finish {
+                    reason: finish_of(f),
+                    raw: Some(f.clone()),
+                });
+            }
+        }
+        if let Some(u) = &a.usage {
+            out.push(Event::Usage(u.to_usage()));
+        }
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
+}
+
+/// Whether an error answer is a policy refusal: Azure OpenAI's content filter
+/// (400, `error.code` `content_filter`, its `innererror.content_filter_result`
+/// naming the category) and OpenAI's `content_policy_violation`.
+pub fn refusal(status: u16, body: &[u8]) -> Option<RefusalReason> {
+    if !(400..500).contains(&status) {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let e = v.get("error")?;
+    let code = e.get("code").and_then(|c| c.as_str()).unwrap_or("");
+    match code {
+        "content_filter" | "content_policy_violation" | "ResponsibleAIPolicyViolation" => {
+            Some(RefusalReason::ContentPolicy)
+        }
+        "cyber_policy" => Some(RefusalReason::CyberPolicy),
+        "bio_policy" => Some(RefusalReason::Cbrn),
+        _ => None,
     }
 }

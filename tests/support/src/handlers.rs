@@ -84,6 +84,29 @@ pub(crate) async fn gemini(State(m): Shared, Path(rest): Path<String>, req: Requ
     }
 }
 
+/// Vertex AI Gemini models: `.../publishers/google/models/{model}:{method}`.
+pub(crate) async fn vertex_google(
+    state: State<Arc<Inner>>,
+    Path((_project, _region, rest)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    gemini(state, Path(rest), req).await
+}
+
+/// Claude on Vertex AI: `.../publishers/anthropic/models/{model}:rawPredict` (or
+/// `:streamRawPredict`); the body is Anthropic's without `model`.
+pub(crate) async fn vertex_anthropic(
+    State(m): Shared,
+    Path((_project, _region, rest)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    let model = rest
+        .rsplit_once(':')
+        .map_or(rest.as_str(), |(m, _)| m)
+        .to_owned();
+    generate(&m, anthropic::Messages, Some(model), req).await
+}
+
 /// Bedrock Converse: the model id is the (percent-decoded) path segment.
 pub(crate) async fn bedrock_converse(
     State(m): Shared,

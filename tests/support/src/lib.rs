@@ -322,6 +322,14 @@ fn router(inner: Arc<Inner>) -> Router {
         .route("/v1beta/models/{*rest}", post(handlers::gemini))
         .route("/v1/models/{*rest}", post(handlers::gemini))
         .route("/token", post(oauth::token))
+        .route(
+            "/v1/projects/{project}/locations/{region}/publishers/google/models/{*rest}",
+            post(handlers::vertex_google),
+        )
+        .route(
+            "/v1/projects/{project}/locations/{region}/publishers/anthropic/models/{*rest}",
+            post(handlers::vertex_anthropic),
+        )
         .route("/model/{model}/converse", post(handlers::bedrock_converse))
         .route(
             "/model/{model}/converse-stream",

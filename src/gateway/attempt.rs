@@ -1,0 +1,137 @@
+//! What one attempt on one rung can end in, and the waiting and writing helpers
+//! every attempt uses (deadlines, the client going away, whole answers, the SSE
+//! header).
+
+use super::exchange::Exchange;
+use super::upstream::Failure;
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use pingora::time::fast_timeout::fast_timeout;
+use sluice_filters::ir::RefusalReason;
+use sluice_filters::usage::Usage;
+use sluice_filters::{ApiError, ErrorCode};
+use std::time::Instant;
+
+/// How one attempt ended.
+pub enum Attempt {
+    /// The answer went to the client (status written).
+    Served(u16),
+    /// The model ended its turn with no content.
+    Empty(Option<Usage>),
+    /// The provider refused before any content.
+    Refused(RefusalReason),
+    Failed(Failure),
+    /// The request cannot be served by any rung (e.g. output over the limit).
+    Terminal(ApiError),
+    ClientGone,
+}
+
+impl Attempt {
+    /// The outcome label of `x-gateway-attempts` and of metrics.
+    pub fn label(&self) -> String {
+        match self {
+            Attempt::Served(_) => "ok".to_string(),
+            Attempt::Empty(_) => "empty".to_string(),
+            Attempt::Refused(_) => "refused".to_string(),
+            Attempt::Failed(f) => f.label(),
+            Attempt::Terminal(_) => "terminal".to_string(),
+            Attempt::ClientGone => "client_gone".to_string(),
+        }
+    }
+}
+
+/// Why a rung failed, in words for the `all_routes_failed` message.
+pub fn describe(f: &Failure) -> String {
+    match f {
+        Failure::Connect(why) => format!("connect failed: {why}"),
+        Failure::HeaderTimeout => "timed out waiting for response headers".into(),
+        Failure::Status(429) => "throttled (429)".into(),
+        Failure::Status(s) => format!("status {s}"),
+        Failure::DiedBeforeOutput => "died before any output".into(),
+        Failure::FirstTokenTimeout => "timed out waiting for the first token".into(),
+        Failure::ErrorEvent => "error event before any output".into(),
+        Failure::BadAnswer => "unreadable answer".into(),
+        Failure::Deadline => "the request deadline passed".into(),
+    }
+}
+
+/// The 400 `refusal`: `provider refused the request: <fixed phrase>` and the
+/// spec's `refusal_reason`.
+pub fn refusal(reason: RefusalReason) -> ApiError {
+    ApiError::new(
+        ErrorCode::Refusal,
+        format!("provider refused the request: {}", reason.phrase()),
+    )
+    .with_extra("refusal_reason", reason.as_str())
+}
+
+/// Waits for `fut` until `deadline`. Pingora's fast timeout: coarse (10 ms) and
+/// free of the per-timer driver wake-ups of Tokio's, which cost a syscall each
+/// on this path.
+pub async fn until<F: std::future::Future>(
+    deadline: Instant,
+    fut: F,
+) -> Result<F::Output, Elapsed> {
+    fast_timeout(deadline.saturating_duration_since(Instant::now()), fut)
+        .await
+        .map_err(|_| Elapsed)
+}
+
+/// A wait that ran out.
+pub struct Elapsed;
+
+/// Polls a future once: its output if it is ready now, else `None` (and the future
+/// is dropped). Used only on reads that are safe to abandon while pending.
+pub fn ready_now<F: std::future::Future>(fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => Some(v),
+        std::task::Poll::Pending => None,
+    }
+}
+
+/// Waits for `fut` unless the client goes away first.
+pub async fn unless_gone<F: std::future::Future>(
+    session: &mut Session,
+    fut: F,
+) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        out = fut => Some(out),
+        _ = session.as_downstream_mut().read_body_or_idle(true) => None,
+    }
+}
+
+/// Writes a whole answer (header with its content length, then the body); false
+/// when the client is gone.
+pub async fn write_whole(session: &mut Session, mut h: ResponseHeader, body: Vec<u8>) -> bool {
+    let _ = h.insert_header(http::header::CONTENT_LENGTH, body.len());
+    session
+        .write_response_header(Box::new(h), false)
+        .await
+        .is_ok()
+        && session
+            .write_response_body(Some(Bytes::from(body)), true)
+            .await
+            .is_ok()
+}
+
+/// The header of a whole JSON answer, with the receipt.
+pub fn json_header(ex: &Exchange, provider: &str, outcome: &str) -> Option<ResponseHeader> {
+    let mut h = ResponseHeader::build_no_case(200, Some(5)).ok()?;
+    let _ = h.insert_header(http::header::CONTENT_TYPE, "application/json");
+    ex.receipt_headers(&mut h, provider, outcome);
+    Some(h)
+}
+
+/// The SSE response header, with the receipt.
+pub fn sse_header(ex: &Exchange, provider: &str, outcome: &str) -> Option<Box<ResponseHeader>> {
+    let mut h = ResponseHeader::build_no_case(200, Some(7)).ok()?;
+    let _ = h.insert_header(http::header::CONTENT_TYPE, "text/event-stream");
+    let _ = h.insert_header(http::header::CACHE_CONTROL, "no-cache");
+    let _ = h.insert_header(http::header::TRANSFER_ENCODING, "chunked");
+    ex.receipt_headers(&mut h, provider, outcome);
+    Some(Box::new(h))
+}

@@ -1,0 +1,438 @@
+//! Attempts whose answer is rewritten through the canonical form: a rung of another
+//! wire than the client's format (or a native responses/messages rung, whose answer
+//! is decoded to find the commit point and re-encoded as it arrives).
+//!
+//! Before commit the decoded events are held (a role chunk, thinking, usage); the
+//! first content commits the rung, and from then on every upstream read is decoded,
+//! encoded in the client's format and written at once.
+
+use super::attempt::{
+    json_header, ready_now, sse_header, unless_gone, until, write_whole, Attempt,
+};
+use super::exchange::Exchange;
+use super::upstream::{Call, Failure};
+use super::waterfall::{Job, Leg};
+use super::wire::{self, Framer};
+use super::Gateway;
+use bytes::Bytes;
+use pingora::proxy::Session;
+use pingora::time::fast_timeout::fast_timeout;
+use sluice_filters::ir::{Event, Meta, Response, StreamDecoder, StreamEncoder, Tail};
+use sluice_filters::sse::KEEPALIVE;
+use sluice_filters::usage::Usage;
+use sluice_filters::{ApiError, ErrorCode};
+use std::time::{Duration, Instant};
+
+/// Runs one attempt with a rendered body.
+pub async fn run(
+    gw: &Gateway,
+    session: &mut Session,
+    ex: &mut Exchange,
+    leg: &Leg,
+    job: &Job,
+    body: Bytes,
+) -> Attempt {
+    if job.stream {
+        stream(gw, session, ex, leg, job, body).await
+    } else {
+        plain(gw, session, ex, leg, job, body).await
+    }
+}
+
+fn meta(ex: &Exchange, leg: &Leg, job: &Job) -> Meta {
+    // `created` is when the request arrived, not when the answer was rendered.
+    let age = ex.started.elapsed().as_secs() as i64;
+    Meta {
+        provider: leg.target.rung_id.clone(),
+        slug: job.req.model.clone(),
+        created: crate::store::now_ms() / 1000 - age,
+        fallback_id: crate::store::new_id("gen"),
+        include_usage: job.req.include_usage,
+    }
+}
+
+fn tail(ex: &Exchange, leg: &Leg, usage: Usage, cut: bool) -> Tail {
+    Tail {
+        usage,
+        cut,
+        receipt: String::from_utf8(ex.receipt_json(&leg.target.provider, "ok")).unwrap_or_default(),
+        ignored: ex.ignored.clone(),
+    }
+}
+
+/// Reads an error answer's body (bounded, briefly) to tell a refusal from a
+/// failure. The connection is not reused either way.
+async fn failed_status(leg: &Leg, mut call: Call<'_>, status: u16) -> Attempt {
+    let mut buf = Vec::new();
+    if status == 400 || status == 403 || status == 422 {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while buf.len() < 64 * 1024 {
+            match until(deadline, call.read()).await {
+                Ok(Ok(Some(b))) => buf.extend_from_slice(&b),
+                _ => break,
+            }
+        }
+    }
+    match wire::refusal(leg.wire, status, &buf) {
+        Some(reason) => Attempt::Refused(reason),
+        None => Attempt::Failed(Failure::Status(status)),
+    }
+}
+
+async fn plain(
+    gw: &Gateway,
+    session: &mut Session,
+    ex: &mut Exchange,
+    leg: &Leg,
+    job: &Job,
+    body: Bytes,
+) -> Attempt {
+    let t = &leg.target;
+    let path = t.path(leg.wire, false);
+    let waited = Instant::now();
+    let limit = ex
+        .deadline
+        .min(Instant::now() + t.header_timeout + t.first_token_timeout);
+    let max = gw.state.config.limits.max_response_bytes;
+    let deadline = ex.deadline;
+    let call = async {
+        let mut call = until(deadline, gw.upstreams.post(t, &path, body, false))
+            .await
+            .map_err(|_| Failure::Deadline)??;
+        let status = call.status();
+        if !(200..300).contains(&status) {
+            return Ok(Err((call, status)));
+        }
+        let mut buf = Vec::new();
+        loop {
+            match until(limit, call.read()).await {
+                Err(_) if Instant::now() >= deadline => return Err(Failure::Deadline),
+                Err(_) => return Err(Failure::FirstTokenTimeout),
+                Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
+                Ok(Ok(None)) => break,
+                Ok(Ok(Some(b))) => {
+                    if buf.len() + b.len() > max {
+                        return Ok(Ok((call, None)));
+                    }
+                    buf.extend_from_slice(&b);
+                }
+            }
+        }
+        Ok(Ok((call, Some(buf))))
+    };
+    let result = unless_gone(session, call).await;
+    ex.upstream_wait += waited.elapsed();
+    let (call, buf) = match result {
+        None => return Attempt::ClientGone,
+        Some(Err(f)) => return Attempt::Failed(f),
+        Some(Ok(Err((call, status)))) => return failed_status(leg, call, status).await,
+        Some(Ok(Ok(x))) => x,
+    };
+    let Some(buf) = buf else {
+        return Attempt::Terminal(ApiError::new(
+            ErrorCode::ProviderOutputTooLarge,
+            format!("The provider's answer exceeded the response limit of {max} bytes."),
+        ));
+    };
+    let Ok(events) = wire::decode(leg.wire, &buf) else {
+        return Attempt::Failed(Failure::BadAnswer);
+    };
+    let resp = Response::from_events(&events);
+    if resp.error.is_some() {
+        return Attempt::Failed(Failure::ErrorEvent);
+    }
+    // The whole answer is in hand before anything reaches the client: a refusal
+    // is a refusal even when some text preceded it.
+    if let Some((reason, _)) = resp.refusal {
+        return Attempt::Refused(reason);
+    }
+    if !resp.has_content() {
+        return Attempt::Empty(resp.usage);
+    }
+    call.finish().await;
+    ex.usage = resp.usage.unwrap_or_default();
+    ex.first_token = Some(ex.started.elapsed());
+    let out = wire::render_answer(
+        job.inbound,
+        &resp,
+        &meta(ex, leg, job),
+        &tail(ex, leg, ex.usage, false),
+    );
+    let Some(h) = json_header(ex, &t.provider, "ok") else {
+        return Attempt::Terminal(ApiError::internal());
+    };
+    if !write_whole(session, h, out).await {
+        return Attempt::ClientGone;
+    }
+    Attempt::Served(200)
+}
+
+/// What the pre-commit phase found in a batch of events.
+enum Seen {
+    Nothing,
+    Content,
+    Fail(Attempt),
+}
+
+/// The state of one streamed answer, before and after commit.
+struct Flow {
+    framer: Framer,
+    decoder: Box<dyn StreamDecoder>,
+    events: Vec<Event>,
+    held: Vec<Event>,
+    usage: Option<Usage>,
+    finish_seen: bool,
+    content_chars: usize,
+}
+
+impl Flow {
+    /// Decodes every complete frame into `events`.
+    fn decode(&mut self) -> Result<(), Failure> {
+        while let Some(frame) = self.framer.next() {
+            let frame = frame.map_err(|_| Failure::BadAnswer)?;
+            self.decoder
+                .frame(frame.name.as_deref(), &frame.data, &mut self.events)
+                .map_err(|_| Failure::BadAnswer)?;
+        }
+        Ok(())
+    }
+
+    fn track(&mut self, ev: &Event) {
+        match ev {
+            Event::Usage(u) => self.usage = Some(*u),
+            Event::Finish { .. } => self.finish_seen = true,
+            Event::Text { text } => self.content_chars += text.len(),
+            Event::ToolCallArgs { arguments, .. } => self.content_chars += arguments.len(),
+            _ => {}
+        }
+    }
+
+    /// Before commit: holds events until the first content.
+    fn precommit(&mut self) -> Seen {
+        let events = std::mem::take(&mut self.events);
+        let mut iter = events.into_iter();
+        while let Some(ev) = iter.next() {
+            match &ev {
+                Event::Error { .. } => return Seen::Fail(Attempt::Failed(Failure::ErrorEvent)),
+                Event::Refusal { reason, .. } => return Seen::Fail(Attempt::Refused(*reason)),
+                _ => {}
+            }
+            self.track(&ev);
+            let content = ev.is_content();
+            self.held.push(ev);
+            if content {
+                // The rest of this batch is written right after the commit.
+                self.events.extend(iter);
+                return Seen::Content;
+            }
+        }
+        Seen::Nothing
+    }
+
+    /// After commit: encodes held and decoded events into `out`. Returns false when
+    /// the provider reported an error mid-stream (settled as a cut).
+    fn encode(&mut self, enc: &mut dyn StreamEncoder, out: &mut Vec<u8>) -> bool {
+        for ev in std::mem::take(&mut self.held) {
+            enc.event(&ev, out);
+        }
+        let events = std::mem::take(&mut self.events);
+        for ev in events {
+            match ev {
+                Event::Error { .. } => return false,
+                // A refusal after content cannot be taken back; the finish says so.
+                Event::Refusal { .. } => continue,
+                _ => {}
+            }
+            self.track(&ev);
+            enc.event(&ev, out);
+        }
+        true
+    }
+}
+
+async fn stream(
+    gw: &Gateway,
+    session: &mut Session,
+    ex: &mut Exchange,
+    leg: &Leg,
+    job: &Job,
+    body: Bytes,
+) -> Attempt {
+    let t = &leg.target;
+    let path = t.path(leg.wire, true);
+    let waited = Instant::now();
+    let deadline = ex.deadline;
+    let posted = unless_gone(
+        session,
+        until(deadline, gw.upstreams.post(t, &path, body, true)),
+    )
+    .await;
+    ex.upstream_wait += waited.elapsed();
+    let mut call = match posted {
+        None => return Attempt::ClientGone,
+        Some(Err(_)) => return Attempt::Failed(Failure::Deadline),
+        Some(Ok(Err(f))) => return Attempt::Failed(f),
+        Some(Ok(Ok(c))) => c,
+    };
+    let status = call.status();
+    if !(200..300).contains(&status) {
+        return failed_status(leg, call, status).await;
+    }
+    let first_deadline = ex.deadline.min(Instant::now() + t.first_token_timeout);
+    let mut flow = Flow {
+        framer: Framer::new(leg.wire),
+        decoder: wire::decoder(leg.wire),
+        events: Vec::new(),
+        held: Vec::new(),
+        usage: None,
+        finish_seen: false,
+        content_chars: 0,
+    };
+    let early = gw.state.config.limits.early_header_ms;
+    // Pre-commit: hold everything until the first content.
+    loop {
+        let next_keepalive = if early == 0 {
+            None
+        } else if ex.header_sent {
+            Some(Instant::now() + Duration::from_millis(early.clamp(1000, 15_000)))
+        } else {
+            Some(ex.started + Duration::from_millis(early))
+        };
+        let wait_until = next_keepalive.map_or(first_deadline, |k| k.min(first_deadline));
+        let waited = Instant::now();
+        let read = unless_gone(session, until(wait_until, call.read())).await;
+        ex.upstream_wait += waited.elapsed();
+        let chunk = match read {
+            None => return Attempt::ClientGone,
+            Some(Err(_)) if Instant::now() >= ex.deadline => {
+                return Attempt::Failed(Failure::Deadline)
+            }
+            Some(Err(_)) if Instant::now() >= first_deadline => {
+                return Attempt::Failed(Failure::FirstTokenTimeout)
+            }
+            Some(Err(_)) => {
+                // A keep-alive tick: the first content is slow.
+                if !ex.header_sent {
+                    let Some(h) = sse_header(ex, &t.provider, "pending") else {
+                        return Attempt::Terminal(ApiError::internal());
+                    };
+                    if session.write_response_header(h, false).await.is_err() {
+                        return Attempt::ClientGone;
+                    }
+                    ex.header_sent = true;
+                }
+                if session
+                    .write_response_body(Some(Bytes::from_static(KEEPALIVE)), false)
+                    .await
+                    .is_err()
+                {
+                    return Attempt::ClientGone;
+                }
+                continue;
+            }
+            Some(Ok(Err(_))) => return Attempt::Failed(Failure::DiedBeforeOutput),
+            Some(Ok(Ok(None))) => {
+                return if flow.finish_seen {
+                    Attempt::Empty(flow.usage)
+                } else {
+                    Attempt::Failed(Failure::DiedBeforeOutput)
+                }
+            }
+            Some(Ok(Ok(Some(b)))) => b,
+        };
+        flow.framer.push(&chunk);
+        if let Err(f) = flow.decode() {
+            return Attempt::Failed(f);
+        }
+        match flow.precommit() {
+            Seen::Fail(a) => return a,
+            Seen::Content => break,
+            Seen::Nothing if flow.decoder.done() => return Attempt::Empty(flow.usage),
+            Seen::Nothing => {}
+        }
+    }
+    // Commit.
+    ex.first_token = Some(ex.started.elapsed());
+    if !ex.header_sent {
+        let Some(h) = sse_header(ex, &t.provider, "ok") else {
+            return Attempt::Terminal(ApiError::internal());
+        };
+        if session.write_response_header(h, false).await.is_err() {
+            return Attempt::ClientGone;
+        }
+        ex.header_sent = true;
+    }
+    let mut enc = wire::encoder(job.inbound, meta(ex, leg, job));
+    let mut out = Vec::new();
+    let mut healthy = flow.encode(enc.as_mut(), &mut out);
+    let max = gw.state.config.limits.max_response_bytes;
+    let mut received = 0usize;
+    while healthy && !flow.decoder.done() {
+        if !out.is_empty() {
+            let cap = out.capacity();
+            let bytes = Bytes::from(std::mem::replace(&mut out, Vec::with_capacity(cap)));
+            if session
+                .write_response_body(Some(bytes), false)
+                .await
+                .is_err()
+            {
+                return Attempt::ClientGone;
+            }
+        }
+        let waited = Instant::now();
+        let read = until(ex.deadline, call.read()).await;
+        ex.upstream_wait += waited.elapsed();
+        let Ok(Ok(Some(b))) = read else {
+            // A clean end without the end marker, a broken connection, or the
+            // deadline: all settle as the provider's cut.
+            break;
+        };
+        received += b.len();
+        flow.framer.push(&b);
+        // Pieces that already arrived join this write: one syscall for a burst.
+        let mut ended = false;
+        while received <= max {
+            match ready_now(call.read()) {
+                Some(Ok(Some(more))) => {
+                    received += more.len();
+                    flow.framer.push(&more);
+                }
+                Some(_) => {
+                    ended = true;
+                    break;
+                }
+                None => break,
+            }
+        }
+        if received > max || flow.decode().is_err() {
+            break;
+        }
+        healthy = flow.encode(enc.as_mut(), &mut out);
+        if ended {
+            break;
+        }
+    }
+    let whole = flow.decoder.done();
+    if whole {
+        // Read the upstream body to its end so the connection can be reused.
+        while let Ok(Ok(Some(_))) = fast_timeout(Duration::from_millis(50), call.read()).await {}
+        call.finish().await;
+    }
+    let mut usage = flow.usage.unwrap_or_default();
+    // A stream that ended after its finish is whole even without the end marker.
+    let cut = !whole && !flow.finish_seen;
+    if (cut || flow.usage.is_none()) && usage.output_tokens == 0 {
+        usage.output_tokens = flow.content_chars.div_ceil(4) as u64;
+    }
+    ex.incomplete = cut;
+    ex.usage = usage;
+    enc.end(&tail(ex, leg, usage, cut), &mut out);
+    if session
+        .write_response_body(Some(Bytes::from(out)), true)
+        .await
+        .is_err()
+    {
+        return Attempt::ClientGone;
+    }
+    Attempt::Served(200)
+}

@@ -1,0 +1,352 @@
+//! The attempt loop over a model's waterfall, for every inference format.
+//!
+//! The policy first decides which rungs may serve the request and what each drops
+//! (or refuses it with a 400 before anything is sent). Then each rung is tried in
+//! order until one commits. The commit point is the first content (a non-empty text
+//! or tool-call delta): before it, nothing has reached the client, so an error
+//! status, a throttle, a connect failure, a timeout, an in-band error event or a
+//! stall moves on to the next rung. A rung that accepted the request and died
+//! before any output is retried once on the same rung.
+
+use super::attempt::{describe, refusal, write_whole, Attempt};
+use super::breaker::Admit;
+use super::exchange::{Exchange, Outcome};
+use super::upstream::{Failure, Target};
+use super::wire::{self, is_claude, is_native, wire_for};
+use super::Gateway;
+use crate::catalog::Model;
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use sluice_filters::ir::{Event, FinishReason, Meta, Request, Response, Tail};
+use sluice_filters::policy::{self, Inbound, ModelFacts, RungFacts, Wire};
+use sluice_filters::upstream::openai_chat::{render_request, RawObject};
+use sluice_filters::usage::Usage;
+use sluice_filters::{ApiError, ErrorCode};
+use std::sync::Arc;
+
+/// One inference request, parsed.
+pub struct Job {
+    pub inbound: Inbound,
+    /// The canonical form, for rungs of another wire.
+    pub req: Request,
+    /// The client's top-level members, unparsed, for native rungs.
+    pub object: RawObject,
+    pub stream: bool,
+    /// The `[1m]` suffix asked for the 1M-token window.
+    pub long_context: bool,
+}
+
+/// One rung the policy let through, and how it is spoken to.
+pub struct Leg {
+    pub target: Arc<Target>,
+    pub wire: Wire,
+    pub native: bool,
+    /// Inbound field names this rung does not receive (disclosed).
+    pub dropped: Vec<String>,
+}
+
+/// The rungs of a model that can serve this request, as the policy decides.
+fn plan(gw: &Gateway, model: &Model, job: &Job) -> Result<Vec<Leg>, ApiError> {
+    let mut reachable = Vec::new();
+    for r in &model.spec.rungs {
+        let Some(wire) = wire_for(&r.provider, &r.provider_model_id, job.inbound) else {
+            continue;
+        };
+        let Some(target) = gw.upstreams.target(r) else {
+            continue;
+        };
+        reachable.push((r, target, wire));
+    }
+    if reachable.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::UnavailableRoute,
+            "No rung of this model can be reached from this gateway.",
+        )
+        .with_status(503));
+    }
+    let facts: Vec<RungFacts> = reachable
+        .iter()
+        .map(|(r, _, wire)| RungFacts {
+            wire: *wire,
+            native: is_native(&r.provider, *wire, job.inbound),
+            claude: is_claude(&r.provider, &r.provider_model_id),
+            caps: &r.caps,
+        })
+        .collect();
+    let model_facts = ModelFacts {
+        modalities: &model.spec.modalities,
+        pinned: &model.spec.pinned,
+        long_context_1m: job.long_context,
+    };
+    let plans = policy::plan(&job.req, job.inbound, &model_facts, &facts)?;
+    Ok(plans
+        .into_iter()
+        .map(|p| {
+            let (_, target, wire) = &reachable[p.index];
+            Leg {
+                target: target.clone(),
+                wire: *wire,
+                native: facts[p.index].native,
+                dropped: p.dropped,
+            }
+        })
+        .collect())
+}
+
+/// Serves an inference request for a model whose route the caller may use.
+pub async fn serve(
+    gw: &Gateway,
+    session: &mut Session,
+    ex: &mut Exchange,
+    model: &Model,
+    job: Job,
+) -> Outcome {
+    let legs = match plan(gw, model, &job) {
+        Ok(l) => l,
+        Err(e) => return Outcome::Error(e),
+    };
+    // Admission is asked only of a rung about to be tried: a half-open probe slot
+    // taken for a rung that is never reached would keep it closed off.
+    let healthy = legs
+        .iter()
+        .filter(|l| gw.breaker.would_admit(&l.target.breaker_key))
+        .count();
+    if healthy == 0 {
+        return Outcome::Error(
+            ApiError::new(
+                ErrorCode::UnavailableRoute,
+                "Every rung of this model is cooling down after repeated failures; retry with backoff.",
+            )
+            .with_status(503),
+        );
+    }
+    let label = job.inbound_label();
+    let single = healthy == 1;
+    let mut died = 0u32;
+    let mut empty: Option<Usage> = None;
+    let mut reasons: Vec<String> = Vec::new();
+    let mut tried = 0usize;
+    for leg in &legs {
+        let target = &leg.target;
+        if gw.breaker.admit(&target.breaker_key) == Admit::No {
+            continue;
+        }
+        if tried > 0 {
+            gw.state.metrics.failovers.with_label_values(&[label]).inc();
+        }
+        tried += 1;
+        for try_no in 0..2 {
+            let result = Box::pin(attempt(gw, session, ex, leg, &job)).await;
+            let outcome = result.label();
+            gw.state
+                .metrics
+                .upstream_attempts
+                .with_label_values(&[target.provider.as_str(), outcome.as_str()])
+                .inc();
+            ex.attempt(&target.provider, &outcome);
+            match result {
+                Attempt::Served(status) => {
+                    gw.breaker.success(&target.breaker_key);
+                    ex.rung = Some(target.rung_id.clone());
+                    return Outcome::Written(status);
+                }
+                Attempt::Refused(reason) => {
+                    gw.breaker.success(&target.breaker_key);
+                    ex.rung = Some(target.rung_id.clone());
+                    return Outcome::Error(refusal(reason));
+                }
+                Attempt::Empty(u) => {
+                    gw.breaker.success(&target.breaker_key);
+                    ex.empty_attempts += 1;
+                    empty.get_or_insert(u.unwrap_or_default());
+                    ex.rung = Some(target.rung_id.clone());
+                    break;
+                }
+                Attempt::Terminal(e) => {
+                    gw.breaker.abandon(&target.breaker_key);
+                    return Outcome::Error(e);
+                }
+                Attempt::ClientGone => {
+                    gw.breaker.abandon(&target.breaker_key);
+                    return Outcome::ClientGone;
+                }
+                Attempt::Failed(Failure::Deadline) => {
+                    gw.breaker.abandon(&target.breaker_key);
+                    return Outcome::Error(ApiError::new(
+                        ErrorCode::DeadlineExceeded,
+                        "The request ran past its deadline before any rung answered.",
+                    ));
+                }
+                Attempt::Failed(f) => {
+                    gw.breaker.failure(&target.breaker_key);
+                    reasons.push(format!("{} ({})", target.rung_id, describe(&f)));
+                    if f == Failure::DiedBeforeOutput {
+                        died += 1;
+                        if try_no == 0 {
+                            continue;
+                        }
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    if let Some(u) = empty {
+        ex.usage = u;
+        return empty_completion(session, ex, model, &job).await;
+    }
+    if single && died == 2 {
+        return Outcome::Error(ApiError::new(
+            ErrorCode::ProviderInternal,
+            format!(
+                "The provider accepted the request and died before any output, twice: {}.",
+                reasons.join("; ")
+            ),
+        ));
+    }
+    Outcome::Error(ApiError::new(
+        ErrorCode::AllRoutesFailed,
+        format!("Every rung failed: {}.", reasons.join("; ")),
+    ))
+}
+
+impl Job {
+    fn inbound_label(&self) -> &'static str {
+        match self.inbound {
+            Inbound::Chat => "chat",
+            Inbound::Responses => "responses",
+            Inbound::Messages => "messages",
+        }
+    }
+}
+
+/// The `x-service-ignored-parameters` value: every dropped field, comma-separated,
+/// in first-seen order without repeats.
+fn disclosure(a: &[String], b: &[String]) -> Option<String> {
+    let mut names: Vec<&str> = Vec::new();
+    for n in a.iter().chain(b) {
+        if !names.contains(&n.as_str()) {
+            names.push(n);
+        }
+    }
+    (!names.is_empty()).then(|| names.join(","))
+}
+
+/// The client's object without the members this rung does not receive.
+fn without(object: &RawObject, dropped: &[String]) -> Option<RawObject> {
+    if dropped.iter().all(|d| !object.contains_key(d)) {
+        return None;
+    }
+    let mut o = object.clone();
+    for d in dropped {
+        o.remove(d);
+    }
+    Some(o)
+}
+
+/// One attempt on one rung: the native fast path when the rung speaks the client's
+/// format, else the translated path.
+async fn attempt(
+    gw: &Gateway,
+    session: &mut Session,
+    ex: &mut Exchange,
+    leg: &Leg,
+    job: &Job,
+) -> Attempt {
+    let t = &leg.target;
+    if leg.native {
+        let trimmed = without(&job.object, &leg.dropped);
+        let object = trimmed.as_ref().unwrap_or(&job.object);
+        ex.ignored = disclosure(&leg.dropped, &[]);
+        if job.inbound == Inbound::Chat {
+            let body = Bytes::from(render_request(object, &t.model_id, job.stream));
+            return if job.stream {
+                super::chat::stream_attempt(gw, session, ex, t, body, job.req.include_usage).await
+            } else {
+                super::chat::plain_attempt(gw, session, ex, t, body).await
+            };
+        }
+        let body = super::native::render(leg.wire, object, &t.model_id, job.stream);
+        return super::translated::run(gw, session, ex, leg, job, Bytes::from(body)).await;
+    }
+    let rendered = wire::render(leg.wire, &t.provider, &job.req, &t.model_id, job.stream);
+    ex.ignored = disclosure(&leg.dropped, &rendered.dropped);
+    super::translated::run(gw, session, ex, leg, job, Bytes::from(rendered.body)).await
+}
+
+/// Every reachable rung ended its turn with no content: 200 with the warning header
+/// and the format's empty shape (a terminal frame when the header already went out).
+async fn empty_completion(
+    session: &mut Session,
+    ex: &mut Exchange,
+    model: &Model,
+    job: &Job,
+) -> Outcome {
+    let meta = Meta {
+        provider: ex.rung.clone().unwrap_or_default(),
+        slug: model.spec.slug.clone(),
+        created: crate::store::now_ms() / 1000,
+        fallback_id: crate::store::new_id("empty"),
+        include_usage: job.req.include_usage,
+    };
+    let tail = Tail {
+        usage: Usage::default(),
+        cut: false,
+        receipt: String::from_utf8(ex.receipt_json("", "")).unwrap_or_default(),
+        ignored: ex.ignored.clone(),
+    };
+    let body = if job.stream {
+        let mut enc = wire::encoder(job.inbound, meta);
+        let mut out = Vec::new();
+        enc.event(
+            &Event::Start {
+                id: None,
+                model: None,
+            },
+            &mut out,
+        );
+        enc.event(
+            &Event::Finish {
+                reason: FinishReason::Stop,
+                raw: None,
+            },
+            &mut out,
+        );
+        enc.end(&tail, &mut out);
+        out
+    } else {
+        let resp = Response {
+            finish: Some(FinishReason::Stop),
+            ..Response::default()
+        };
+        wire::render_answer(job.inbound, &resp, &meta, &tail)
+    };
+    if ex.header_sent {
+        let ok = session
+            .write_response_body(Some(Bytes::from(body)), true)
+            .await
+            .is_ok();
+        return if ok {
+            Outcome::Written(200)
+        } else {
+            Outcome::ClientGone
+        };
+    }
+    let mut h = match ResponseHeader::build_no_case(200, Some(6)) {
+        Ok(h) => h,
+        Err(_) => return Outcome::Error(ApiError::internal()),
+    };
+    let _ = h.insert_header("x-gateway-warning", "empty_completion");
+    if job.stream {
+        let _ = h.insert_header(http::header::CONTENT_TYPE, "text/event-stream");
+        let _ = h.insert_header(http::header::CACHE_CONTROL, "no-cache");
+    } else {
+        let _ = h.insert_header(http::header::CONTENT_TYPE, "application/json");
+    }
+    ex.receipt_headers(&mut h, "", "");
+    if !write_whole(session, h, body).await {
+        return Outcome::ClientGone;
+    }
+    Outcome::Written(200)
+}

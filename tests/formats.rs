@@ -1,0 +1,845 @@
+//! Every inbound format against rungs of every wire, through the gateway and the
+//! mock provider: chat, responses and messages clients served by OpenAI chat,
+//! OpenAI responses, Anthropic and Gemini rungs, whole and streamed; native
+//! pass-through; refusals; the parameter policy (dropped and disclosed, refused);
+//! empty completions and cut streams in each format.
+
+mod harness;
+
+use harness::{assert_error, repo_path, Backend, Opts, Sluice};
+use serde_json::{json, Value};
+use sluice_mock::{Mock, Step};
+
+struct Env {
+    mock: Mock,
+    s: Sluice,
+    key: String,
+    _b: Backend,
+}
+
+async fn start() -> Env {
+    let mock = Mock::start().await;
+    let base = mock.base_url();
+    let b = Backend::fresh().await;
+    let mut opts = Opts::default()
+        .catalog(repo_path("tests/fixtures/formats.toml"))
+        .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
+        .env("SLUICE_PROVIDERS__ANTHROPIC__BASE_URL", &base)
+        .env("SLUICE_PROVIDERS__GOOGLE__BASE_URL", &base)
+        .env("OPENAI_API_KEY", "sk-platform-openai")
+        .env("ANTHROPIC_API_KEY", "sk-ant-platform")
+        .env("GEMINI_API_KEY", "gm-platform")
+        .env("SLUICE_PROVIDERS__BEDROCK__BASE_URL", &base)
+        .env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+        .env(
+            "AWS_SECRET_ACCESS_KEY",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        )
+        .env("SLUICE_PROVIDERS__VERTEX__BASE_URL", &base)
+        .env("GOOGLE_APPLICATION_CREDENTIALS", vertex_account(&base));
+    for p in ["OPENAI", "ANTHROPIC", "GOOGLE", "BEDROCK", "VERTEX"] {
+        opts = opts
+            .env(&format!("SLUICE_PROVIDERS__{p}__HEADER_TIMEOUT_MS"), 2000)
+            .env(
+                &format!("SLUICE_PROVIDERS__{p}__FIRST_TOKEN_TIMEOUT_MS"),
+                2000,
+            );
+    }
+    let s = Sluice::start(&b, opts).await;
+    let (_, _, key) = s.org_and_key().await;
+    Env {
+        mock,
+        s,
+        key,
+        _b: b,
+    }
+}
+
+/// The throwaway test service account, its token endpoint pointed at the mock.
+fn vertex_account(base: &str) -> String {
+    let text = std::fs::read_to_string(repo_path("tests/fixtures/vertex-test-sa.json")).unwrap();
+    let mut sa: Value = serde_json::from_str(&text).unwrap();
+    sa["token_uri"] = json!(format!("{base}/token"));
+    sa.to_string()
+}
+
+/// One answer: status, headers, and the body as JSON (whole) or SSE frames.
+struct Answer {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    json: Value,
+    /// (event name, data) of each SSE frame.
+    frames: Vec<(Option<String>, String)>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> String {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default()
+    }
+
+    /// The JSON data of every frame but `[DONE]`.
+    fn data(&self) -> Vec<Value> {
+        self.frames
+            .iter()
+            .filter(|(_, d)| d != "[DONE]")
+            .map(|(_, d)| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+            .collect()
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.frames.iter().filter_map(|(n, _)| n.clone()).collect()
+    }
+}
+
+async fn call(e: &Env, path: &str, body: &Value) -> Answer {
+    let mut r =
+        e.s.http
+            .post(format!("{}{path}", e.s.gateway))
+            .bearer_auth(&e.key)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let sse = headers
+        .get("content-type")
+        .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
+    let mut raw = Vec::new();
+    while let Ok(Some(c)) = r.chunk().await {
+        raw.extend_from_slice(&c);
+    }
+    let text = String::from_utf8(raw).unwrap();
+    let (json, frames) = if sse {
+        let frames = text
+            .split("\n\n")
+            .filter(|f| !f.trim().is_empty() && !f.starts_with(':'))
+            .map(|f| {
+                let name = f
+                    .lines()
+                    .find_map(|l| l.strip_prefix("event: "))
+                    .map(str::to_string);
+                let data: Vec<&str> = f.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+                (name, data.join("\n"))
+            })
+            .collect();
+        (Value::Null, frames)
+    } else {
+        (
+            serde_json::from_str(&text).unwrap_or(Value::Null),
+            Vec::new(),
+        )
+    };
+    Answer {
+        status,
+        headers,
+        json,
+        frames,
+    }
+}
+
+fn chat_body(model: &str, stream: bool) -> Value {
+    json!({"model": model, "stream": stream, "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Say hello"}]})
+}
+
+fn responses_body(model: &str, stream: bool) -> Value {
+    json!({"model": model, "stream": stream, "instructions": "Be brief.", "input": "Say hello"})
+}
+
+fn messages_body(model: &str, stream: bool) -> Value {
+    json!({"model": model, "stream": stream, "max_tokens": 256, "system": "Be brief.",
+           "messages": [{"role": "user", "content": "Say hello"}]})
+}
+
+fn chat_text(chunks: &[Value]) -> String {
+    chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// chat clients on rungs of other makers
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_client_on_an_anthropic_rung_whole_and_streamed() {
+    let e = start().await;
+    let a = call(&e, "/v1/chat/completions", &chat_body("fmt-claude", false)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(a.json["object"], "chat.completion");
+    assert_eq!(
+        a.json["choices"][0]["message"]["content"],
+        "Hello from mock c1."
+    );
+    assert_eq!(a.json["choices"][0]["finish_reason"], "stop");
+    assert_eq!(a.json["provider"], "anthropic:c1");
+    assert!(a.json["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(
+        a.json["usage"]["total_tokens"].as_u64().unwrap(),
+        a.json["usage"]["prompt_tokens"].as_u64().unwrap()
+            + a.json["usage"]["completion_tokens"].as_u64().unwrap()
+    );
+    let sent = &e.mock.requests_for("c1")[0];
+    assert_eq!(sent.header("x-api-key"), Some("sk-ant-platform"));
+    assert!(sent.header("anthropic-version").is_some());
+    let body = sent.json().unwrap();
+    assert_eq!(body["model"], "c1");
+    assert_eq!(
+        body["system"]
+            .as_str()
+            .or(body["system"][0]["text"].as_str()),
+        Some("Be brief.")
+    );
+    assert_eq!(body["messages"][0]["role"], "user");
+    assert!(
+        body["max_tokens"].as_u64().unwrap() > 0,
+        "Anthropic requires max_tokens"
+    );
+
+    let s = call(&e, "/v1/chat/completions", &chat_body("fmt-claude", true)).await;
+    assert_eq!(s.status, 200);
+    let chunks = s.data();
+    assert_eq!(chat_text(&chunks), "Hello from mock c1.");
+    assert!(
+        chunks.iter().all(|c| c["provider"] == "anthropic:c1"),
+        "{chunks:?}"
+    );
+    let finish: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["choices"][0]["finish_reason"].is_string())
+        .collect();
+    assert_eq!(finish.len(), 1);
+    assert_eq!(finish[0]["choices"][0]["finish_reason"], "stop");
+    assert!(finish[0]["x_gateway"]["attempts"].is_string());
+    assert_eq!(s.frames.last().unwrap().1, "[DONE]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_client_on_a_gemini_rung_whole_and_streamed() {
+    let e = start().await;
+    let a = call(&e, "/v1/chat/completions", &chat_body("fmt-gemini", false)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(
+        a.json["choices"][0]["message"]["content"],
+        "Hello from mock g1."
+    );
+    assert_eq!(a.json["provider"], "google:g1");
+    let sent = &e.mock.requests_for("g1")[0];
+    assert_eq!(sent.header("x-goog-api-key"), Some("gm-platform"));
+    let body = sent.json().unwrap();
+    assert_eq!(body["systemInstruction"]["parts"][0]["text"], "Be brief.");
+    assert_eq!(body["contents"][0]["role"], "user");
+
+    let s = call(
+        &e,
+        "/v1/chat/completions",
+        &json!({
+        "model": "fmt-gemini", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "Say hello"}]}),
+    )
+    .await;
+    assert_eq!(s.status, 200);
+    let chunks = s.data();
+    assert_eq!(chat_text(&chunks), "Hello from mock g1.");
+    let usage = chunks
+        .iter()
+        .find(|c| c["usage"].is_object())
+        .expect("a usage chunk");
+    assert!(usage["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_tool_calls_translate_both_ways_on_an_anthropic_rung() {
+    let e = start().await;
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    for stream in [false, true] {
+        e.mock.script(
+            "c1",
+            vec![Step::ToolCall {
+                name: "get_weather".into(),
+                arguments: r#"{"city":"Paris"}"#.into(),
+            }],
+        );
+        let a = call(
+            &e,
+            "/v1/chat/completions",
+            &json!({
+            "model": "fmt-claude", "stream": stream, "tools": tools,
+            "messages": [{"role": "user", "content": "Weather in Paris?"}]}),
+        )
+        .await;
+        assert_eq!(a.status, 200);
+        let (name, args, finish) = if stream {
+            let chunks = a.data();
+            let mut name = String::new();
+            let mut args = String::new();
+            let mut finish = String::new();
+            for c in &chunks {
+                for tc in c["choices"][0]["delta"]["tool_calls"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    name.push_str(tc["function"]["name"].as_str().unwrap_or(""));
+                    args.push_str(tc["function"]["arguments"].as_str().unwrap_or(""));
+                }
+                if let Some(f) = c["choices"][0]["finish_reason"].as_str() {
+                    finish = f.to_string();
+                }
+            }
+            (name, args, finish)
+        } else {
+            let tc = &a.json["choices"][0]["message"]["tool_calls"][0];
+            (
+                tc["function"]["name"].as_str().unwrap().to_string(),
+                tc["function"]["arguments"].as_str().unwrap().to_string(),
+                a.json["choices"][0]["finish_reason"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        };
+        assert_eq!(name, "get_weather");
+        assert_eq!(
+            serde_json::from_str::<Value>(&args).unwrap(),
+            json!({"city": "Paris"})
+        );
+        assert_eq!(finish, "tool_calls");
+        let sent = e.mock.requests_for("c1").pop().unwrap().json().unwrap();
+        assert_eq!(sent["tools"][0]["name"], "get_weather");
+        assert_eq!(sent["tools"][0]["input_schema"]["required"][0], "city");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// responses clients
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_client_on_a_gemini_rung_whole_and_streamed() {
+    let e = start().await;
+    let a = call(&e, "/v1/responses", &responses_body("fmt-gemini", false)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(a.json["object"], "response");
+    assert_eq!(a.json["status"], "completed");
+    let msg = a.json["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["type"] == "message")
+        .unwrap();
+    assert_eq!(msg["content"][0]["text"], "Hello from mock g1.");
+    assert!(a.json["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    assert!(a.json["usage"]["input_tokens_details"]["cached_tokens"].is_u64());
+    assert_eq!(a.json["provider"], "google:g1");
+
+    let s = call(&e, "/v1/responses", &responses_body("fmt-gemini", true)).await;
+    assert_eq!(s.status, 200);
+    let names = s.names();
+    assert_eq!(names.first().map(String::as_str), Some("response.created"));
+    assert_eq!(names.last().map(String::as_str), Some("response.completed"));
+    let text: String = s
+        .data()
+        .iter()
+        .filter(|d| d["type"] == "response.output_text.delta")
+        .map(|d| d["delta"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(text, "Hello from mock g1.");
+    let done = s.data().pop().unwrap();
+    assert!(done["response"]["usage"]["output_tokens"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_client_on_openai_passes_through_natively_without_gateway_fields() {
+    let e = start().await;
+    let body = json!({"model": "fmt-gpt", "input": "Say hello", "store": true,
+        "prompt_cache_key": "conv-1", "include": ["reasoning.encrypted_content"],
+        "text": {"verbosity": "low"}, "metadata": {"team": "a"}});
+    let a = call(&e, "/v1/responses", &body).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    let sent = &e.mock.requests_for("o1")[0];
+    assert!(sent.path.ends_with("/v1/responses"), "{}", sent.path);
+    assert_eq!(
+        sent.header("authorization"),
+        Some("Bearer sk-platform-openai")
+    );
+    let b = sent.json().unwrap();
+    assert_eq!(b["store"], false, "nothing is stored with the provider");
+    assert!(
+        b.get("prompt_cache_key").is_none(),
+        "the routing hint is never sent upstream"
+    );
+    assert_eq!(b["include"], json!(["reasoning.encrypted_content"]));
+    assert_eq!(b["text"], json!({"verbosity": "low"}));
+    assert_eq!(b["metadata"], json!({"team": "a"}));
+    assert_eq!(a.json["provider"], "openai:o1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previous_response_id_is_the_gateways_and_unknown_ids_are_refused() {
+    let e = start().await;
+    let mut body = responses_body("fmt-gpt", false);
+    body["previous_response_id"] = json!("resp_unknown");
+    let a = call(&e, "/v1/responses", &body).await;
+    assert_error(a.status, &a.json, 400, "previous_response_not_found");
+    assert_eq!(a.json["error"]["param"], "previous_response_id");
+    assert_eq!(e.mock.count("o1"), 0);
+}
+
+// ---------------------------------------------------------------------------
+// messages clients
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_client_on_an_openai_rung_whole_and_streamed() {
+    let e = start().await;
+    let a = call(&e, "/v1/messages", &messages_body("fmt-gpt", false)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(a.json["type"], "message");
+    assert_eq!(a.json["role"], "assistant");
+    assert_eq!(a.json["content"][0]["type"], "text");
+    assert_eq!(a.json["content"][0]["text"], "Hello from mock o1.");
+    assert_eq!(a.json["stop_reason"], "end_turn");
+    assert!(a.json["usage"]["input_tokens"].is_u64());
+    assert!(a.json["usage"]["output_tokens"].as_u64().unwrap() > 0);
+    let sent = e.mock.requests_for("o1")[0].json().unwrap();
+    assert_eq!(
+        sent["messages"][0],
+        json!({"role": "system", "content": "Be brief."})
+    );
+
+    let s = call(&e, "/v1/messages", &messages_body("fmt-gpt", true)).await;
+    assert_eq!(s.status, 200);
+    let names = s.names();
+    assert_eq!(names.first().map(String::as_str), Some("message_start"));
+    assert_eq!(names.last().map(String::as_str), Some("message_stop"));
+    assert!(names.iter().any(|n| n == "content_block_delta"));
+    assert!(names.iter().any(|n| n == "message_delta"));
+    let text: String = s
+        .data()
+        .iter()
+        .filter(|d| d["type"] == "content_block_delta")
+        .filter_map(|d| d["delta"]["text"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(text, "Hello from mock o1.");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_client_on_anthropic_passes_thinking_through_verbatim() {
+    let e = start().await;
+    let body = json!({"model": "fmt-claude", "max_tokens": 2048,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "metadata": {"user_id": "u-1"},
+        "messages": [{"role": "user", "content": "Say hello"}]});
+    // The messages route also takes the key in x-api-key.
+    let r =
+        e.s.http
+            .post(format!("{}/v1/messages", e.s.gateway))
+            .header("x-api-key", &e.key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(r.status(), 200);
+    let sent = e.mock.requests_for("c1")[0].json().unwrap();
+    assert_eq!(
+        sent["thinking"],
+        json!({"type": "enabled", "budget_tokens": 1024})
+    );
+    assert_eq!(sent["metadata"], json!({"user_id": "u-1"}));
+    assert_eq!(sent["max_tokens"], 2048);
+    assert_eq!(sent["model"], "c1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_route_limits() {
+    let e = start().await;
+    // Image blocks: text only on this route.
+    let a = call(&e, "/v1/messages", &json!({"model": "fmt-claude", "max_tokens": 10,
+        "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+            {"type": "text", "text": "what is this"}]}]})).await;
+    assert_eq!(a.status, 400);
+    assert_eq!(a.json["type"], "error");
+    assert_eq!(a.json["error"]["type"], "invalid_request_error");
+    // Thinking on a route with a rung of another maker.
+    let a = call(
+        &e,
+        "/v1/messages",
+        &json!({"model": "fmt-mixed", "max_tokens": 2048,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(a.status, 400, "{}", a.json);
+    // count_tokens is not served.
+    let a = call(
+        &e,
+        "/v1/messages/count_tokens",
+        &messages_body("fmt-claude", false),
+    )
+    .await;
+    assert_eq!(a.status, 404);
+    assert_eq!(a.json["error"]["type"], "not_found_error");
+    assert_eq!(
+        e.mock.count("c1") + e.mock.count("x1"),
+        0,
+        "nothing was sent upstream"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// across makers: fail-over, refusals, empty completions, cuts
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_over_crosses_makers_in_every_format() {
+    let e = start().await;
+    for (path, body) in [
+        ("/v1/chat/completions", chat_body("fmt-mixed", false)),
+        ("/v1/responses", responses_body("fmt-mixed", false)),
+        ("/v1/messages", messages_body("fmt-mixed", false)),
+        ("/v1/messages", messages_body("fmt-mixed", true)),
+    ] {
+        e.mock.script("x1", vec![Step::Status(529)]);
+        let a = call(&e, path, &body).await;
+        assert_eq!(a.status, 200, "{path}: {}", a.json);
+        assert_eq!(
+            a.header("x-gateway-attempts"),
+            "anthropic:529,openai:ok",
+            "{path}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_become_400_refusal_on_every_route_without_fail_over() {
+    let e = start().await;
+    for (path, body) in [
+        ("/v1/chat/completions", chat_body("fmt-mixed", false)),
+        ("/v1/chat/completions", chat_body("fmt-mixed", true)),
+        ("/v1/responses", responses_body("fmt-mixed", true)),
+        ("/v1/messages", messages_body("fmt-mixed", false)),
+    ] {
+        // A refusal with no text: Anthropic's stop_reason "refusal" before any output.
+        e.mock.script("x1", vec![Step::Refusal(String::new())]);
+        let a = call(&e, path, &body).await;
+        assert_eq!(a.status, 400, "{path}");
+        let msg = a.json["error"]["message"].as_str().unwrap();
+        assert!(msg.starts_with("provider refused the request: "), "{msg}");
+        if path != "/v1/messages" {
+            assert_eq!(a.json["error"]["code"], "refusal");
+            assert!(a.json["error"]["refusal_reason"].is_string());
+        }
+    }
+    assert_eq!(e.mock.count("x2"), 0, "a refusal does not fail over");
+    e.mock.script("g1", vec![Step::Refusal("blocked".into())]);
+    let a = call(&e, "/v1/chat/completions", &chat_body("fmt-gemini", false)).await;
+    assert_error(a.status, &a.json, 400, "refusal");
+    // A whole answer that says some words and then refuses is still a refusal.
+    e.mock
+        .script("x1", vec![Step::Refusal("I can't help with that.".into())]);
+    let a = call(&e, "/v1/messages", &messages_body("fmt-mixed", false)).await;
+    assert_eq!(a.status, 400, "{}", a.json);
+    assert_eq!(a.json["error"]["type"], "invalid_request_error");
+    assert!(a.json["error"]["refusal_reason"].is_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_completions_in_each_format() {
+    let e = start().await;
+    e.mock.set_default("c1", Step::Empty);
+    let a = call(&e, "/v1/messages", &messages_body("fmt-claude", false)).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.header("x-gateway-warning"), "empty_completion");
+    assert_eq!(a.json["content"], json!([]));
+    assert_eq!(a.json["stop_reason"], "end_turn");
+    let a = call(&e, "/v1/responses", &responses_body("fmt-claude", false)).await;
+    assert_eq!(a.header("x-gateway-warning"), "empty_completion");
+    assert_eq!(a.json["status"], "completed");
+    assert_eq!(a.json["output"], json!([]));
+    let a = call(&e, "/v1/chat/completions", &chat_body("fmt-claude", true)).await;
+    assert_eq!(a.header("x-gateway-warning"), "empty_completion");
+    let chunks = a.data();
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "stop"
+    );
+    assert_eq!(a.frames.last().unwrap().1, "[DONE]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_translated_stream_cut_after_output_settles_as_length() {
+    let e = start().await;
+    e.mock.script("c1", vec![Step::CutAfter(2)]);
+    let a = call(&e, "/v1/chat/completions", &chat_body("fmt-claude", true)).await;
+    assert_eq!(a.status, 200);
+    let chunks = a.data();
+    assert!(!chat_text(&chunks).is_empty());
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "length");
+    assert!(last["usage"]["completion_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(a.frames.last().unwrap().1, "[DONE]");
+    e.mock.script("c1", vec![Step::CutAfter(2)]);
+    let a = call(&e, "/v1/responses", &responses_body("fmt-claude", true)).await;
+    let last = a.data().pop().unwrap();
+    assert_eq!(last["type"], "response.incomplete", "{last}");
+}
+
+// ---------------------------------------------------------------------------
+// the parameter policy
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_the_serving_rung_cannot_use_is_dropped_and_disclosed() {
+    let e = start().await;
+    let mut body = chat_body("fmt-sampling", false);
+    body["top_p"] = json!(0.5);
+    let a = call(&e, "/v1/chat/completions", &body).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(a.header("x-service-ignored-parameters"), "top_p");
+    let sent = e.mock.requests_for("ms1")[0].json().unwrap();
+    assert!(sent.get("top_p").is_none());
+    body["stream"] = json!(true);
+    let s = call(&e, "/v1/chat/completions", &body).await;
+    assert_eq!(s.header("x-service-ignored-parameters"), "top_p");
+    let finish = s
+        .data()
+        .into_iter()
+        .find(|c| c["choices"][0]["finish_reason"].is_string())
+        .unwrap();
+    assert_eq!(finish["x-service-ignored-parameters"], "top_p");
+    // The rung that samples gets it.
+    e.mock.script("ms1", vec![Step::Status(500)]);
+    body["stream"] = json!(false);
+    let a = call(&e, "/v1/chat/completions", &body).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.header("x-service-ignored-parameters"), "");
+    assert_eq!(
+        e.mock.requests_for("ms2").pop().unwrap().json().unwrap()["top_p"],
+        0.5
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_fields_answer_400_with_their_param_before_anything_is_sent() {
+    let e = start().await;
+    let cases: Vec<(&str, Value, &str, &str)> = vec![
+        (
+            "/v1/chat/completions",
+            json!({"seed": 7}),
+            "unsupported_parameter",
+            "seed",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"logit_bias": {"1": 2}}),
+            "unsupported_parameter",
+            "logit_bias",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"provider": {"order": ["x"]}}),
+            "unsupported_parameter",
+            "provider",
+        ),
+        (
+            "/v1/responses",
+            json!({"route": "fallback"}),
+            "unsupported_parameter",
+            "route",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"modalities": ["audio"]}),
+            "unsupported_parameter",
+            "modalities",
+        ),
+    ];
+    for (path, extra, code, param) in cases {
+        let mut body = if path == "/v1/responses" {
+            responses_body("fmt-gpt", false)
+        } else {
+            chat_body("fmt-gpt", false)
+        };
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let a = call(&e, path, &body).await;
+        assert_error(a.status, &a.json, 400, code);
+        assert_eq!(a.json["error"]["param"], param);
+    }
+    // Unknown message-level keys.
+    let a = call(
+        &e,
+        "/v1/chat/completions",
+        &json!({"model": "fmt-gpt",
+        "messages": [{"role": "user", "content": "hi", "agent": "x"}]}),
+    )
+    .await;
+    assert_error(a.status, &a.json, 400, "invalid_parameter");
+    assert_eq!(a.json["error"]["param"], "messages[0].agent");
+    // A pinned sampling value.
+    let mut body = chat_body("fmt-reason", false);
+    body["temperature"] = json!(0.2);
+    let a = call(&e, "/v1/chat/completions", &body).await;
+    assert_error(a.status, &a.json, 400, "invalid_parameter");
+    assert_eq!(a.json["error"]["param"], "temperature");
+    // top_p where no rung samples.
+    let mut body = chat_body("fmt-reason", false);
+    body["top_p"] = json!(0.9);
+    let a = call(&e, "/v1/chat/completions", &body).await;
+    assert_error(a.status, &a.json, 400, "unsupported_parameter");
+    assert_eq!(a.json["error"]["param"], "top_p");
+    // Descriptions over the cap name the limit and the length.
+    let long = "d".repeat(65_537);
+    let a = call(
+        &e,
+        "/v1/chat/completions",
+        &json!({"model": "fmt-gpt",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "f", "description": long,
+            "parameters": {"type": "object"}}}]}),
+    )
+    .await;
+    assert_error(a.status, &a.json, 400, "invalid_parameter");
+    let msg = a.json["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("65536") || msg.contains("65,536"), "{msg}");
+    assert!(msg.contains("65537") || msg.contains("65,537"), "{msg}");
+    assert_eq!(e.mock.count("o1") + e.mock.count("r1"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_output_is_served_only_by_capable_rungs() {
+    let e = start().await;
+    let schema = json!({"type": "json_schema", "json_schema": {"name": "answer", "strict": true,
+        "schema": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"],
+                   "additionalProperties": false}}});
+    let mut body = chat_body("fmt-nojson", false);
+    body["response_format"] = schema.clone();
+    let a = call(&e, "/v1/chat/completions", &body).await;
+    assert_error(a.status, &a.json, 400, "unsupported_capability");
+    assert_eq!(a.json["error"]["param"], "response_format");
+    let a = call(
+        &e,
+        "/v1/responses",
+        &json!({"model": "fmt-nojson", "input": "hi",
+        "text": {"format": {"type": "json_schema", "name": "answer", "strict": true,
+                            "schema": schema["json_schema"]["schema"]}}}),
+    )
+    .await;
+    assert_error(a.status, &a.json, 400, "unsupported_capability");
+    assert_eq!(a.json["error"]["param"], "text.format");
+    assert_eq!(e.mock.count("n1"), 0);
+    // A capable Gemini rung gets the schema in its own terms.
+    let mut body = chat_body("fmt-gemini", false);
+    body["response_format"] = schema;
+    let a = call(&e, "/v1/chat/completions", &body).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    let sent = e.mock.requests_for("g1")[0].json().unwrap();
+    assert_eq!(
+        sent["generationConfig"]["responseMimeType"],
+        "application/json"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// cloud hosts: Bedrock (SigV4, binary event stream) and Vertex (OAuth)
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_rungs_are_signed_and_streamed_in_aws_framing() {
+    let e = start().await;
+    let model = "anthropic.claude-b1-v1:0";
+    let a = call(&e, "/v1/chat/completions", &chat_body("fmt-bedrock", false)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(
+        a.json["choices"][0]["message"]["content"],
+        format!("Hello from mock {model}.")
+    );
+    assert_eq!(a.json["provider"], format!("bedrock:{model}"));
+    let sent = &e.mock.requests_for(model)[0];
+    assert!(sent.path.ends_with("/converse"), "{}", sent.path);
+    assert!(
+        sent.path.contains("%3A"),
+        "the model id is percent-encoded: {}",
+        sent.path
+    );
+    let auth = sent.header("authorization").unwrap();
+    assert!(
+        auth.starts_with("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/"),
+        "{auth}"
+    );
+    assert!(auth.contains("/bedrock/aws4_request"), "{auth}");
+    assert!(sent.header("x-amz-date").is_some());
+    assert_eq!(sent.json().unwrap()["system"][0]["text"], "Be brief.");
+
+    let s = call(&e, "/v1/messages", &messages_body("fmt-bedrock", true)).await;
+    assert_eq!(s.status, 200);
+    let text: String = s
+        .data()
+        .iter()
+        .filter(|d| d["type"] == "content_block_delta")
+        .filter_map(|d| d["delta"]["text"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(text, format!("Hello from mock {model}."));
+    assert!(e.mock.requests_for(model)[1]
+        .path
+        .ends_with("/converse-stream"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_rungs_use_one_cached_oauth_token_for_claude_and_gemini() {
+    let e = start().await;
+    let a = call(
+        &e,
+        "/v1/chat/completions",
+        &chat_body("fmt-vertex-claude", false),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(
+        a.json["choices"][0]["message"]["content"],
+        "Hello from mock claude-v1@20250101."
+    );
+    let sent = &e.mock.requests_for("claude-v1@20250101")[0];
+    assert!(
+        sent.path
+            .contains("/projects/sluice-test-project/locations/")
+            && sent
+                .path
+                .ends_with("/publishers/anthropic/models/claude-v1@20250101:rawPredict"),
+        "{}",
+        sent.path
+    );
+    let body = sent.json().unwrap();
+    assert_eq!(body["anthropic_version"], "vertex-2023-10-16");
+    assert!(body.get("model").is_none());
+    let token = sent.header("authorization").unwrap().to_string();
+    assert!(token.starts_with("Bearer mock-token-"), "{token}");
+
+    let s = call(
+        &e,
+        "/v1/chat/completions",
+        &chat_body("fmt-vertex-gemini", true),
+    )
+    .await;
+    assert_eq!(s.status, 200);
+    let chunks = s.data();
+    assert_eq!(chat_text(&chunks), "Hello from mock gemini-v2.");
+    let sent = &e.mock.requests_for("gemini-v2")[0];
+    assert!(
+        sent.path
+            .contains("/publishers/google/models/gemini-v2:streamGenerateContent"),
+        "{}",
+        sent.path
+    );
+    assert_eq!(sent.header("authorization"), Some(token.as_str()));
+    assert_eq!(
+        e.mock.count(sluice_mock::oauth::SCRIPT_KEY),
+        1,
+        "the token is cached"
+    );
+}
