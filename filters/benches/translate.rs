@@ -1,0 +1,139 @@
+//! Translation costs on the hot path: parse + translate + render of a 4 KB and a
+//! 200 KB chat request (to the OpenAI chat wire and across to Anthropic's), and
+//! stream rewriting per chunk (an upstream SSE chunk decoded and re-encoded in
+//! another format).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use serde_json::json;
+use sluice_filters::inbound::{chat, messages};
+use sluice_filters::ir::{Event, Meta, StreamDecoder, StreamEncoder};
+use sluice_filters::sse::SseDecoder;
+use sluice_filters::upstream::{anthropic, openai_chat};
+use std::hint::black_box;
+
+/// A chat body of about `bytes`: a system prompt, a tool, and alternating turns.
+fn chat_body(bytes: usize) -> Vec<u8> {
+    let turn = "The quick brown fox jumps over the lazy dog while the gateway counts tokens. ";
+    let mut messages = vec![json!({"role": "system", "content": "You are a careful assistant."})];
+    let mut size = 0;
+    let mut i = 0;
+    while size < bytes {
+        let text = turn.repeat(3);
+        size += text.len() + 40;
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        messages.push(json!({"role": role, "content": text}));
+        i += 1;
+    }
+    if i % 2 == 0 {
+        messages.push(json!({"role": "user", "content": "Sum it up."}));
+    }
+    serde_json::to_vec(&json!({
+        "model": "claude-sonnet-4.5", "stream": true, "temperature": 0.7, "max_tokens": 1024,
+        "tools": [{"type": "function", "function": {"name": "lookup", "description": "Looks a word up.",
+            "parameters": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}}}],
+        "messages": messages,
+    }))
+    .unwrap()
+}
+
+fn requests(c: &mut Criterion) {
+    let mut g = c.benchmark_group("request");
+    for size in [4 * 1024, 200 * 1024] {
+        let body = chat_body(size);
+        g.throughput(Throughput::Bytes(body.len() as u64));
+        g.bench_with_input(
+            BenchmarkId::new("chat_to_openai_chat", size),
+            &body,
+            |b, body| {
+                b.iter(|| {
+                    let req = chat::parse(black_box(body)).unwrap();
+                    black_box(openai_chat::render(&req, "gpt-4.1-2025-04-14", true))
+                })
+            },
+        );
+        g.bench_with_input(
+            BenchmarkId::new("chat_to_anthropic", size),
+            &body,
+            |b, body| {
+                b.iter(|| {
+                    let req = chat::parse(black_box(body)).unwrap();
+                    black_box(anthropic::render(&req, "claude-sonnet-4-5-20250929", true))
+                })
+            },
+        );
+        g.bench_with_input(
+            BenchmarkId::new("native_chat_passthrough", size),
+            &body,
+            |b, body| {
+                b.iter(|| {
+                    let o: openai_chat::RawObject =
+                        serde_json::from_slice(black_box(body)).unwrap();
+                    black_box(openai_chat::render_request(&o, "gpt-4.1-2025-04-14", true))
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
+fn streams(c: &mut Criterion) {
+    let chunk = br#"data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4.1-2025-04-14","choices":[{"index":0,"delta":{"content":"Hello there, "},"finish_reason":null}]}
+
+"#;
+    let anthropic_chunk = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello there, \"}}\n\n";
+    let meta = Meta {
+        provider: "openai:gpt-4.1".into(),
+        slug: "gpt-4.1".into(),
+        created: 1,
+        fallback_id: "x".into(),
+        include_usage: false,
+    };
+    let mut g = c.benchmark_group("stream_chunk");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("openai_chat_to_messages", |b| {
+        let mut sse = SseDecoder::new();
+        let mut dec = openai_chat::Decoder::new();
+        let mut enc = messages::Encoder::new(meta.clone());
+        let mut events: Vec<Event> = Vec::new();
+        let mut out = Vec::with_capacity(4096);
+        b.iter(|| {
+            sse.push(black_box(chunk));
+            while let Some(ev) = sse.next_event() {
+                dec.frame(ev.event.as_deref(), ev.data.as_bytes(), &mut events)
+                    .unwrap();
+            }
+            for e in events.drain(..) {
+                enc.event(&e, &mut out);
+            }
+            out.clear();
+        })
+    });
+    g.bench_function("anthropic_to_chat", |b| {
+        let mut sse = SseDecoder::new();
+        let mut dec = anthropic::Decoder::new();
+        let mut enc = chat::Encoder::new(meta.clone());
+        let mut events: Vec<Event> = Vec::new();
+        let mut out = Vec::with_capacity(4096);
+        // The stream's opening frames, once.
+        let start = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
+        sse.push(start);
+        while let Some(ev) = sse.next_event() {
+            dec.frame(ev.event.as_deref(), ev.data.as_bytes(), &mut events).unwrap();
+        }
+        events.clear();
+        b.iter(|| {
+            sse.push(black_box(anthropic_chunk));
+            while let Some(ev) = sse.next_event() {
+                dec.frame(ev.event.as_deref(), ev.data.as_bytes(), &mut events).unwrap();
+            }
+            for e in events.drain(..) {
+                enc.event(&e, &mut out);
+            }
+            out.clear();
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, requests, streams);
+criterion_main!(benches);
