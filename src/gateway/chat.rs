@@ -79,10 +79,12 @@ pub(super) async fn plain_attempt(
     if info.error.is_some() {
         return Attempt::Failed(Failure::ErrorEvent);
     }
-    if !info.has_content {
-        if info.refusal.is_some() {
-            return Attempt::Refused(RefusalReason::ContentPolicy);
-        }
+    if info.refusal.is_some() && !info.has_content {
+        return Attempt::Refused(RefusalReason::ContentPolicy);
+    }
+    // A budget spent before any content (a reasoning model's thinking) is an
+    // answer, not an empty turn: it is served with its `length` finish.
+    if !info.has_content && info.finish_reason.as_deref() != Some("length") {
         return Attempt::Empty(info.usage);
     }
     call.finish().await;
@@ -201,10 +203,11 @@ pub(super) async fn stream_attempt(
             if info.error.is_some() {
                 return Attempt::Failed(Failure::ErrorEvent);
             }
-            if !info.has_content {
-                if info.refusal.is_some() {
-                    return Attempt::Refused(RefusalReason::ContentPolicy);
-                }
+            if info.refusal.is_some() && !info.has_content {
+                return Attempt::Refused(RefusalReason::ContentPolicy);
+            }
+            // A `length` finish before any content commits like content would.
+            if !info.has_content && info.finish_reason.as_deref() != Some("length") {
                 if info.usage.is_some() {
                     last.usage = info.usage;
                 }

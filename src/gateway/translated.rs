@@ -17,7 +17,9 @@ use super::Gateway;
 use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
-use sluice_filters::ir::{Event, Meta, Response, StreamDecoder, StreamEncoder, Tail};
+use sluice_filters::ir::{
+    Event, FinishReason, Meta, Response, StreamDecoder, StreamEncoder, Tail,
+};
 use sluice_filters::sse::KEEPALIVE;
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
@@ -146,7 +148,8 @@ async fn plain(
     if let Some((reason, _)) = resp.refusal {
         return Attempt::Refused(reason);
     }
-    if !resp.has_content() {
+    // A budget spent before any content is an answer (`length`), not an empty turn.
+    if !resp.has_content() && resp.finish != Some(FinishReason::Length) {
         return Attempt::Empty(resp.usage);
     }
     call.finish().await;
@@ -218,7 +221,10 @@ impl Flow {
                 _ => {}
             }
             self.track(&ev);
-            let content = ev.is_content();
+            // A `length` finish before any content commits like content would: the
+            // budget ran out (a reasoning model's thinking), the turn did not end.
+            let content = ev.is_content()
+                || matches!(ev, Event::Finish { reason: FinishReason::Length, .. });
             self.held.push(ev);
             if content {
                 // The rest of this batch is written right after the commit.
