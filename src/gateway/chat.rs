@@ -36,7 +36,7 @@ pub(super) async fn plain_attempt(
         .min(Instant::now() + t.header_timeout + t.first_token_timeout);
     let max = gw.state.config.limits.max_response_bytes;
     let call = async {
-        let mut call = until(ex.deadline, gw.upstreams.post(t, &path, body, false))
+        let mut call = until(ex.deadline, gw.upstreams.post(t, &path, body, false, &[]))
             .await
             .map_err(|_| Failure::Deadline)??;
         let status = call.status();
@@ -118,7 +118,7 @@ pub(super) async fn stream_attempt(
     let deadline = ex.deadline;
     let posted = unless_gone(
         session,
-        until(deadline, gw.upstreams.post(t, &path, body, true)),
+        until(deadline, gw.upstreams.post(t, &path, body, true, &[])),
     )
     .await;
     ex.upstream_wait += waited.elapsed();

@@ -80,7 +80,7 @@ async fn send(up: &Upstreams, t: &Target, wire: Wire, req: &Request) -> Option<u
     let rendered = wire::render(wire, &t.provider, req, &t.model_id, false);
     let path = t.path(wire, false);
     let mut call = up
-        .post(t, &path, Bytes::from(rendered.body), false)
+        .post(t, &path, Bytes::from(rendered.body), false, &[])
         .await
         .ok()?;
     let status = call.status();

@@ -17,9 +17,7 @@ use super::Gateway;
 use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
-use sluice_filters::ir::{
-    Event, FinishReason, Meta, Response, StreamDecoder, StreamEncoder, Tail,
-};
+use sluice_filters::ir::{Event, FinishReason, Meta, Response, StreamDecoder, StreamEncoder, Tail};
 use sluice_filters::sse::KEEPALIVE;
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
@@ -98,9 +96,12 @@ async fn plain(
     let max = gw.state.config.limits.max_response_bytes;
     let deadline = ex.deadline;
     let call = async {
-        let mut call = until(deadline, gw.upstreams.post(t, &path, body, false))
-            .await
-            .map_err(|_| Failure::Deadline)??;
+        let mut call = until(
+            deadline,
+            gw.upstreams.post(t, &path, body, false, &leg.headers),
+        )
+        .await
+        .map_err(|_| Failure::Deadline)??;
         let status = call.status();
         if !(200..300).contains(&status) {
             return Ok(Err((call, status)));
@@ -224,7 +225,13 @@ impl Flow {
             // A `length` finish before any content commits like content would: the
             // budget ran out (a reasoning model's thinking), the turn did not end.
             let content = ev.is_content()
-                || matches!(ev, Event::Finish { reason: FinishReason::Length, .. });
+                || matches!(
+                    ev,
+                    Event::Finish {
+                        reason: FinishReason::Length,
+                        ..
+                    }
+                );
             self.held.push(ev);
             if content {
                 // The rest of this batch is written right after the commit.
@@ -270,7 +277,10 @@ async fn stream(
     let deadline = ex.deadline;
     let posted = unless_gone(
         session,
-        until(deadline, gw.upstreams.post(t, &path, body, true)),
+        until(
+            deadline,
+            gw.upstreams.post(t, &path, body, true, &leg.headers),
+        ),
     )
     .await;
     ex.upstream_wait += waited.elapsed();

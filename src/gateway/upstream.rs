@@ -354,6 +354,7 @@ impl Upstreams {
             Bytes::from(form),
             false,
             "application/x-www-form-urlencoded",
+            &[],
         ))
         .await?;
         let mut buf = Vec::new();
@@ -381,8 +382,10 @@ impl Upstreams {
         path: &str,
         body: Bytes,
         stream: bool,
+        extra: &[(&'static str, &'static str)],
     ) -> Result<Call<'_>, Failure> {
-        self.send(t, path, body, stream, "application/json").await
+        self.send(t, path, body, stream, "application/json", extra)
+            .await
     }
 
     async fn send(
@@ -392,6 +395,7 @@ impl Upstreams {
         body: Bytes,
         stream: bool,
         content_type: &'static str,
+        extra: &[(&'static str, &'static str)],
     ) -> Result<Call<'_>, Failure> {
         let addr = self.resolve(&t.host, t.port).await?;
         let mut peer = HttpPeer::new(addr, t.tls, t.host.clone());
@@ -460,6 +464,9 @@ impl Upstreams {
         }
         if t.provider == "anthropic" {
             let _ = req.insert_header("anthropic-version", ANTHROPIC_VERSION);
+        }
+        for (name, value) in extra {
+            let _ = req.insert_header(*name, *value);
         }
         let sent = async {
             session.write_request_header(Box::new(req)).await?;

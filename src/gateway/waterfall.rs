@@ -44,7 +44,12 @@ pub struct Leg {
     pub native: bool,
     /// Inbound field names this rung does not receive (disclosed).
     pub dropped: Vec<String>,
+    /// Request headers this rung needs for this request.
+    pub headers: Vec<(&'static str, &'static str)>,
 }
+
+/// The beta flag that opens Anthropic's 1M-token window (the `[1m]` suffix).
+const ANTHROPIC_1M: (&str, &str) = ("anthropic-beta", "context-1m-2025-08-07");
 
 /// The rungs of a model that can serve this request, as the policy decides.
 fn plan(gw: &Gateway, model: &Model, job: &Job) -> Result<Vec<Leg>, ApiError> {
@@ -84,11 +89,17 @@ fn plan(gw: &Gateway, model: &Model, job: &Job) -> Result<Vec<Leg>, ApiError> {
         .into_iter()
         .map(|p| {
             let (_, target, wire) = &reachable[p.index];
+            let headers = if job.long_context && target.provider == "anthropic" {
+                vec![ANTHROPIC_1M]
+            } else {
+                Vec::new()
+            };
             Leg {
                 target: target.clone(),
                 wire: *wire,
                 native: facts[p.index].native,
                 dropped: p.dropped,
+                headers,
             }
         })
         .collect())
