@@ -500,7 +500,12 @@ async fn the_1m_suffix_selects_the_long_window_where_a_rung_serves_it() {
     assert_eq!(a.status, 200, "{}", a.json);
     let sent = &e.mock.requests_for("c1")[0];
     assert_eq!(sent.header("anthropic-beta"), Some("context-1m-2025-08-07"));
-    let a = call(&e, "/v1/chat/completions", &chat_body("fmt-gemini[1m]", false)).await;
+    let a = call(
+        &e,
+        "/v1/chat/completions",
+        &chat_body("fmt-gemini[1m]", false),
+    )
+    .await;
     assert_error(a.status, &a.json, 400, "unsupported_capability");
     assert_eq!(a.json["error"]["param"], "model");
     // Without the suffix no beta flag is sent.

@@ -206,12 +206,17 @@ fn format_param(inbound: Inbound) -> String {
     }
 }
 
-/// Reasoning is served by a rung that declares `reasoning` or `thinking`.
+/// Reasoning is served by a rung that declares `reasoning` or `thinking`; a
+/// capability the rung's wire has no form for is never served there, whatever the
+/// declaration says (JSON mode on Anthropic's wire would be a silent downgrade to
+/// prose).
 fn rung_has(r: &RungFacts, cap: &str) -> bool {
-    match cap {
-        "reasoning" => r.has("reasoning") || r.has("thinking"),
-        c => r.has(c),
-    }
+    let wire_can = !(r.wire == Wire::Anthropic && cap == "json_object");
+    wire_can
+        && match cap {
+            "reasoning" => r.has("reasoning") || r.has("thinking"),
+            c => r.has(c),
+        }
 }
 
 /// Decides, for a request and a route, the rungs that may serve it and what each
@@ -434,6 +439,21 @@ mod tests {
         let e = plan(&req, Inbound::Responses, &model(&pinned, &mods), &rungs).unwrap_err();
         assert_eq!(e.code, ErrorCode::UnsupportedCapability);
         assert_eq!(e.param.as_deref(), Some("text.format"));
+    }
+
+    #[test]
+    fn json_mode_is_never_sent_to_a_wire_without_it() {
+        let declared = caps(&["json_object", "sampling"]);
+        let pinned = BTreeMap::new();
+        let mods = caps(&["text"]);
+        let mut req = text_request();
+        req.response_format = Some(ResponseFormat::JsonObject);
+        let rungs = [rung(Wire::Anthropic, &declared)];
+        let e = plan(&req, Inbound::Chat, &model(&pinned, &mods), &rungs).unwrap_err();
+        assert_eq!(
+            (e.code, e.param.as_deref()),
+            (ErrorCode::UnsupportedCapability, Some("response_format"))
+        );
     }
 
     #[test]

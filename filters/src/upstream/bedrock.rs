@@ -620,7 +620,9 @@ impl<'d> Turns<'d> {
                 text,
                 signature: Some(signature),
             }),
-            Part::EncryptedReasoning { data, .. } if self.claude => {
+            // Only Anthropic's own redacted thinking (no item id); an OpenAI
+            // encrypted item means nothing to Claude.
+            Part::EncryptedReasoning { data, id: None } if self.claude => {
                 Block::ReasoningContent(Reasoning::RedactedContent(data))
             }
             Part::Thinking { .. } | Part::EncryptedReasoning { .. } => return None,
