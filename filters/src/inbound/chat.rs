@@ -12,7 +12,9 @@
 //! it is rendered as `message.reasoning_content` (stream: `delta.reasoning_content`),
 //! the member OpenAI-compatible servers use, so it is never silently dropped.
 
-use super::common::{check_description, invalid, malformed, refused_everywhere, unsupported};
+use super::common::{
+    check_description, invalid, malformed, refused_everywhere, unsupported, MAX_DESCRIPTION_CHARS,
+};
 use super::responses::{Member, Members};
 use crate::error::{ApiError, Format};
 use crate::ir::{
@@ -24,6 +26,7 @@ use crate::upstream::openai_chat::usage_json;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use std::fmt;
 
 /// Top-level fields an OpenAI rung understands and the canonical form does not
 /// model: kept verbatim, forwarded to OpenAI rungs only.
@@ -41,6 +44,35 @@ const EXTRA_FIELDS: [&str; 8] = [
 /// Parameters for a function that declares none.
 const EMPTY_PARAMETERS: &str = r#"{"type":"object","properties":{}}"#;
 
+/// Where a value sits in the body (`messages[3].content[1]`), spelled out only when
+/// an error names it: a valid body costs no formatting.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    Root(&'static str),
+    Index(&'a At<'a>, usize),
+    Key(&'a At<'a>, &'static str),
+}
+
+impl<'a> At<'a> {
+    fn at(&'a self, i: usize) -> At<'a> {
+        At::Index(self, i)
+    }
+
+    fn key(&'a self, k: &'static str) -> At<'a> {
+        At::Key(self, k)
+    }
+}
+
+impl fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            At::Root(name) => f.write_str(name),
+            At::Index(p, i) => write!(f, "{p}[{i}]"),
+            At::Key(p, k) => write!(f, "{p}.{k}"),
+        }
+    }
+}
+
 fn is_null(v: &RawValue) -> bool {
     v.get() == "null"
 }
@@ -48,7 +80,7 @@ fn is_null(v: &RawValue) -> bool {
 /// Reads an optional member of type `T`; `null` is absent.
 fn opt<'a, T: Deserialize<'a>>(
     v: Option<&'a RawValue>,
-    param: &str,
+    param: impl fmt::Display,
     what: &str,
 ) -> Result<Option<T>, ApiError> {
     match v {
@@ -56,19 +88,19 @@ fn opt<'a, T: Deserialize<'a>>(
         Some(v) if is_null(v) => Ok(None),
         Some(v) => serde_json::from_str(v.get())
             .map(Some)
-            .map_err(|_| invalid(param, format!("`{param}` must be {what}."))),
+            .map_err(|_| invalid(param.to_string(), format!("`{param}` must be {what}."))),
     }
 }
 
-fn members<'a>(v: &'a RawValue, param: &str) -> Result<Vec<Member<'a>>, ApiError> {
+fn members<'a>(v: &'a RawValue, param: impl fmt::Display) -> Result<Vec<Member<'a>>, ApiError> {
     serde_json::from_str::<Members>(v.get())
         .map(|m| m.0)
-        .map_err(|_| invalid(param, format!("`{param}` must be an object.")))
+        .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an object.")))
 }
 
-fn array<'a>(v: &'a RawValue, param: &str) -> Result<Vec<&'a RawValue>, ApiError> {
+fn array<'a>(v: &'a RawValue, param: impl fmt::Display) -> Result<Vec<&'a RawValue>, ApiError> {
     serde_json::from_str(v.get())
-        .map_err(|_| invalid(param, format!("`{param}` must be an array.")))
+        .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an array.")))
 }
 
 fn get<'a>(fields: &[Member<'a>], key: &str) -> Option<&'a RawValue> {
@@ -309,11 +341,12 @@ fn parse_tools(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
     if is_null(v) {
         return Ok(());
     }
+    let tools = At::Root("tools");
     for (i, t) in array(v, "tools")?.into_iter().enumerate() {
-        let p = format!("tools[{i}]");
-        let fields = members(t, &p)?;
+        let p = tools.at(i);
+        let fields = members(t, p)?;
         let kind: String =
-            opt(get(&fields, "type"), &format!("{p}.type"), "a string")?.unwrap_or_default();
+            opt(get(&fields, "type"), p.key("type"), "a string")?.unwrap_or_default();
         if kind != "function" {
             return Err(unsupported(
                 format!("{p}.type"),
@@ -326,8 +359,8 @@ fn parse_tools(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
                 format!("`{p}.function` is required."),
             )
         })?;
-        let f = members(f, &format!("{p}.function"))?;
-        let name: String = opt(get(&f, "name"), &format!("{p}.function.name"), "a string")?
+        let f = members(f, p.key("function"))?;
+        let name: String = opt(get(&f, "name"), p.key("function").key("name"), "a string")?
             .filter(|n: &String| !n.is_empty())
             .ok_or_else(|| {
                 invalid(
@@ -337,11 +370,14 @@ fn parse_tools(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
             })?;
         let description: Option<String> = opt(
             get(&f, "description"),
-            &format!("{p}.function.description"),
+            p.key("function").key("description"),
             "a string",
         )?;
         if let Some(d) = &description {
-            check_description(format!("{p}.function.description"), d)?;
+            // Bytes bound characters: only a long text is counted and named.
+            if d.len() > MAX_DESCRIPTION_CHARS {
+                check_description(format!("{p}.function.description"), d)?;
+            }
         }
         let parameters = match get(&f, "parameters") {
             Some(s) if !is_null(s) => s.to_owned(),
@@ -351,7 +387,7 @@ fn parse_tools(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
         };
         let strict = opt(
             get(&f, "strict"),
-            &format!("{p}.function.strict"),
+            p.key("function").key("strict"),
             "a boolean",
         )?;
         r.tools.push(Tool {
@@ -410,13 +446,14 @@ fn allowed(role: &str, key: &str) -> bool {
 
 fn parse_messages(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
     let list = array(v, "messages")?;
+    let root = At::Root("messages");
     if list.is_empty() {
         return Err(invalid("messages", "`messages` must not be empty."));
     }
     for (i, m) in list.into_iter().enumerate() {
-        let p = format!("messages[{i}]");
-        let fields = members(m, &p)?;
-        let role: String = opt(get(&fields, "role"), &format!("{p}.role"), "a string")?
+        let p = root.at(i);
+        let fields = members(m, p)?;
+        let role: String = opt(get(&fields, "role"), p.key("role"), "a string")?
             .ok_or_else(|| invalid(format!("{p}.role"), format!("`{p}.role` is required.")))?;
         if !matches!(
             role.as_str(),
@@ -435,7 +472,7 @@ fn parse_messages(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
         }
         let content = get(&fields, "content").filter(|c| !is_null(c));
         let parts = match content {
-            Some(c) => content_parts(c, &format!("{p}.content"))?,
+            Some(c) => content_parts(c, p.key("content"))?,
             None => Vec::new(),
         };
         match role.as_str() {
@@ -458,11 +495,8 @@ fn parse_messages(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
             "assistant" => {
                 let mut parts = parts;
                 if let Some(tc) = get(&fields, "tool_calls").filter(|t| !is_null(t)) {
-                    for (j, call) in array(tc, &format!("{p}.tool_calls"))?
-                        .into_iter()
-                        .enumerate()
-                    {
-                        parts.push(tool_call(call, &format!("{p}.tool_calls[{j}]"))?);
+                    for (j, call) in array(tc, p.key("tool_calls"))?.into_iter().enumerate() {
+                        parts.push(tool_call(call, p.key("tool_calls").at(j))?);
                     }
                 }
                 r.messages.push(Message {
@@ -473,7 +507,7 @@ fn parse_messages(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
             _ => {
                 let call_id: String = opt(
                     get(&fields, "tool_call_id"),
-                    &format!("{p}.tool_call_id"),
+                    p.key("tool_call_id"),
                     "a string",
                 )?
                 .ok_or_else(|| {
@@ -496,7 +530,7 @@ fn parse_messages(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn tool_call(v: &RawValue, p: &str) -> Result<Part, ApiError> {
+fn tool_call(v: &RawValue, p: At) -> Result<Part, ApiError> {
     #[derive(Deserialize)]
     struct Call {
         id: String,
@@ -510,7 +544,7 @@ fn tool_call(v: &RawValue, p: &str) -> Result<Part, ApiError> {
     }
     let c: Call = serde_json::from_str(v.get()).map_err(|_| {
         invalid(
-            p,
+            p.to_string(),
             format!("`{p}` must be {{id, type: function, function: {{name, arguments}}}}."),
         )
     })?;
@@ -521,20 +555,20 @@ fn tool_call(v: &RawValue, p: &str) -> Result<Part, ApiError> {
     })
 }
 
-fn content_parts(v: &RawValue, p: &str) -> Result<Vec<Part>, ApiError> {
+fn content_parts(v: &RawValue, p: At) -> Result<Vec<Part>, ApiError> {
     if let Ok(text) = serde_json::from_str::<String>(v.get()) {
         return Ok(vec![Part::Text { text }]);
     }
     let mut out = Vec::new();
     for (j, part) in array(v, p)?.into_iter().enumerate() {
-        let pp = format!("{p}[{j}]");
-        let fields = members(part, &pp)?;
+        let pp = p.at(j);
+        let fields = members(part, pp)?;
         let kind: String =
-            opt(get(&fields, "type"), &format!("{pp}.type"), "a string")?.unwrap_or_default();
+            opt(get(&fields, "type"), pp.key("type"), "a string")?.unwrap_or_default();
         match kind.as_str() {
             "text" => {
-                let text: String = opt(get(&fields, "text"), &format!("{pp}.text"), "a string")?
-                    .unwrap_or_default();
+                let text: String =
+                    opt(get(&fields, "text"), pp.key("text"), "a string")?.unwrap_or_default();
                 out.push(Part::Text { text });
             }
             "image_url" => {
@@ -546,7 +580,7 @@ fn content_parts(v: &RawValue, p: &str) -> Result<Vec<Part>, ApiError> {
                 }
                 let img: Img = opt(
                     get(&fields, "image_url"),
-                    &format!("{pp}.image_url"),
+                    pp.key("image_url"),
                     "an object with a url",
                 )?
                 .ok_or_else(|| invalid(format!("{pp}.image_url"), "`image_url` is required."))?;
@@ -563,7 +597,7 @@ fn content_parts(v: &RawValue, p: &str) -> Result<Vec<Part>, ApiError> {
                     #[serde(default)]
                     filename: Option<String>,
                 }
-                let f: File = opt(get(&fields, "file"), &format!("{pp}.file"), "an object")?
+                let f: File = opt(get(&fields, "file"), pp.key("file"), "an object")?
                     .ok_or_else(|| invalid(format!("{pp}.file"), "`file` is required."))?;
                 let url = f.file_data.ok_or_else(|| {
                     unsupported(
