@@ -98,7 +98,7 @@ fn members<'a>(v: &'a RawValue, param: impl fmt::Display) -> Result<Vec<Member<'
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an object.")))
 }
 
-fn array<'a>(v: &'a RawValue, param: impl fmt::Display) -> Result<Vec<&'a RawValue>, ApiError> {
+fn array(v: &RawValue, param: impl fmt::Display) -> Result<Vec<&RawValue>, ApiError> {
     serde_json::from_str(v.get())
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an array.")))
 }
