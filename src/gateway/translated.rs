@@ -33,9 +33,9 @@ pub async fn run(
     body: Bytes,
 ) -> Attempt {
     if job.stream {
-        stream(gw, session, ex, leg, job, body).await
+        Box::pin(stream(gw, session, ex, leg, job, body)).await
     } else {
-        plain(gw, session, ex, leg, job, body).await
+        Box::pin(plain(gw, session, ex, leg, job, body)).await
     }
 }
 

@@ -148,7 +148,7 @@ pub async fn serve(
         }
         tried += 1;
         for try_no in 0..2 {
-            let result = Box::pin(attempt(gw, session, ex, leg, &job)).await;
+            let result = attempt(gw, session, ex, leg, &job).await;
             let outcome = result.label();
             gw.state
                 .metrics
@@ -270,12 +270,23 @@ async fn attempt(
         let trimmed = without(&job.object, &leg.dropped);
         let object = trimmed.as_ref().unwrap_or(&job.object);
         ex.ignored = disclosure(&leg.dropped, &[]);
+        // Each kind of attempt is boxed on its own: a box sized for the largest
+        // (a translated stream) would be copied whole on every plain request.
         if job.inbound == Inbound::Chat {
             let body = Bytes::from(render_request(object, &t.model_id, job.stream));
             return if job.stream {
-                super::chat::stream_attempt(gw, session, ex, t, body, job.req.include_usage).await
+                let wants_usage = job.req.include_usage;
+                Box::pin(super::chat::stream_attempt(
+                    gw,
+                    session,
+                    ex,
+                    t,
+                    body,
+                    wants_usage,
+                ))
+                .await
             } else {
-                super::chat::plain_attempt(gw, session, ex, t, body).await
+                Box::pin(super::chat::plain_attempt(gw, session, ex, t, body)).await
             };
         }
         let body = super::native::render(leg.wire, object, &t.model_id, job.stream);
