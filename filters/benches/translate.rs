@@ -1,11 +1,11 @@
 //! Translation costs on the hot path: parse + translate + render of a 4 KB and a
 //! 200 KB chat request (to the OpenAI chat wire and across to Anthropic's), and
 //! stream rewriting per chunk (an upstream SSE chunk decoded and re-encoded in
-//! another format).
+//! another format), and encoding a large embeddings answer.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use serde_json::json;
-use sluice_filters::inbound::{chat, messages};
+use sluice_filters::inbound::{chat, embeddings, messages};
 use sluice_filters::ir::{Event, Meta, StreamDecoder, StreamEncoder};
 use sluice_filters::sse::SseDecoder;
 use sluice_filters::upstream::{anthropic, openai_chat};
@@ -135,5 +135,26 @@ fn streams(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, requests, streams);
+/// Encoding an embeddings answer: 2,048 vectors of 3,072 dimensions, as JSON floats
+/// and as base64 of little-endian f32.
+fn embeddings(c: &mut Criterion) {
+    let vectors: Vec<Vec<f32>> = (0..2048)
+        .map(|i| {
+            (0..3072)
+                .map(|j| ((i * 3072 + j) as f32 * 0.618).sin() * 0.05)
+                .collect()
+        })
+        .collect();
+    let mut g = c.benchmark_group("embeddings_2048x3072");
+    g.sample_size(10);
+    g.bench_function("json_floats", |b| {
+        b.iter(|| black_box(embeddings::render("m", black_box(&vectors), false, 1, "p")))
+    });
+    g.bench_function("base64", |b| {
+        b.iter(|| black_box(embeddings::render("m", black_box(&vectors), true, 1, "p")))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, requests, streams, embeddings);
 criterion_main!(benches);

@@ -62,6 +62,12 @@ pub async fn handle(
             ))
         }
     };
+    if route == Route::Embeddings && !is_json(session) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "The embeddings route takes a JSON body: send Content-Type: application/json.",
+        ));
+    }
     let object = parse_object(&body)?;
     let model_name: String = match object.get("model") {
         None => {
@@ -133,13 +139,10 @@ pub async fn handle(
             };
             Box::pin(waterfall::serve(gw, session, &mut ex, &model, job)).await
         }
-        None => Outcome::Error(
-            ApiError::new(
-                ErrorCode::UnavailableRoute,
-                "No rung of this model is served on this route yet.",
-            )
-            .with_status(503),
-        ),
+        None => {
+            let req = sluice_filters::inbound::embeddings::parse(&body)?;
+            Box::pin(super::embeddings::serve(gw, session, &mut ex, &model, req)).await
+        }
     };
     let format = inbound.map_or(Format::OpenAi, wire::format_of);
     let (status, error_class) = match outcome {
@@ -240,6 +243,17 @@ fn record(
         empty_attempts: ex.empty_attempts,
         latency_ms: ex.started.elapsed().as_millis() as u64,
     });
+}
+
+/// Whether the request says its body is JSON (`application/json`, any parameters).
+fn is_json(session: &Session) -> bool {
+    session
+        .req_header()
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// The client's ISO country from the trusted edge header, if configured and present.

@@ -9,6 +9,7 @@ pub mod auth;
 mod body;
 mod breaker;
 mod chat;
+mod embeddings;
 mod exchange;
 mod inference;
 mod management;

@@ -77,6 +77,36 @@ impl Target {
         }
     }
 
+    /// The OpenAI-compatible embeddings endpoint (Azure: the deployment's).
+    pub fn embeddings_path(&self) -> String {
+        if self.provider == "azure" {
+            format!(
+                "{}/openai/deployments/{}/embeddings?api-version={AZURE_API_VERSION}",
+                self.prefix, self.model_id
+            )
+        } else {
+            format!("{}/embeddings", self.prefix)
+        }
+    }
+
+    /// Gemini's batch embeddings endpoint.
+    pub fn gemini_embed_path(&self) -> String {
+        format!(
+            "{}/v1beta/models/{}:batchEmbedContents",
+            self.prefix, self.model_id
+        )
+    }
+
+    /// Vertex AI's embeddings endpoint (`predict` on the publisher model).
+    pub fn vertex_embed_path(&self) -> String {
+        let project = self.credential.as_deref().unwrap_or_default();
+        format!(
+            "{}{}",
+            self.prefix,
+            google::vertex_path(project, &self.region, "google", &self.model_id, "predict")
+        )
+    }
+
     /// A Vertex AI publisher model endpoint; the project comes from the service
     /// account.
     fn vertex_path(&self, publisher: &str, stream: bool) -> String {

@@ -13,5 +13,6 @@
 
 pub mod chat;
 pub mod common;
+pub mod embeddings;
 pub mod messages;
 pub mod responses;

@@ -14,6 +14,7 @@
 
 pub mod anthropic;
 pub mod bedrock;
+pub mod embed;
 pub mod gemini;
 pub mod openai_chat;
 pub mod openai_responses;

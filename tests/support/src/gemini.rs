@@ -270,10 +270,18 @@ pub(crate) fn embed_content(body: &[u8], default_dims: usize) -> Result<Value, S
     Ok(json!({"embedding": embedding(&req, default_dims)}))
 }
 
+/// The most requests one `batchEmbedContents` call takes (Gemini API's limit).
+pub(crate) const BATCH_LIMIT: usize = 100;
+
 /// Body of a `batchEmbedContents` answer.
 pub(crate) fn batch_embed_contents(body: &[u8], default_dims: usize) -> Result<Value, String> {
     let req: BatchRequest =
         serde_json::from_slice(body).map_err(|e| format!("Invalid JSON payload received. {e}"))?;
+    if req.requests.len() > BATCH_LIMIT {
+        return Err(format!(
+            "* BatchEmbedContentsRequest.requests: at most {BATCH_LIMIT} requests can be in one batch"
+        ));
+    }
     let embeddings: Vec<Value> = req
         .requests
         .iter()
@@ -285,4 +293,47 @@ pub(crate) fn batch_embed_contents(body: &[u8], default_dims: usize) -> Result<V
 /// Body of a `countTokens` answer.
 pub(crate) fn count_tokens(body: &[u8]) -> Value {
     json!({"totalTokens": wire::estimate_tokens(body.len())})
+}
+
+#[derive(Deserialize)]
+struct PredictRequest {
+    #[serde(default)]
+    instances: Vec<PredictInstance>,
+    #[serde(default)]
+    parameters: Option<PredictParameters>,
+}
+
+#[derive(Deserialize)]
+struct PredictInstance {
+    #[serde(default)]
+    content: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PredictParameters {
+    #[serde(default)]
+    output_dimensionality: Option<usize>,
+}
+
+/// Body of a Vertex AI text-embedding `predict` answer, with per-instance token
+/// statistics.
+pub(crate) fn predict(body: &[u8], default_dims: usize) -> Result<Value, String> {
+    let req: PredictRequest =
+        serde_json::from_slice(body).map_err(|e| format!("Invalid JSON payload received. {e}"))?;
+    let dims = req
+        .parameters
+        .and_then(|p| p.output_dimensionality)
+        .unwrap_or(default_dims);
+    let predictions: Vec<Value> = req
+        .instances
+        .iter()
+        .map(|i| {
+            json!({"embeddings": {
+                "values": embed::vector(i.content.as_bytes(), dims),
+                "statistics": {"token_count": wire::estimate_tokens(i.content.chars().count()), "truncated": false},
+            }})
+        })
+        .collect();
+    Ok(json!({"predictions": predictions}))
 }

@@ -71,7 +71,7 @@ pub(crate) async fn gemini(State(m): Shared, Path(rest): Path<String>, req: Requ
                 .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
             generate(&m, gemini::Generate { stream, sse }, Some(model), req).await
         }
-        "embedContent" | "batchEmbedContents" | "countTokens" => {
+        "embedContent" | "batchEmbedContents" | "countTokens" | "predict" => {
             gemini_other(&m, method, model, req).await
         }
         _ => {
@@ -315,6 +315,7 @@ async fn gemini_other(m: &Inner, method: &str, model: String, req: Request) -> R
     let answer = match method {
         "embedContent" => gemini::embed_content(&body, plan.dims),
         "batchEmbedContents" => gemini::batch_embed_contents(&body, plan.dims),
+        "predict" => gemini::predict(&body, plan.dims),
         _ => Ok(gemini::count_tokens(&body)),
     };
     match answer {

@@ -1,0 +1,237 @@
+//! `POST /v1/embeddings`: validated in `filters`, served by the first rung of the
+//! model's waterfall that can take the request (token-ID input only on OpenAI's own
+//! wire, reduced `dimensions` only where the rung declares it). A batch over the
+//! provider's limit is split into several upstream calls and merged in order; any
+//! failed call fails the rung over, and nothing of a failed rung is billed.
+
+use super::attempt::{describe, json_header, unless_gone, until, write_whole};
+use super::breaker::Admit;
+use super::exchange::{Exchange, Outcome};
+use super::upstream::{Failure, Target};
+use super::Gateway;
+use crate::catalog::Model;
+use bytes::Bytes;
+use pingora::proxy::Session;
+use sluice_filters::inbound::embeddings::{render, EmbedRequest, Input};
+use sluice_filters::upstream::embed::{self, batch_limit, EmbedWire, Embedded};
+use sluice_filters::{ApiError, ErrorCode};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The rungs that can serve this request, or the 400 that says why none can.
+fn legs(
+    gw: &Gateway,
+    model: &Model,
+    req: &EmbedRequest,
+) -> Result<Vec<(Arc<Target>, EmbedWire)>, ApiError> {
+    let tokens = matches!(req.input, Input::Tokens(_));
+    let mut out = Vec::new();
+    let (mut no_dims, mut no_tokens) = (false, false);
+    for r in &model.spec.rungs {
+        let (Some(wire), Some(t)) = (EmbedWire::for_provider(&r.provider), gw.upstreams.target(r))
+        else {
+            continue;
+        };
+        if req.dimensions.is_some() && !r.caps.iter().any(|c| c == "embeddings_dimensions") {
+            no_dims = true;
+            continue;
+        }
+        if tokens && !wire.takes_tokens(&r.provider) {
+            no_tokens = true;
+            continue;
+        }
+        out.push((t, wire));
+    }
+    if out.is_empty() {
+        if no_dims {
+            return Err(ApiError::new(
+                ErrorCode::InvalidParameter,
+                "This model does not support `dimensions`; omit it for the model's default size.",
+            )
+            .param("dimensions"));
+        }
+        if no_tokens {
+            return Err(ApiError::new(
+                ErrorCode::InvalidParameter,
+                "This model takes text input only, not token IDs.",
+            )
+            .param("input"));
+        }
+        return Err(ApiError::new(
+            ErrorCode::UnavailableRoute,
+            "No rung of this model can be reached from this gateway.",
+        )
+        .with_status(503));
+    }
+    Ok(out)
+}
+
+fn path(t: &Target, wire: EmbedWire) -> String {
+    match wire {
+        EmbedWire::OpenAi => t.embeddings_path(),
+        EmbedWire::Gemini => t.gemini_embed_path(),
+        EmbedWire::Vertex => t.vertex_embed_path(),
+    }
+}
+
+/// One rung: every batch in order. `Err` fails the rung over.
+async fn rung(
+    gw: &Gateway,
+    session: &mut Session,
+    ex: &mut Exchange,
+    t: &Target,
+    wire: EmbedWire,
+    req: &EmbedRequest,
+) -> Result<Option<Embedded>, Failure> {
+    let limit = batch_limit(&t.provider);
+    let max = gw.state.config.limits.max_response_bytes;
+    let mut all = Embedded::default();
+    let mut tokens = 0u64;
+    let mut start = 0;
+    while start < req.input.len() {
+        let end = (start + limit).min(req.input.len());
+        let batch = req.input.slice(start..end);
+        let body = Bytes::from(embed::render(wire, &batch, &t.model_id, req.dimensions));
+        let path = path(t, wire);
+        let deadline = ex.deadline;
+        let read_until = deadline.min(Instant::now() + t.header_timeout + t.first_token_timeout);
+        let waited = Instant::now();
+        let call = async {
+            let mut call = until(deadline, gw.upstreams.post(t, &path, body, false, &[]))
+                .await
+                .map_err(|_| Failure::Deadline)??;
+            let status = call.status();
+            if !(200..300).contains(&status) {
+                return Err(Failure::Status(status));
+            }
+            let mut buf = Vec::new();
+            loop {
+                match until(read_until, call.read()).await {
+                    Err(_) if Instant::now() >= deadline => return Err(Failure::Deadline),
+                    Err(_) => return Err(Failure::FirstTokenTimeout),
+                    Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
+                    Ok(Ok(None)) => break,
+                    Ok(Ok(Some(b))) => {
+                        if buf.len() + b.len() > max {
+                            return Ok(None);
+                        }
+                        buf.extend_from_slice(&b);
+                    }
+                }
+            }
+            call.finish().await;
+            Ok(Some(buf))
+        };
+        let result = unless_gone(session, call).await;
+        ex.upstream_wait += waited.elapsed();
+        let Some(result) = result else {
+            return Err(Failure::Connect("client gone".into()));
+        };
+        let Some(buf) = result? else {
+            return Ok(None);
+        };
+        let got = embed::decode(wire, &buf, batch.len()).map_err(|_| Failure::BadAnswer)?;
+        // Providers that report no token count are billed on an estimate.
+        tokens += got.tokens.unwrap_or_else(|| batch.estimated_tokens());
+        all.vectors.extend(got.vectors);
+        if all.model.is_none() {
+            all.model = got.model;
+        }
+        start = end;
+    }
+    all.tokens = Some(tokens);
+    Ok(Some(all))
+}
+
+pub async fn serve(
+    gw: &Gateway,
+    session: &mut Session,
+    ex: &mut Exchange,
+    model: &Model,
+    req: EmbedRequest,
+) -> Outcome {
+    let legs = match legs(gw, model, &req) {
+        Ok(l) => l,
+        Err(e) => return Outcome::Error(e),
+    };
+    let mut reasons = Vec::new();
+    for (t, wire) in &legs {
+        if gw.breaker.admit(&t.breaker_key) == Admit::No {
+            continue;
+        }
+        if !reasons.is_empty() {
+            gw.state
+                .metrics
+                .failovers
+                .with_label_values(&["embeddings"])
+                .inc();
+        }
+        let result = rung(gw, session, ex, t, *wire, &req).await;
+        let label = match &result {
+            Ok(_) => "ok".to_string(),
+            Err(f) => f.label(),
+        };
+        gw.state
+            .metrics
+            .upstream_attempts
+            .with_label_values(&[t.provider.as_str(), label.as_str()])
+            .inc();
+        match result {
+            Ok(None) => {
+                gw.breaker.abandon(&t.breaker_key);
+                ex.attempt(&t.provider, "too_large");
+                return Outcome::Error(ApiError::new(
+                    ErrorCode::ProviderOutputTooLarge,
+                    "The provider's answer exceeded the response limit.",
+                ));
+            }
+            Ok(Some(got)) => {
+                gw.breaker.success(&t.breaker_key);
+                ex.rung = Some(t.rung_id.clone());
+                let tokens = got.tokens.unwrap_or(0);
+                ex.usage.input_tokens = tokens;
+                ex.first_token = Some(ex.started.elapsed());
+                let reported = got.model.unwrap_or_else(|| t.model_id.clone());
+                let body = render(&reported, &got.vectors, req.base64, tokens, &t.rung_id);
+                let Some(h) = json_header(ex, &t.provider, "ok") else {
+                    return Outcome::Error(ApiError::internal());
+                };
+                ex.attempt(&t.provider, "ok");
+                return if write_whole(session, h, body).await {
+                    Outcome::Written(200)
+                } else {
+                    Outcome::ClientGone
+                };
+            }
+            Err(Failure::Connect(why)) if why == "client gone" => {
+                gw.breaker.abandon(&t.breaker_key);
+                return Outcome::ClientGone;
+            }
+            Err(Failure::Deadline) => {
+                gw.breaker.abandon(&t.breaker_key);
+                return Outcome::Error(ApiError::new(
+                    ErrorCode::DeadlineExceeded,
+                    "The request ran past its deadline before any rung answered.",
+                ));
+            }
+            Err(f) => {
+                gw.breaker.failure(&t.breaker_key);
+                ex.attempt(&t.provider, &f.label());
+                reasons.push(format!("{} ({})", t.rung_id, describe(&f)));
+            }
+        }
+    }
+    if reasons.is_empty() {
+        return Outcome::Error(
+            ApiError::new(
+                ErrorCode::UnavailableRoute,
+                "Every rung of this model is cooling down after repeated failures; retry with backoff.",
+            )
+            .with_status(503),
+        );
+    }
+    Outcome::Error(ApiError::new(
+        ErrorCode::AllRoutesFailed,
+        format!("Every rung failed: {}.", reasons.join("; ")),
+    ))
+}
