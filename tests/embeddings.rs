@@ -37,7 +37,10 @@ async fn start() -> Env {
             .env("AZURE_OPENAI_API_KEY", "az-key")
             .env("MISTRAL_API_KEY", "mi-key")
             .env("GEMINI_API_KEY", "gm-key")
-            .env("GOOGLE_APPLICATION_CREDENTIALS", sa.to_string()),
+            .env("GOOGLE_APPLICATION_CREDENTIALS", sa.to_string())
+            .env("SLUICE_PROVIDERS__BEDROCK__BASE_URL", &base)
+            .env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+            .env("AWS_SECRET_ACCESS_KEY", "secret-example"),
     )
     .await;
     let (_, _, key) = s.org_and_key().await;
@@ -342,4 +345,34 @@ async fn a_failing_rung_fails_over_and_every_rung_failing_is_502() {
     e.mock.script("e2", vec![Step::Status(503)]);
     let (st, _, v) = embed(&e, &json!({"model": "emb-3", "input": "a"})).await;
     assert_error(st, &v, 502, "all_routes_failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_titan_and_cohere_embed_through_signed_invoke_calls() {
+    let e = start().await;
+    let (st, _, v) = embed(
+        &e,
+        &json!({"model": "emb-titan", "input": ["one", "two", "three"], "dimensions": 4}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["data"].as_array().unwrap().len(), 3);
+    assert_eq!(v["data"][2]["embedding"].as_array().unwrap().len(), 4);
+    let calls = e.mock.requests_for("amazon.titan-embed-text-v2:0");
+    assert_eq!(calls.len(), 3, "Titan embeds one text a call");
+    assert!(
+        calls[0].path.ends_with("/invoke") && calls[0].path.contains("%3A"),
+        "{}",
+        calls[0].path
+    );
+    assert!(calls[0]
+        .header("authorization")
+        .unwrap()
+        .starts_with("AWS4-HMAC-SHA256 "));
+    assert_eq!(calls[1].json().unwrap()["inputText"], "two");
+    let inputs: Vec<String> = (0..100).map(|i| format!("doc {i}")).collect();
+    let (st, _, v) = embed(&e, &json!({"model": "emb-cohere", "input": inputs})).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["data"].as_array().unwrap().len(), 100);
+    assert_eq!(e.mock.count("cohere.embed-english-v3"), 2, "96 + 4");
 }

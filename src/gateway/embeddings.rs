@@ -28,8 +28,10 @@ fn legs(
     let mut out = Vec::new();
     let (mut no_dims, mut no_tokens) = (false, false);
     for r in &model.spec.rungs {
-        let (Some(wire), Some(t)) = (EmbedWire::for_provider(&r.provider), gw.upstreams.target(r))
-        else {
+        let (Some(wire), Some(t)) = (
+            EmbedWire::for_rung(&r.provider, &r.provider_model_id),
+            gw.upstreams.target(r),
+        ) else {
             continue;
         };
         if req.dimensions.is_some() && !r.caps.iter().any(|c| c == "embeddings_dimensions") {
@@ -71,6 +73,7 @@ fn path(t: &Target, wire: EmbedWire) -> String {
         EmbedWire::OpenAi => t.embeddings_path(),
         EmbedWire::Gemini => t.gemini_embed_path(),
         EmbedWire::Vertex => t.vertex_embed_path(),
+        EmbedWire::Titan | EmbedWire::Cohere => t.bedrock_invoke_path(),
     }
 }
 
@@ -83,7 +86,7 @@ async fn rung(
     wire: EmbedWire,
     req: &EmbedRequest,
 ) -> Result<Option<Embedded>, Failure> {
-    let limit = batch_limit(&t.provider);
+    let limit = batch_limit(wire, &t.provider);
     let max = gw.state.config.limits.max_response_bytes;
     let mut all = Embedded::default();
     let mut tokens = 0u64;

@@ -89,6 +89,15 @@ impl Target {
         }
     }
 
+    /// Bedrock's `invoke` endpoint of the rung's model (embeddings).
+    pub fn bedrock_invoke_path(&self) -> String {
+        format!(
+            "{}{}",
+            self.prefix,
+            sigv4::model_path(&self.model_id, "invoke")
+        )
+    }
+
     /// Gemini's batch embeddings endpoint.
     pub fn gemini_embed_path(&self) -> String {
         format!(

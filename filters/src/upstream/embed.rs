@@ -1,5 +1,6 @@
 //! Embedding wires: OpenAI-compatible `/embeddings` (openai, azure, mistral, hosted,
-//! local), Gemini `batchEmbedContents` (google) and Vertex AI `predict` (vertex).
+//! local), Gemini `batchEmbedContents` (google), Vertex AI `predict` (vertex) and
+//! Bedrock `invoke` for Amazon Titan (one text a call) and Cohere (batches).
 //! Each renders one batch and decodes its vectors in input order; the gateway
 //! splits a large batch at the provider's limit and merges the answers.
 
@@ -14,14 +15,20 @@ pub enum EmbedWire {
     OpenAi,
     Gemini,
     Vertex,
+    /// Amazon Titan text embeddings on Bedrock: `{inputText}` per call.
+    Titan,
+    /// Cohere embed on Bedrock: `{texts, input_type}`.
+    Cohere,
 }
 
 impl EmbedWire {
-    pub fn for_provider(provider: &str) -> Option<EmbedWire> {
+    pub fn for_rung(provider: &str, model_id: &str) -> Option<EmbedWire> {
         Some(match provider {
             "openai" | "azure" | "mistral" | "hosted" | "local" => EmbedWire::OpenAi,
             "google" => EmbedWire::Gemini,
             "vertex" => EmbedWire::Vertex,
+            "bedrock" if model_id.contains("cohere.") => EmbedWire::Cohere,
+            "bedrock" => EmbedWire::Titan,
             _ => return None,
         })
     }
@@ -34,7 +41,12 @@ impl EmbedWire {
 
 /// The most inputs one upstream call may carry, by provider (their published limits;
 /// a conservative figure where none is published).
-pub fn batch_limit(provider: &str) -> usize {
+pub fn batch_limit(wire: EmbedWire, provider: &str) -> usize {
+    match wire {
+        EmbedWire::Titan => return 1,
+        EmbedWire::Cohere => return 96,
+        _ => {}
+    }
     match provider {
         "openai" | "azure" => 2048,
         "google" => 100,
@@ -87,6 +99,24 @@ pub fn render(wire: EmbedWire, input: &Input, model_id: &str, dimensions: Option
                 b["parameters"] = json!({"outputDimensionality": d});
             }
             b
+        }
+        EmbedWire::Titan => {
+            let text = match input {
+                Input::Texts(t) => t.first().cloned().unwrap_or_default(),
+                Input::Tokens(_) => String::new(),
+            };
+            let mut b = json!({"inputText": text, "normalize": true});
+            if let Some(d) = dimensions {
+                b["dimensions"] = json!(d);
+            }
+            b
+        }
+        EmbedWire::Cohere => {
+            let texts: &[String] = match input {
+                Input::Texts(t) => t,
+                Input::Tokens(_) => &[],
+            };
+            json!({"texts": texts, "input_type": "search_document", "embedding_types": ["float"]})
         }
     };
     serde_json::to_vec(&body).unwrap_or_default()
@@ -221,6 +251,43 @@ pub fn decode(wire: EmbedWire, body: &[u8], expected: usize) -> Result<Embedded,
                 model: None,
             }
         }
+        EmbedWire::Titan => {
+            #[derive(Deserialize)]
+            #[serde(rename_all = "camelCase")]
+            struct Answer {
+                embedding: Vec<f32>,
+                #[serde(default)]
+                input_text_token_count: Option<u64>,
+            }
+            let a: Answer = serde_json::from_slice(body).map_err(bad)?;
+            Embedded {
+                vectors: vec![a.embedding],
+                tokens: a.input_text_token_count,
+                model: None,
+            }
+        }
+        EmbedWire::Cohere => {
+            // `embeddings` is a list of vectors, or `{float: [...]}` when
+            // `embedding_types` was given.
+            #[derive(Deserialize)]
+            #[serde(untagged)]
+            enum Vectors {
+                Plain(Vec<Vec<f32>>),
+                Typed { float: Vec<Vec<f32>> },
+            }
+            #[derive(Deserialize)]
+            struct Answer {
+                embeddings: Vectors,
+            }
+            let a: Answer = serde_json::from_slice(body).map_err(bad)?;
+            Embedded {
+                vectors: match a.embeddings {
+                    Vectors::Plain(v) | Vectors::Typed { float: v } => v,
+                },
+                tokens: None,
+                model: None,
+            }
+        }
     };
     if out.vectors.len() != expected {
         return Err(DecodeError(format!(
@@ -245,6 +312,46 @@ mod tests {
         assert_eq!(e.vectors, vec![vec![1.0, -0.5], vec![0.5, 0.25]]);
         assert_eq!(e.tokens, Some(7));
         assert!(decode(EmbedWire::OpenAi, body, 3).is_err());
+    }
+
+    #[test]
+    fn bedrock_titan_and_cohere_bodies_and_answers() {
+        let one = Input::Texts(vec!["a".into()]);
+        let t: Value = serde_json::from_slice(&render(
+            EmbedWire::Titan,
+            &one,
+            "amazon.titan-embed-text-v2:0",
+            Some(256),
+        ))
+        .unwrap();
+        assert_eq!(
+            t,
+            json!({"inputText": "a", "normalize": true, "dimensions": 256})
+        );
+        let e = decode(
+            EmbedWire::Titan,
+            br#"{"embedding":[0.5,0.5],"inputTextTokenCount":2}"#,
+            1,
+        )
+        .unwrap();
+        assert_eq!((e.vectors.len(), e.tokens), (1, Some(2)));
+        let two = Input::Texts(vec!["a".into(), "b".into()]);
+        let c: Value = serde_json::from_slice(&render(
+            EmbedWire::Cohere,
+            &two,
+            "cohere.embed-english-v3",
+            None,
+        ))
+        .unwrap();
+        assert_eq!(c["texts"], json!(["a", "b"]));
+        let e = decode(
+            EmbedWire::Cohere,
+            br#"{"id":"x","embeddings":{"float":[[1.0],[2.0]]},"texts":["a","b"]}"#,
+            2,
+        )
+        .unwrap();
+        assert_eq!(e.vectors, vec![vec![1.0], vec![2.0]]);
+        assert_eq!(batch_limit(EmbedWire::Titan, "bedrock"), 1);
     }
 
     #[test]

@@ -107,6 +107,37 @@ pub(crate) async fn vertex_anthropic(
     generate(&m, anthropic::Messages, Some(model), req).await
 }
 
+/// Bedrock `InvokeModel` for embedding models (Titan, Cohere).
+pub(crate) async fn bedrock_invoke(
+    State(m): Shared,
+    Path(model): Path<String>,
+    req: Request,
+) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = read_body(body).await.unwrap_or_default();
+    let step = m.admit(&parts, &body, Some(&model));
+    let error = |status: u16, msg: &str| {
+        bedrock::with_headers(error_response(serde_json::json!({"message": msg}), status))
+    };
+    let plan = match embed_plan(step) {
+        Ok(plan) => plan,
+        Err(Failure::Status(s)) => return error(s, "scripted failure"),
+        Err(failure) => {
+            return failed(
+                failure,
+                |s, msg| serde_json::json!({"message": format!("{s}: {msg}")}),
+            )
+        }
+    };
+    match bedrock::invoke_embeddings(&body, plan.dims) {
+        Ok(v) => {
+            pause(plan.delay).await;
+            bedrock::with_headers(json_reply(v, plan.cut))
+        }
+        Err(msg) => error(400, &msg),
+    }
+}
+
 /// Bedrock Converse: the model id is the (percent-decoded) path segment.
 pub(crate) async fn bedrock_converse(
     State(m): Shared,

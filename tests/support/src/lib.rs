@@ -331,6 +331,7 @@ fn router(inner: Arc<Inner>) -> Router {
             post(handlers::vertex_anthropic),
         )
         .route("/model/{model}/converse", post(handlers::bedrock_converse))
+        .route("/model/{model}/invoke", post(handlers::bedrock_invoke))
         .route(
             "/model/{model}/converse-stream",
             post(handlers::bedrock_converse_stream),
