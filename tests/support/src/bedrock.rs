@@ -315,6 +315,47 @@ impl Wire for Converse {
     }
 }
 
+/// Cohere's batch limit on Bedrock.
+const COHERE_BATCH_LIMIT: usize = 96;
+
+/// A Bedrock `InvokeModel` embeddings answer: Amazon Titan (`{inputText}`, one text)
+/// or Cohere (`{texts}`, a batch of at most 96).
+pub(crate) fn invoke_embeddings(body: &[u8], dims: usize) -> Result<Value, String> {
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| format!("Malformed input request: {e}"))?;
+    if let Some(text) = v.get("inputText").and_then(Value::as_str) {
+        let d = v
+            .get("dimensions")
+            .and_then(Value::as_u64)
+            .map_or(dims, |d| d as usize);
+        return Ok(json!({
+            "embedding": crate::embed::vector(text.as_bytes(), d),
+            "inputTextTokenCount": crate::wire::estimate_tokens(text.chars().count()),
+        }));
+    }
+    let texts: Vec<&str> = v
+        .get("texts")
+        .and_then(Value::as_array)
+        .ok_or("Malformed input request: expected inputText or texts")?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    if texts.len() > COHERE_BATCH_LIMIT {
+        return Err(format!(
+            "Malformed input request: #/texts: expected maxItems: {COHERE_BATCH_LIMIT}, actual: {}",
+            texts.len()
+        ));
+    }
+    let vectors: Vec<Value> = texts
+        .iter()
+        .map(|t| json!(crate::embed::vector(t.as_bytes(), dims)))
+        .collect();
+    Ok(
+        json!({"id": "mock-embed", "embeddings": {"float": vectors}, "texts": texts,
+              "response_type": "embeddings_by_type"}),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -582,45 +623,4 @@ mod tests {
             .starts_with("ValidationException:"));
         mock.shutdown();
     }
-}
-
-/// Cohere's batch limit on Bedrock.
-const COHERE_BATCH_LIMIT: usize = 96;
-
-/// A Bedrock `InvokeModel` embeddings answer: Amazon Titan (`{inputText}`, one text)
-/// or Cohere (`{texts}`, a batch of at most 96).
-pub(crate) fn invoke_embeddings(body: &[u8], dims: usize) -> Result<Value, String> {
-    let v: Value =
-        serde_json::from_slice(body).map_err(|e| format!("Malformed input request: {e}"))?;
-    if let Some(text) = v.get("inputText").and_then(Value::as_str) {
-        let d = v
-            .get("dimensions")
-            .and_then(Value::as_u64)
-            .map_or(dims, |d| d as usize);
-        return Ok(json!({
-            "embedding": crate::embed::vector(text.as_bytes(), d),
-            "inputTextTokenCount": crate::wire::estimate_tokens(text.chars().count()),
-        }));
-    }
-    let texts: Vec<&str> = v
-        .get("texts")
-        .and_then(Value::as_array)
-        .ok_or("Malformed input request: expected inputText or texts")?
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    if texts.len() > COHERE_BATCH_LIMIT {
-        return Err(format!(
-            "Malformed input request: #/texts: expected maxItems: {COHERE_BATCH_LIMIT}, actual: {}",
-            texts.len()
-        ));
-    }
-    let vectors: Vec<Value> = texts
-        .iter()
-        .map(|t| json!(crate::embed::vector(t.as_bytes(), dims)))
-        .collect();
-    Ok(
-        json!({"id": "mock-embed", "embeddings": {"float": vectors}, "texts": texts,
-              "response_type": "embeddings_by_type"}),
-    )
 }
