@@ -11,6 +11,7 @@ use pingora::connectors::http::Connector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::HttpPeer;
 use pingora::protocols::http::client::HttpSession;
+use pingora::protocols::http::v1::client::{http_req_header_to_wire, HttpSession as H1Session};
 use pingora::time::fast_timeout::fast_timeout;
 use sluice_filters::policy::Wire;
 use sluice_filters::upstream::{bedrock, gemini};
@@ -18,6 +19,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
 
 /// The version of Azure OpenAI's data-plane API we speak.
 const AZURE_API_VERSION: &str = "2024-10-21";
@@ -440,7 +442,7 @@ impl Upstreams {
         let mut peer = HttpPeer::new(addr, t.tls, t.host.clone());
         peer.options.connection_timeout = Some(t.connect_timeout);
         peer.options.total_connection_timeout = Some(t.connect_timeout);
-        let (mut session, _reused) = self
+        let (session, _reused) = self
             .connector
             .get_http_session(&peer)
             .await
@@ -507,18 +509,46 @@ impl Upstreams {
         for (name, value) in extra {
             let _ = req.insert_header(*name, *value);
         }
-        let sent = async {
-            session.write_request_header(Box::new(req)).await?;
-            session.write_request_body(body, true).await?;
-            session.finish_request_body().await
-        };
         // Writing may block on a stalled peer: it counts against the header wait.
         let started = Instant::now();
-        match fast_timeout(t.header_timeout, sent).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(Failure::Connect(e.etype().as_str().to_string())),
-            Err(_) => return Err(Failure::HeaderTimeout),
-        }
+        let session = match session {
+            // HTTP/1.1: header and body leave in one write. Pingora's client flushes
+            // the header on its own, which costs a second send per request; its
+            // session only needs the request for HEAD and upgrade handling, neither
+            // of which a POST here is.
+            HttpSession::H1(h1) => {
+                let mut wire = match http_req_header_to_wire(&req) {
+                    Some(w) => w,
+                    None => return Err(Failure::Connect("bad request header".into())),
+                };
+                wire.extend_from_slice(&body);
+                let mut stream = h1.into_inner();
+                let sent = async {
+                    stream.write_all(&wire).await?;
+                    stream.flush().await
+                };
+                match fast_timeout(t.header_timeout, sent).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(Failure::Connect(e.kind().to_string())),
+                    Err(_) => return Err(Failure::HeaderTimeout),
+                }
+                HttpSession::H1(H1Session::new_with_options(stream, &peer))
+            }
+            mut other => {
+                let sent = async {
+                    other.write_request_header(Box::new(req)).await?;
+                    other.write_request_body(body, true).await?;
+                    other.finish_request_body().await
+                };
+                match fast_timeout(t.header_timeout, sent).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(Failure::Connect(e.etype().as_str().to_string())),
+                    Err(_) => return Err(Failure::HeaderTimeout),
+                }
+                other
+            }
+        };
+        let mut session = session;
         let left = t.header_timeout.saturating_sub(started.elapsed());
         match fast_timeout(left, session.read_response_header()).await {
             Ok(Ok(())) => {}

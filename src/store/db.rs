@@ -78,6 +78,24 @@ impl Db {
         let pool = AnyPoolOptions::new()
             .max_connections(max)
             .acquire_timeout(std::time::Duration::from_secs(10))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if engine == Engine::Sqlite {
+                        // WAL: a commit appends to the log instead of writing, syncing
+                        // and deleting a rollback journal, so the usage writer costs
+                        // little on the core that serves requests; readers never wait
+                        // on it. NORMAL sync is durable across process crashes.
+                        for pragma in [
+                            "PRAGMA journal_mode=WAL",
+                            "PRAGMA synchronous=NORMAL",
+                            "PRAGMA busy_timeout=5000",
+                        ] {
+                            sqlx::query(pragma).execute(&mut *conn).await?;
+                        }
+                    }
+                    Ok(())
+                })
+            })
             .connect(&url)
             .await
             .with_context(|| format!("connecting to the {engine:?} database"))?;
