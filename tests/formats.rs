@@ -864,3 +864,66 @@ async fn vertex_rungs_use_one_cached_oauth_token_for_claude_and_gemini() {
         "the token is cached"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_spent_on_thinking_is_a_length_answer_not_an_empty_completion() {
+    let e = start().await;
+    // Native chat, whole and streamed.
+    e.mock.script("o1", vec![Step::Exhausted, Step::Exhausted]);
+    let a = call(&e, "/v1/chat/completions", &chat_body("fmt-gpt", false)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(a.header("x-gateway-warning"), "");
+    assert_eq!(a.json["choices"][0]["finish_reason"], "length");
+    assert!(a.json["usage"]["completion_tokens"].as_u64().unwrap() > 0);
+    let s = call(&e, "/v1/chat/completions", &chat_body("fmt-gpt", true)).await;
+    assert_eq!(s.header("x-gateway-warning"), "");
+    let finish: Vec<Value> = s
+        .data()
+        .into_iter()
+        .filter(|c| c["choices"][0]["finish_reason"].is_string())
+        .collect();
+    assert_eq!(finish[0]["choices"][0]["finish_reason"], "length");
+    assert_eq!(chat_text(&s.data()), "");
+    // Translated: a chat client on Anthropic, a responses client on Gemini.
+    e.mock.script("c1", vec![Step::Exhausted]);
+    let a = call(&e, "/v1/chat/completions", &chat_body("fmt-claude", true)).await;
+    let last = a
+        .data()
+        .into_iter()
+        .rev()
+        .find(|c| c["choices"][0]["finish_reason"].is_string())
+        .unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "length");
+    e.mock.script("g1", vec![Step::Exhausted]);
+    let a = call(&e, "/v1/responses", &responses_body("fmt-gemini", false)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(a.json["status"], "incomplete");
+    assert_eq!(a.json["incomplete_details"]["reason"], "max_output_tokens");
+    // Native messages on Anthropic.
+    e.mock.script("c1", vec![Step::Exhausted]);
+    let a = call(&e, "/v1/messages", &messages_body("fmt-claude", false)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(a.json["stop_reason"], "max_tokens");
+    assert_eq!(a.header("x-gateway-warning"), "");
+    // None of these fell over to another rung or counted as empty.
+    assert_eq!(e.mock.count("x2"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_dies_after_its_finish_ends_cleanly_without_a_second_finish() {
+    let e = start().await;
+    for (model, rung) in [("fmt-gpt", "o1"), ("fmt-claude", "c1")] {
+        e.mock.script(rung, vec![Step::FinishThenCut]);
+        let s = call(&e, "/v1/chat/completions", &chat_body(model, true)).await;
+        assert_eq!(s.status, 200);
+        let chunks = s.data();
+        let finishes: Vec<&Value> = chunks
+            .iter()
+            .filter(|c| c["choices"][0]["finish_reason"].is_string())
+            .collect();
+        assert_eq!(finishes.len(), 1, "{model}: {chunks:?}");
+        assert_eq!(finishes[0]["choices"][0]["finish_reason"], "stop", "{model}");
+        assert_eq!(chat_text(&chunks), format!("Hello from mock {rung}."));
+        assert_eq!(s.frames.last().unwrap().1, "[DONE]", "{model}");
+    }
+}

@@ -40,6 +40,7 @@ fn error_type(status: u16) -> &'static str {
 fn stop_reason(content: &Content) -> &'static str {
     match content {
         Content::Text(_) => "end_turn",
+        Content::Exhausted(_) => "max_tokens",
         Content::Refusal(_) => "refusal",
         Content::ToolCall { .. } => "tool_use",
     }
@@ -56,8 +57,10 @@ fn tool_input(arguments: &str) -> Value {
 /// The content block of a finished message, if any.
 fn block(content: &Content, tool_id: &str) -> Option<Value> {
     match content {
-        Content::Text(p) | Content::Refusal(p) if p.is_empty() => None,
-        Content::Text(p) | Content::Refusal(p) => Some(json!({"type": "text", "text": p.text()})),
+        Content::Text(p) | Content::Exhausted(p) | Content::Refusal(p) if p.is_empty() => None,
+        Content::Text(p) | Content::Exhausted(p) | Content::Refusal(p) => {
+            Some(json!({"type": "text", "text": p.text()}))
+        }
         Content::ToolCall { name, arguments } => Some(json!({
             "type": "tool_use",
             "id": tool_id,
@@ -128,7 +131,7 @@ impl Wire for Messages {
         )];
 
         let (start_block, delta_head, pieces) = match content {
-            Content::Text(p) | Content::Refusal(p) => (
+            Content::Text(p) | Content::Exhausted(p) | Content::Refusal(p) => (
                 json!({"type": "text", "text": ""}),
                 "{\"type\":\"text_delta\",\"text\":",
                 p,

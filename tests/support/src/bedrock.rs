@@ -164,6 +164,7 @@ fn pad(n: usize) -> &'static str {
 fn stop_reason(content: &Content) -> &'static str {
     match content {
         Content::Text(_) => "end_turn",
+        Content::Exhausted(_) => "max_tokens",
         Content::Refusal(_) => "guardrail_intervened",
         Content::ToolCall { .. } => "tool_use",
     }
@@ -213,8 +214,8 @@ impl Wire for Converse {
 
     fn reply(&self, ctx: &Ctx<'_>, content: &Content) -> Value {
         let blocks = match content {
-            Content::Text(p) if p.is_empty() => json!([]),
-            Content::Text(p) => json!([{"text": p.text()}]),
+            Content::Text(p) | Content::Exhausted(p) if p.is_empty() => json!([]),
+            Content::Text(p) | Content::Exhausted(p) => json!([{"text": p.text()}]),
             Content::Refusal(_) => json!([]),
             Content::ToolCall { name, arguments } => json!([{"toolUse": {
                 "toolUseId": format!("tooluse_mock{}", wire::next_id()),
@@ -236,7 +237,7 @@ impl Wire for Converse {
             &format!(r#"{{"p":"{}","role":"assistant"}}"#, pad(0)),
         )];
         let (pieces, delta_head) = match content {
-            Content::Text(p) => (Some(p), r#"{"text":"#),
+            Content::Text(p) | Content::Exhausted(p) => (Some(p), r#"{"text":"#),
             Content::Refusal(_) => (None, ""),
             Content::ToolCall { name, arguments } => {
                 let start = json!({
@@ -270,7 +271,7 @@ impl Wire for Converse {
             })
             .collect();
         let has_block = matches!(content, Content::ToolCall { .. })
-            || matches!(content, Content::Text(p) if !p.is_empty());
+            || matches!(content, Content::Text(p) | Content::Exhausted(p) if !p.is_empty());
         let mut post = Vec::with_capacity(3);
         if has_block {
             post.push(event(

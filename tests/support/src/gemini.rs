@@ -105,9 +105,9 @@ impl Wire for Generate {
     fn reply(&self, ctx: &Ctx<'_>, content: &Content) -> Value {
         let candidate = match content {
             Content::Refusal(_) => safety_candidate(),
-            Content::Text(p) => json!({
+            Content::Text(p) | Content::Exhausted(p) => json!({
                 "content": {"parts": [{"text": p.text()}], "role": "model"},
-                "finishReason": "STOP",
+                "finishReason": finish_reason(content),
                 "index": 0,
             }),
             Content::ToolCall { name, arguments } => json!({
@@ -142,7 +142,7 @@ impl Wire for Generate {
 
         let mut content_frames = Vec::new();
         let finish = match content {
-            Content::Text(pieces) => {
+            Content::Text(pieces) | Content::Exhausted(pieces) => {
                 let (prefix, suffix) = if self.sse {
                     ("data: ", "\r\n\r\n")
                 } else {
@@ -165,7 +165,7 @@ impl Wire for Generate {
                 }
                 json!({
                     "content": {"parts": [{"text": ""}], "role": "model"},
-                    "finishReason": "STOP",
+                    "finishReason": finish_reason(content),
                     "index": 0,
                 })
             }
@@ -336,4 +336,12 @@ pub(crate) fn predict(body: &[u8], default_dims: usize) -> Result<Value, String>
         })
         .collect();
     Ok(json!({"predictions": predictions}))
+}
+
+/// The candidate's finish: `MAX_TOKENS` when the budget went on thinking.
+fn finish_reason(content: &Content) -> &'static str {
+    match content {
+        Content::Exhausted(_) => "MAX_TOKENS",
+        _ => "STOP",
+    }
 }

@@ -103,6 +103,7 @@ fn usage(prompt: u64, completion: u64) -> Value {
 fn finish_reason(content: &Content) -> &'static str {
     match content {
         Content::ToolCall { .. } => "tool_calls",
+        Content::Exhausted(_) => "length",
         _ => "stop",
     }
 }
@@ -127,7 +128,7 @@ impl Wire for Chat {
 
     fn reply(&self, ctx: &Ctx<'_>, content: &Content) -> Value {
         let message = match content {
-            Content::Text(p) => json!({
+            Content::Text(p) | Content::Exhausted(p) => json!({
                 "role": "assistant", "content": p.text(), "refusal": null, "annotations": [],
             }),
             Content::Refusal(p) => json!({
@@ -183,7 +184,7 @@ impl Wire for Chat {
         };
 
         let (role_delta, delta_head, delta_tail, pieces) = match content {
-            Content::Text(p) => (
+            Content::Text(p) | Content::Exhausted(p) => (
                 json!({"role": "assistant", "content": "", "refusal": null}),
                 "{\"content\":",
                 "}",

@@ -66,7 +66,11 @@ impl Shape {
             "status": status,
             "background": false,
             "error": null,
-            "incomplete_details": null,
+            "incomplete_details": if status == "incomplete" {
+                json!({"reason": "max_output_tokens"})
+            } else {
+                Value::Null
+            },
             "instructions": null,
             "max_output_tokens": null,
             "model": self.model,
@@ -108,7 +112,7 @@ impl Shape {
                 "call_id": self.call_id,
                 "name": name,
             }),
-            Content::Text(p) | Content::Refusal(p) => json!({
+            Content::Text(p) | Content::Exhausted(p) | Content::Refusal(p) => json!({
                 "id": self.item_id,
                 "type": "message",
                 "status": status,
@@ -150,6 +154,13 @@ impl Wire for Responses {
 
     fn reply(&self, ctx: &Ctx<'_>, content: &Content) -> Value {
         let shape = Shape::new(ctx, content);
+        if let Content::Exhausted(_) = content {
+            return shape.response(
+                "incomplete",
+                json!([]),
+                usage(ctx.prompt_tokens, content.tokens()),
+            );
+        }
         shape.response(
             "completed",
             json!([shape.item(content, true)]),
@@ -184,7 +195,7 @@ impl Wire for Responses {
         };
 
         let (delta_kind, head_fields, pieces) = match content {
-            Content::Text(p) => (
+            Content::Text(p) | Content::Exhausted(p) => (
                 "response.output_text.delta",
                 ",\"content_index\":0,\"logprobs\":[]",
                 p,
@@ -220,7 +231,7 @@ impl Wire for Responses {
 
         let mut post = Vec::with_capacity(5);
         match content {
-            Content::Text(p) => {
+            Content::Text(p) | Content::Exhausted(p) => {
                 post.push(ev.emit(
                     "response.output_text.done",
                     with_ref(json!({"text": p.text(), "logprobs": []})),
@@ -244,7 +255,7 @@ impl Wire for Responses {
                 ));
             }
         }
-        if let Content::Text(p) | Content::Refusal(p) = content {
+        if let Content::Text(p) | Content::Exhausted(p) | Content::Refusal(p) = content {
             post.push(ev.emit(
                 "response.content_part.done",
                 with_ref(json!({"part": Shape::part(content, p.text())})),
@@ -255,11 +266,15 @@ impl Wire for Responses {
             "response.output_item.done",
             json!({"output_index": 0, "item": done_item}),
         ));
+        let (end, status, output) = match content {
+            Content::Exhausted(_) => ("response.incomplete", "incomplete", json!([])),
+            _ => ("response.completed", "completed", json!([done_item])),
+        };
         post.push(ev.emit(
-            "response.completed",
+            end,
             json!({"response": shape.response(
-                "completed",
-                json!([done_item]),
+                status,
+                output,
                 usage(ctx.prompt_tokens, content.tokens()),
             )}),
         ));

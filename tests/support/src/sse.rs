@@ -126,6 +126,11 @@ pub(crate) fn schedule(frames: Frames, plan: &Plan) -> Vec<Item> {
     if plan.cut.is_some() {
         items.push(Item::Flush);
         items.push(Item::Fail);
+    } else if plan.finish_then_cut {
+        let keep = frames.post.len().saturating_sub(1);
+        items.extend(frames.post.into_iter().take(keep).map(Item::Data));
+        items.push(Item::Flush);
+        items.push(Item::Fail);
     } else {
         items.extend(frames.post.into_iter().map(Item::Data));
     }

@@ -46,6 +46,16 @@ pub enum Step {
     /// A normal finish with no content (empty text), with usage.
     /// JSON `{"kind":"empty"}`.
     Empty,
+    /// The output budget ran out before any visible content (a reasoning model
+    /// spent it thinking): no text, output tokens reported, and the wire's
+    /// token-limit finish (`length`, `max_tokens`, `MAX_TOKENS`, responses
+    /// `incomplete`). JSON `{"kind":"exhausted"}`.
+    Exhausted,
+    /// Streams: the whole answer including the frame that carries the finish,
+    /// then the connection drops before the stream's last frame (`[DONE]`,
+    /// `message_stop`, ...). Non-streaming: a normal answer.
+    /// JSON `{"kind":"finish_then_cut"}`.
+    FinishThenCut,
     /// A refusal: OpenAI `refusal` field / refusal deltas, Anthropic
     /// `stop_reason: "refusal"`, Gemini `finishReason: "SAFETY"`.
     /// JSON `{"kind":"refusal","text":"I can't help with that."}`.
@@ -81,6 +91,8 @@ enum StepSpec {
     CutAfter { n: usize },
     ErrorEvent,
     Empty,
+    Exhausted,
+    FinishThenCut,
     Refusal { text: String },
     ToolCall { name: String, arguments: Value },
     Chunks { n: usize },
@@ -104,6 +116,8 @@ impl From<StepSpec> for Step {
             StepSpec::CutAfter { n } => Step::CutAfter(n),
             StepSpec::ErrorEvent => Step::ErrorEvent,
             StepSpec::Empty => Step::Empty,
+            StepSpec::Exhausted => Step::Exhausted,
+            StepSpec::FinishThenCut => Step::FinishThenCut,
             StepSpec::Refusal { text } => Step::Refusal(text),
             StepSpec::ToolCall { name, arguments } => Step::ToolCall {
                 name,
@@ -134,6 +148,8 @@ impl From<Step> for StepSpec {
             Step::CutAfter(n) => StepSpec::CutAfter { n },
             Step::ErrorEvent => StepSpec::ErrorEvent,
             Step::Empty => StepSpec::Empty,
+            Step::Exhausted => StepSpec::Exhausted,
+            Step::FinishThenCut => StepSpec::FinishThenCut,
             Step::Refusal(text) => StepSpec::Refusal { text },
             Step::ToolCall { name, arguments } => StepSpec::ToolCall {
                 name,
@@ -247,18 +263,28 @@ impl Pieces {
     }
 }
 
+/// Output tokens an exhausted answer reports (all of them reasoning).
+pub(crate) const EXHAUSTED_TOKENS: u64 = 16;
+
 /// What an answer contains.
 #[derive(Debug)]
 pub(crate) enum Content {
     Text(Pieces),
+    /// No visible output (always empty pieces): the budget went on hidden
+    /// reasoning.
+    Exhausted(Pieces),
     Refusal(Pieces),
-    ToolCall { name: String, arguments: Pieces },
+    ToolCall {
+        name: String,
+        arguments: Pieces,
+    },
 }
 
 impl Content {
     pub(crate) fn tokens(&self) -> u64 {
         match self {
             Content::Text(p) | Content::Refusal(p) => p.tokens(),
+            Content::Exhausted(_) => EXHAUSTED_TOKENS,
             Content::ToolCall { arguments, .. } => arguments.tokens().max(1),
         }
     }
@@ -272,6 +298,8 @@ pub(crate) struct Plan {
     pub(crate) every: Duration,
     pub(crate) content: Content,
     pub(crate) cut: Option<usize>,
+    /// Drop the connection right before the stream's last frame.
+    pub(crate) finish_then_cut: bool,
     pub(crate) error_event: bool,
 }
 
@@ -298,6 +326,7 @@ pub(crate) fn resolve(
         every: Duration::ZERO,
         content: Content::Text(Pieces::empty()),
         cut: None,
+        finish_then_cut: false,
         error_event: false,
     };
     let mut answer_chunks = chunks;
@@ -312,6 +341,8 @@ pub(crate) fn resolve(
         Step::CutAfter(n) => plan.cut = Some(n),
         Step::ErrorEvent => plan.error_event = true,
         Step::Empty => content = Some(Content::Text(Pieces::empty())),
+        Step::Exhausted => content = Some(Content::Exhausted(Pieces::empty())),
+        Step::FinishThenCut => plan.finish_then_cut = true,
         Step::Refusal(text) => content = Some(Content::Refusal(Pieces::split(text, chunks))),
         Step::ToolCall { name, arguments } => {
             if has_tools {
