@@ -225,6 +225,10 @@ async fn floats_and_base64_carry_the_same_vectors_in_input_order() {
     }
     assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
     assert_eq!(v["usage"]["prompt_tokens"], v["usage"]["total_tokens"]);
+    // Billed on input tokens at the input rate ($0.02 per million here).
+    let tokens = v["usage"]["prompt_tokens"].as_u64().unwrap();
+    let micro = (tokens * 20_000 + 500_000) / 1_000_000;
+    assert_eq!(v["usage"]["cost"].as_f64().unwrap(), micro as f64 / 1e6);
     assert_eq!(h.get("x-gateway-attempts").unwrap(), "openai:ok");
     let sent = e.mock.requests_for("e1")[0].json().unwrap();
     assert!(

@@ -922,7 +922,10 @@ async fn a_stream_that_dies_after_its_finish_ends_cleanly_without_a_second_finis
             .filter(|c| c["choices"][0]["finish_reason"].is_string())
             .collect();
         assert_eq!(finishes.len(), 1, "{model}: {chunks:?}");
-        assert_eq!(finishes[0]["choices"][0]["finish_reason"], "stop", "{model}");
+        assert_eq!(
+            finishes[0]["choices"][0]["finish_reason"], "stop",
+            "{model}"
+        );
         assert_eq!(chat_text(&chunks), format!("Hello from mock {rung}."));
         assert_eq!(s.frames.last().unwrap().1, "[DONE]", "{model}");
     }

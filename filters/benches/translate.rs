@@ -148,10 +148,28 @@ fn embeddings(c: &mut Criterion) {
     let mut g = c.benchmark_group("embeddings_2048x3072");
     g.sample_size(10);
     g.bench_function("json_floats", |b| {
-        b.iter(|| black_box(embeddings::render("m", black_box(&vectors), false, 1, "p")))
+        b.iter(|| {
+            black_box(embeddings::render(
+                "m",
+                black_box(&vectors),
+                false,
+                1,
+                None,
+                "p",
+            ))
+        })
     });
     g.bench_function("base64", |b| {
-        b.iter(|| black_box(embeddings::render("m", black_box(&vectors), true, 1, "p")))
+        b.iter(|| {
+            black_box(embeddings::render(
+                "m",
+                black_box(&vectors),
+                true,
+                1,
+                None,
+                "p",
+            ))
+        })
     });
     g.finish();
 }

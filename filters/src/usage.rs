@@ -10,10 +10,19 @@ pub struct Usage {
     pub output_tokens: u64,
     /// The part of `output_tokens` spent on hidden reasoning.
     pub reasoning_tokens: u64,
+    /// What the call cost, in micro-USD (`usage.cost` in USD on every answer);
+    /// `None` until the gateway prices it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_micro_usd: Option<u64>,
 }
 
 impl Usage {
     pub fn total(&self) -> u64 {
         self.input_tokens + self.output_tokens
+    }
+
+    /// `usage.cost` in USD, when priced.
+    pub fn cost_usd(&self) -> Option<f64> {
+        self.cost_micro_usd.map(|m| m as f64 / 1_000_000.0)
     }
 }

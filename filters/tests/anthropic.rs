@@ -629,6 +629,7 @@ fn render_maps_foreign_finishes_and_cuts() {
             cached_tokens: 4,
             output_tokens: 2,
             reasoning_tokens: 0,
+            cost_micro_usd: None,
         }),
         ..Response::default()
     };
@@ -832,6 +833,7 @@ fn stream_error_mid_answer_settles_as_a_cut() {
             cached_tokens: 0,
             output_tokens: 2,
             reasoning_tokens: 0,
+            cost_micro_usd: None,
         },
         cut: true,
         ..tail()

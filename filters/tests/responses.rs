@@ -461,6 +461,7 @@ fn answers_of_other_makers_encode_as_responses() {
             cached_tokens: 1,
             output_tokens: 7,
             reasoning_tokens: 0,
+            cost_micro_usd: None,
         }),
     ];
     let t = tail(
@@ -469,6 +470,7 @@ fn answers_of_other_makers_encode_as_responses() {
             cached_tokens: 1,
             output_tokens: 7,
             reasoning_tokens: 0,
+            cost_micro_usd: None,
         },
         false,
     );

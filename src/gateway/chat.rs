@@ -15,8 +15,8 @@ use serde_json::json;
 use sluice_filters::ir::{RefusalReason, IGNORED_MEMBER};
 use sluice_filters::sse::{data_frame, SseDecoder, KEEPALIVE};
 use sluice_filters::upstream::openai_chat::{
-    append_member, inspect, quick_content_len, splice_member, splice_member_into, usage_json,
-    Inspection,
+    append_member, inspect, quick_content_len, splice_member, splice_member_into,
+    splice_usage_cost, usage_json, Inspection,
 };
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
@@ -91,7 +91,16 @@ pub(super) async fn plain_attempt(
     ex.usage = info.usage.unwrap_or_default();
     ex.first_token = Some(ex.started.elapsed());
     let provider = serde_json::to_vec(&t.rung_id).unwrap_or_default();
-    let mut out = buf;
+    let priced = ex.priced(ex.usage);
+    let mut out = match (info.usage, priced.cost_usd()) {
+        (Some(_), Some(cost)) => splice_usage_cost(&buf, cost),
+        _ => buf,
+    };
+    if info.usage.is_none() {
+        // Usage is always in the answer, even when the provider sent none.
+        let usage = serde_json::to_vec(&usage_json(&priced)).unwrap_or_default();
+        append_member(&mut out, 0, "usage", &usage);
+    }
     append_member(&mut out, 0, "provider", &provider);
     let mut h = match ResponseHeader::build_no_case(200, Some(4)) {
         Ok(h) => h,
@@ -286,6 +295,9 @@ impl Pump<'_> {
             return;
         }
         let mut frame = splice_member(data, "provider", self.provider_json);
+        if let Some(cost) = info.usage.and_then(|u| ex.priced(u).cost_usd()) {
+            frame = splice_usage_cost(&frame, cost);
+        }
         if info.finish_reason.is_some() && !self.finish_seen {
             self.finish_seen = true;
             frame = splice_member(&frame, "x_gateway", &ex.receipt_json(self.provider, "ok"));
@@ -426,7 +438,7 @@ impl Pump<'_> {
             "choices": [{"index": 0, "delta": {}, "finish_reason": reason}],
         });
         if with_usage {
-            chunk["usage"] = usage_json(&usage);
+            chunk["usage"] = usage_json(&ex.priced(usage));
         }
         let bytes = serde_json::to_vec(&chunk).unwrap_or_default();
         let bytes = splice_member(&bytes, "provider", self.provider_json);

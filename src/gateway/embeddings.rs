@@ -191,11 +191,23 @@ pub async fn serve(
             Ok(Some(got)) => {
                 gw.breaker.success(&t.breaker_key);
                 ex.rung = Some(t.rung_id.clone());
+                ex.billable = true;
                 let tokens = got.tokens.unwrap_or(0);
                 ex.usage.input_tokens = tokens;
                 ex.first_token = Some(ex.started.elapsed());
                 let reported = got.model.unwrap_or_else(|| t.model_id.clone());
-                let body = render(&reported, &got.vectors, req.base64, tokens, &t.rung_id);
+                let usage = ex.priced(sluice_filters::usage::Usage {
+                    input_tokens: tokens,
+                    ..Default::default()
+                });
+                let body = render(
+                    &reported,
+                    &got.vectors,
+                    req.base64,
+                    tokens,
+                    usage.cost_usd(),
+                    &t.rung_id,
+                );
                 let Some(h) = json_header(ex, &t.provider, "ok") else {
                     return Outcome::Error(ApiError::internal());
                 };

@@ -2,6 +2,7 @@
 //! time spent waiting on providers (so the gateway's own overhead can be told
 //! apart), the attempts receipt, usage, and how the request ended.
 
+use crate::catalog::model::Price;
 use pingora::http::ResponseHeader;
 use sluice_filters::usage::Usage;
 use sluice_filters::ApiError;
@@ -34,6 +35,11 @@ pub struct Exchange {
     /// `x-service-ignored-parameters` of the current attempt: the fields its rung
     /// does not receive.
     pub ignored: Option<String>,
+    /// The model's list price: every answer's usage is priced with it.
+    pub price: Price,
+    /// A rung served content: only then is the call billed (failed and empty
+    /// attempts cost nothing).
+    pub billable: bool,
 }
 
 impl Exchange {
@@ -50,7 +56,14 @@ impl Exchange {
             empty_attempts: 0,
             first_token: None,
             ignored: None,
+            price: Price::default(),
+            billable: false,
         }
+    }
+
+    /// `usage` with its cost at this model's price.
+    pub fn priced(&self, usage: Usage) -> Usage {
+        crate::billing::priced(&self.price, usage)
     }
 
     pub fn attempt(&mut self, provider: &str, outcome: &str) {

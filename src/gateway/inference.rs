@@ -119,6 +119,7 @@ pub async fn handle(
         started,
         Duration::from_millis(state.config.limits.request_deadline_ms),
     );
+    ex.price = model.spec.price;
     let inbound = match route {
         Route::Chat => Some(Inbound::Chat),
         Route::Responses => Some(Inbound::Responses),
@@ -235,7 +236,12 @@ fn record(
         cached_tokens: u.cached_tokens,
         output_tokens: u.output_tokens,
         reasoning_tokens: u.reasoning_tokens,
-        cost_micro_usd: 0,
+        // Failed and empty attempts are never billed; a served answer is priced.
+        cost_micro_usd: if ex.billable {
+            i64::try_from(crate::billing::cost_micro_usd(&ex.price, &u)).unwrap_or(i64::MAX)
+        } else {
+            0
+        },
         status,
         error_class,
         incomplete: ex.incomplete,

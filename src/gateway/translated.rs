@@ -53,7 +53,7 @@ fn meta(ex: &Exchange, leg: &Leg, job: &Job) -> Meta {
 
 fn tail(ex: &Exchange, leg: &Leg, usage: Usage, cut: bool) -> Tail {
     Tail {
-        usage,
+        usage: ex.priced(usage),
         cut,
         receipt: String::from_utf8(ex.receipt_json(&leg.target.provider, "ok")).unwrap_or_default(),
         ignored: ex.ignored.clone(),
@@ -140,7 +140,7 @@ async fn plain(
     let Ok(events) = wire::decode(leg.wire, &buf) else {
         return Attempt::Failed(Failure::BadAnswer);
     };
-    let resp = Response::from_events(&events);
+    let mut resp = Response::from_events(&events);
     if resp.error.is_some() {
         return Attempt::Failed(Failure::ErrorEvent);
     }
@@ -155,6 +155,7 @@ async fn plain(
     }
     call.finish().await;
     ex.usage = resp.usage.unwrap_or_default();
+    resp.usage = Some(ex.priced(ex.usage));
     ex.first_token = Some(ex.started.elapsed());
     let out = wire::render_answer(
         job.inbound,

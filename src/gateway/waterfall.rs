@@ -160,6 +160,7 @@ pub async fn serve(
                 Attempt::Served(status) => {
                     gw.breaker.success(&target.breaker_key);
                     ex.rung = Some(target.rung_id.clone());
+                    ex.billable = true;
                     return Outcome::Written(status);
                 }
                 Attempt::Refused(reason) => {
@@ -313,7 +314,7 @@ async fn empty_completion(
         include_usage: job.req.include_usage,
     };
     let tail = Tail {
-        usage: Usage::default(),
+        usage: ex.priced(Usage::default()),
         cut: false,
         receipt: String::from_utf8(ex.receipt_json("", "")).unwrap_or_default(),
         ignored: ex.ignored.clone(),
@@ -340,6 +341,7 @@ async fn empty_completion(
     } else {
         let resp = Response {
             finish: Some(FinishReason::Stop),
+            usage: Some(ex.priced(Usage::default())),
             ..Response::default()
         };
         wire::render_answer(job.inbound, &resp, &meta, &tail)

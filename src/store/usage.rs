@@ -80,7 +80,9 @@ pub fn spawn_writer(db: Db) -> UsageSink {
     sink
 }
 
-/// Inserts a batch with one multi-row statement.
+/// Inserts a batch with one multi-row statement and draws each org's platform-funded
+/// cost from its balance, in one transaction: a retried batch can neither lose an
+/// event nor charge it twice.
 async fn insert(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
     if events.is_empty() {
         return Ok(());
@@ -133,6 +135,27 @@ async fn insert(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
             .bind(e.latency_ms as i64)
             .bind(now);
     }
-    q.execute(&db.pool).await?;
+    let mut tx = db.pool.begin().await?;
+    q.execute(&mut *tx).await?;
+    let mut charges: Vec<(&str, i64)> = Vec::new();
+    for e in events
+        .iter()
+        .filter(|e| e.cost_micro_usd > 0 && e.lane == "platform_funded")
+    {
+        match charges.iter_mut().find(|(org, _)| *org == e.org_id) {
+            Some((_, sum)) => *sum += e.cost_micro_usd,
+            None => charges.push((&e.org_id, e.cost_micro_usd)),
+        }
+    }
+    for (org, sum) in charges {
+        // updated_at is left alone: the balance is not part of the org snapshot
+        // every instance polls for.
+        sqlx::query("UPDATE orgs SET balance_micro_usd = balance_micro_usd - $1 WHERE id = $2")
+            .bind(sum)
+            .bind(org)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
     Ok(())
 }

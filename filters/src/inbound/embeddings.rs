@@ -247,6 +247,7 @@ pub fn render(
     vectors: &[Vec<f32>],
     base64: bool,
     tokens: u64,
+    cost_usd: Option<f64>,
     provider: &str,
 ) -> Vec<u8> {
     let per = vectors.first().map_or(0, |v| v.len());
@@ -288,8 +289,13 @@ pub fn render(
     out.extend_from_slice(&serde_json::to_vec(model).unwrap_or_default());
     let _ = write!(
         out,
-        r#","usage":{{"prompt_tokens":{tokens},"total_tokens":{tokens}}},"provider":"#
+        r#","usage":{{"prompt_tokens":{tokens},"total_tokens":{tokens}"#
     );
+    if let Some(cost) = cost_usd {
+        out.extend_from_slice(br#","cost":"#);
+        out.extend_from_slice(serde_json::to_string(&cost).unwrap_or_default().as_bytes());
+    }
+    out.extend_from_slice(br#"},"provider":"#);
     out.extend_from_slice(&serde_json::to_vec(provider).unwrap_or_default());
     out.push(b'}');
     out
@@ -515,16 +521,24 @@ mod tests {
             assert_eq!(out, enc.as_bytes());
             assert_eq!(decode_base64(enc).unwrap(), plain.as_bytes());
         }
-        let body = render("m", &[vec![1.0, -0.5]], true, 3, "openai:m");
+        let body = render("m", &[vec![1.0, -0.5]], true, 3, Some(0.25), "openai:m");
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         let b = decode_base64(v["data"][0]["embedding"].as_str().unwrap()).unwrap();
         assert_eq!(b, [1.0f32.to_le_bytes(), (-0.5f32).to_le_bytes()].concat());
         assert_eq!(v["usage"]["prompt_tokens"], v["usage"]["total_tokens"]);
+        assert_eq!(v["usage"]["cost"], 0.25);
     }
 
     #[test]
     fn floats_render_as_json_numbers_in_input_order() {
-        let body = render("m", &[vec![0.25, 1.0], vec![-3.5e-7, 0.0]], false, 9, "p");
+        let body = render(
+            "m",
+            &[vec![0.25, 1.0], vec![-3.5e-7, 0.0]],
+            false,
+            9,
+            None,
+            "p",
+        );
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["data"][1]["index"], 1);
         assert_eq!(v["data"][0]["embedding"], json!([0.25, 1.0]));

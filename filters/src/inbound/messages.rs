@@ -896,6 +896,9 @@ struct OutUsage {
     cache_creation_input_tokens: u64,
     cache_read_input_tokens: u64,
     output_tokens: u64,
+    /// What the call cost, in USD.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost: Option<f64>,
 }
 
 impl From<Usage> for OutUsage {
@@ -905,6 +908,7 @@ impl From<Usage> for OutUsage {
             cache_creation_input_tokens: 0,
             cache_read_input_tokens: u.cached_tokens,
             output_tokens: u.output_tokens,
+            cost: u.cost_usd(),
         }
     }
 }

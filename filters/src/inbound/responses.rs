@@ -1017,6 +1017,9 @@ struct UsageOut {
     output_tokens: u64,
     output_tokens_details: ReasoningDetails,
     total_tokens: u64,
+    /// What the call cost, in USD.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost: Option<f64>,
 }
 
 impl From<&Usage> for UsageOut {
@@ -1031,6 +1034,7 @@ impl From<&Usage> for UsageOut {
                 reasoning_tokens: u.reasoning_tokens,
             },
             total_tokens: u.total(),
+            cost: u.cost_usd(),
         }
     }
 }

@@ -643,6 +643,7 @@ impl WireUsage {
             output_tokens: self.output_tokens.unwrap_or(0),
             // Anthropic counts thinking inside output_tokens without a split.
             reasoning_tokens: 0,
+            cost_micro_usd: None,
         }
     }
 }

@@ -744,6 +744,7 @@ impl WireUsage {
             cached_tokens: self.cache_read_input_tokens,
             output_tokens: self.output_tokens,
             reasoning_tokens: 0,
+            cost_micro_usd: None,
         }
     }
 }

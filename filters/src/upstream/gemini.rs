@@ -634,6 +634,7 @@ impl UsageMetadata {
             cached_tokens: self.cached_content_token_count,
             output_tokens: self.candidates_token_count + self.thoughts_token_count,
             reasoning_tokens: self.thoughts_token_count,
+            cost_micro_usd: None,
         }
     }
 }

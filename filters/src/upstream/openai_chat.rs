@@ -106,6 +106,7 @@ impl WireUsage {
                 .as_ref()
                 .and_then(|d| d.reasoning_tokens)
                 .unwrap_or(0),
+            cost_micro_usd: None,
         }
     }
 }
@@ -331,13 +332,41 @@ pub fn append_member(buf: &mut Vec<u8>, start: usize, key: &str, value_json: &[u
 
 /// The usage object in the chat format.
 pub fn usage_json(u: &Usage) -> serde_json::Value {
-    serde_json::json!({
+    let mut v = serde_json::json!({
         "prompt_tokens": u.input_tokens,
         "completion_tokens": u.output_tokens,
         "total_tokens": u.total(),
         "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
         "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
-    })
+    });
+    if let Some(cost) = u.cost_usd() {
+        v["cost"] = serde_json::Value::from(cost);
+    }
+    v
+}
+
+/// Inserts `"cost":<usd>` as the first member of the last `"usage":{` object in a
+/// chat answer or chunk (the upstream's own usage, forwarded as it came).
+pub fn splice_usage_cost(data: &[u8], cost_usd: f64) -> Vec<u8> {
+    let needle = b"\"usage\":{";
+    let Some(at) = memchr::memmem::rfind(data, needle) else {
+        return data.to_vec();
+    };
+    let open = at + needle.len();
+    let mut out = Vec::with_capacity(data.len() + 32);
+    out.extend_from_slice(&data[..open]);
+    out.extend_from_slice(b"\"cost\":");
+    out.extend_from_slice(
+        serde_json::to_string(&cost_usd)
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    // An empty usage object takes no separator.
+    if data.get(open) != Some(&b'}') {
+        out.push(b',');
+    }
+    out.extend_from_slice(&data[open..]);
+    out
 }
 
 #[cfg(test)]

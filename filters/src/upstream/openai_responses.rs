@@ -484,6 +484,7 @@ impl WireUsage {
                 .as_ref()
                 .and_then(|d| d.reasoning_tokens)
                 .unwrap_or(0),
+            cost_micro_usd: None,
         }
     }
 }

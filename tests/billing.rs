@@ -1,0 +1,173 @@
+//! Money on every answer: `usage.cost` is the catalog price of the reported tokens
+//! (cached input at the cached rate), in every format and on embeddings; a served
+//! call draws exactly that from the org's balance, once; failed and empty attempts
+//! cost nothing.
+
+mod harness;
+
+use harness::{repo_path, Backend, Opts, Sluice};
+use serde_json::{json, Value};
+use sluice_mock::{Mock, Step};
+use std::time::Duration;
+
+/// The formats fixture's price: $1 in, $0.10 cached, $5 out per million tokens.
+fn expected_cost(input: u64, cached: u64, output: u64) -> f64 {
+    let micro = ((input - cached) * 1_000_000 + cached * 100_000 + output * 5_000_000 + 500_000)
+        / 1_000_000;
+    micro as f64 / 1e6
+}
+
+async fn balance(s: &Sluice, org: &str) -> f64 {
+    let (_, v) = s
+        .admin(reqwest::Method::GET, &format!("/admin/orgs/{org}"), None)
+        .await;
+    v["balance_usd"].as_f64().unwrap_or_else(|| panic!("{v}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_carries_its_cost_and_the_balance_pays_it_exactly_once() {
+    let mock = Mock::start().await;
+    let base = mock.base_url();
+    let b = Backend::fresh().await;
+    let s = Sluice::start(
+        &b,
+        Opts::default()
+            .catalog(repo_path("tests/fixtures/formats.toml"))
+            .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
+            .env("SLUICE_PROVIDERS__ANTHROPIC__BASE_URL", &base)
+            .env("OPENAI_API_KEY", "sk-openai")
+            .env("ANTHROPIC_API_KEY", "sk-ant"),
+    )
+    .await;
+    let (org, _, key) = s.org_and_key().await;
+    let start = balance(&s, &org).await;
+    let mut spent = 0.0;
+    let post = |path: &'static str, body: Value| {
+        let req = s
+            .http
+            .post(format!("{}{path}", s.gateway))
+            .bearer_auth(&key)
+            .json(&body);
+        async move {
+            let r = req.send().await.unwrap();
+            let st = r.status().as_u16();
+            (st, r.text().await.unwrap())
+        }
+    };
+
+    // Chat, native (OpenAI wire, the upstream's usage object priced in place).
+    let (st, text) = post(
+        "/v1/chat/completions",
+        json!({"model": "fmt-gpt", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(st, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let u = &v["usage"];
+    let cost = expected_cost(
+        u["prompt_tokens"].as_u64().unwrap(),
+        u["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0),
+        u["completion_tokens"].as_u64().unwrap(),
+    );
+    assert!(cost > 0.0);
+    assert_eq!(u["cost"].as_f64().unwrap(), cost, "{u}");
+    spent += cost;
+
+    // Chat stream with usage asked for: the usage chunk carries the cost.
+    let (_, text) = post("/v1/chat/completions", json!({"model": "fmt-gpt", "stream": true,
+        "stream_options": {"include_usage": true}, "messages": [{"role": "user", "content": "hi"}]})).await;
+    let usage_chunk: Value = text
+        .split("\n\n")
+        .filter_map(|f| f.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .find(|c| c["usage"].is_object())
+        .expect("a usage chunk");
+    let u = &usage_chunk["usage"];
+    let cost = expected_cost(
+        u["prompt_tokens"].as_u64().unwrap(),
+        u["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0),
+        u["completion_tokens"].as_u64().unwrap(),
+    );
+    assert_eq!(u["cost"].as_f64().unwrap(), cost, "{u}");
+    spent += cost;
+
+    // Messages on Anthropic: its input_tokens exclude cache reads.
+    let (_, text) = post(
+        "/v1/messages",
+        json!({"model": "fmt-claude", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let u = &v["usage"];
+    let cached = u["cache_read_input_tokens"].as_u64().unwrap_or(0);
+    let cost = expected_cost(
+        u["input_tokens"].as_u64().unwrap() + cached,
+        cached,
+        u["output_tokens"].as_u64().unwrap(),
+    );
+    assert_eq!(u["cost"].as_f64().unwrap(), cost, "{u}");
+    spent += cost;
+
+    // Responses on Anthropic (translated).
+    let (_, text) = post(
+        "/v1/responses",
+        json!({"model": "fmt-claude", "input": "hi"}),
+    )
+    .await;
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let u = &v["usage"];
+    let cost = expected_cost(
+        u["input_tokens"].as_u64().unwrap(),
+        u["input_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0),
+        u["output_tokens"].as_u64().unwrap(),
+    );
+    assert_eq!(u["cost"].as_f64().unwrap(), cost, "{u}");
+    spent += cost;
+
+    // A failed request and an empty completion cost nothing.
+    mock.script("o1", vec![Step::Status(500)]);
+    let (st, _) = post(
+        "/v1/chat/completions",
+        json!({"model": "fmt-gpt", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(st, 502);
+    mock.script("o1", vec![Step::Empty]);
+    let (st, text) = post(
+        "/v1/chat/completions",
+        json!({"model": "fmt-gpt", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["usage"]["cost"].as_f64(), Some(0.0), "{v}");
+
+    // The balance drops by exactly what the answers said, once (the usage writer
+    // settles every 50 ms).
+    let want = ((start - spent) * 1e6).round() / 1e6;
+    let mut now = 0.0;
+    for _ in 0..50 {
+        now = balance(&s, &org).await;
+        if (now - want).abs() < 1e-9 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        (now - want).abs() < 1e-9,
+        "balance {now}, want {want} (start {start}, spent {spent})"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        (balance(&s, &org).await - want).abs() < 1e-9,
+        "charged twice"
+    );
+}
