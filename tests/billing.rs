@@ -171,3 +171,138 @@ async fn every_answer_carries_its_cost_and_the_balance_pays_it_exactly_once() {
         "charged twice"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_org_reads_back_its_usage_and_nobody_elses() {
+    let mock = Mock::start().await;
+    let base = mock.base_url();
+    let b = Backend::fresh().await;
+    let s = Sluice::start(
+        &b,
+        Opts::default()
+            .catalog(repo_path("tests/fixtures/formats.toml"))
+            .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
+            .env("OPENAI_API_KEY", "sk-openai"),
+    )
+    .await;
+    let (org, key_id, key) = s.org_and_key().await;
+    let (other_org, other_key_id, other_key) = s.org_and_key().await;
+    let mut costs = 0.0;
+    for i in 0..5 {
+        let model = if i % 2 == 0 { "fmt-gpt" } else { "fmt-nojson" };
+        let (st, v) = s
+            .post(
+                "/v1/chat/completions",
+                Some(&key),
+                &json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}),
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+        costs += v["usage"]["cost"].as_f64().unwrap();
+    }
+    s.post(
+        "/v1/chat/completions",
+        Some(&other_key),
+        &json!({"model": "fmt-gpt", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    // Events land within the writer's interval.
+    let mut events = Value::Null;
+    for _ in 0..50 {
+        events = s
+            .get("/api/gateway/usage/events?limit=2", Some(&key))
+            .await
+            .1;
+        if events["data"].as_array().is_some_and(|d| d.len() == 2) && events["has_more"] == true {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Cursor pagination, newest first, every event of this org and only those.
+    let mut seen = Vec::new();
+    let mut page = events;
+    loop {
+        for e in page["data"].as_array().unwrap() {
+            assert_eq!(e["api_key_id"], key_id.as_str());
+            seen.push((
+                e["id"].as_str().unwrap().to_string(),
+                e["cost_usd"].as_f64().unwrap(),
+            ));
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => {
+                page = s
+                    .get(
+                        &format!("/api/gateway/usage/events?limit=2&cursor={c}"),
+                        Some(&key),
+                    )
+                    .await
+                    .1
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 5);
+    assert!(seen.windows(2).all(|w| w[0].0 > w[1].0), "newest first");
+    let total: f64 = seen.iter().map(|(_, c)| c).sum();
+    assert!((total - costs).abs() < 1e-9);
+    // Daily rollups by day, model and member.
+    let (st, by_model) = s
+        .get("/api/gateway/usage/daily?group_by=model", Some(&key))
+        .await;
+    assert_eq!(st, 200, "{by_model}");
+    let rows = by_model["data"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        rows.iter()
+            .map(|r| r["requests"].as_i64().unwrap())
+            .sum::<i64>(),
+        5
+    );
+    let (_, by_day) = s.get("/api/gateway/usage/daily", Some(&key)).await;
+    assert_eq!(by_day["data"][0]["requests"], 5);
+    assert!(by_day["data"][0]["day"].as_str().unwrap().starts_with("20"));
+    let (_, by_member) = s
+        .get("/api/gateway/usage/daily?group_by=member", Some(&key))
+        .await;
+    assert_eq!(by_member["data"][0]["member"], key_id.as_str());
+    // Another org's id is 404; scope=self needs a session.
+    let (st, v) = s
+        .get(
+            &format!("/api/gateway/usage/events?org_id={other_org}"),
+            Some(&key),
+        )
+        .await;
+    harness::assert_error(st, &v, 404, "not_found");
+    let (st, v) = s
+        .get(
+            &format!("/api/gateway/usage/daily?org_id={org}&scope=self"),
+            Some(&key),
+        )
+        .await;
+    harness::assert_error(st, &v, 400, "invalid_parameter");
+    assert_eq!(v["error"]["param"], "scope");
+    // Key limits: own key readable, another org's key 404.
+    let (st, v) = s
+        .get(&format!("/api/gateway/keys/{key_id}/limits"), Some(&key))
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert!(v["daily_spend_cap_usd"].is_null() && v["requests_per_minute"].is_null());
+    let (st, v) = s
+        .get(
+            &format!("/api/gateway/keys/{other_key_id}/limits"),
+            Some(&key),
+        )
+        .await;
+    harness::assert_error(st, &v, 404, "not_found");
+    // The catalog as the org resolves it, with lanes.
+    let (st, v) = s.get("/api/gateway/catalog", Some(&key)).await;
+    assert_eq!(st, 200, "{v}");
+    let gpt = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["alias"] == "fmt-gpt")
+        .unwrap();
+    assert_eq!(gpt["lane"], "platform_funded");
+}

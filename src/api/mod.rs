@@ -4,6 +4,7 @@
 
 pub mod models;
 pub mod respond;
+pub mod usage;
 
 use crate::accounts::{presented_key, KeyRecord, OrgRecord};
 use crate::state::AppState;
@@ -63,6 +64,13 @@ pub fn router(state: Shared) -> Router {
         .route("/api/models/{slug}", get(models::one))
         .route("/api/models/{slug}/providers", get(models::providers))
         .route("/api/keys", get(list_keys))
+        .route("/api/gateway/usage/events", get(usage::events))
+        .route("/api/gateway/usage/daily", get(usage::daily))
+        .route("/api/gateway/catalog", get(usage::catalog))
+        .route(
+            "/api/gateway/keys/{api_key_id}/limits",
+            get(usage::key_limits),
+        )
         .fallback(|uri: axum::http::Uri| async move { Failure(ApiError::not_found(uri.path())) })
         .with_state(state)
 }

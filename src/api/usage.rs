@@ -1,0 +1,272 @@
+//! Usage reads for a key's org: per-request events (newest first, cursor
+//! pagination), daily rollups grouped by day, model or member, the catalog as the
+//! org resolves it, and a key's effective guardrails. An `org_id` that is not the
+//! key's own org answers 404, as if it did not exist.
+
+use super::respond::{json, ApiResult, Failure};
+use super::{Authed, Shared};
+use crate::accounts::micro_to_usd;
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+use serde_json::{json as j, Value};
+use sluice_filters::{ApiError, ErrorCode};
+use sqlx::Row;
+
+/// The query every usage read takes.
+#[derive(Deserialize, Default)]
+pub struct Scope {
+    org_id: Option<String>,
+    scope: Option<String>,
+    group_by: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+/// The org the read is about: the key's own; another org is 404.
+fn own_org<'a>(q: &'a Scope, caller_org: &'a str) -> Result<&'a str, Failure> {
+    if let Some(o) = &q.org_id {
+        if o != caller_org {
+            return Err(Failure(ApiError::new(
+                ErrorCode::NotFound,
+                "No such organization.",
+            )));
+        }
+    }
+    match q.scope.as_deref() {
+        None | Some("org") => Ok(caller_org),
+        Some("self") => Err(Failure(
+            ApiError::new(
+                ErrorCode::InvalidParameter,
+                "scope=self needs a signed-in member session; an API key reads scope=org.",
+            )
+            .param("scope"),
+        )),
+        Some(_) => Err(Failure(
+            ApiError::new(ErrorCode::InvalidParameter, "scope must be org.").param("scope"),
+        )),
+    }
+}
+
+fn limit(q: &Scope) -> Result<i64, Failure> {
+    match q.limit.as_deref() {
+        None => Ok(50),
+        Some(l) => l
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=500).contains(n))
+            .ok_or_else(|| {
+                Failure(
+                    ApiError::new(
+                        ErrorCode::InvalidParameter,
+                        "limit must be an integer from 1 to 500.",
+                    )
+                    .param("limit"),
+                )
+            }),
+    }
+}
+
+fn db_error(e: sqlx::Error) -> Failure {
+    tracing::error!(error = %e, "usage read failed");
+    Failure(ApiError::internal())
+}
+
+/// `GET /api/gateway/usage/events`: one entry per request, newest first.
+pub async fn events(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Query(q): Query<Scope>,
+) -> ApiResult {
+    let org = own_org(&q, &c.org.id)?;
+    let n = limit(&q)?;
+    let rows = sqlx::query(
+        "SELECT id, key_id, route, model, rung, lane, input_tokens, cached_tokens, output_tokens, \
+         reasoning_tokens, cost_micro_usd, status, error_class, incomplete, attempts, empty_attempts, \
+         latency_ms, created_at FROM usage_events WHERE org_id = $1 AND id < $2 \
+         ORDER BY id DESC LIMIT $3",
+    )
+    .bind(org)
+    // Ids are ordered by creation time: "~" sorts after every id.
+    .bind(q.cursor.as_deref().unwrap_or("~"))
+    .bind(n + 1)
+    .fetch_all(&state.db.pool)
+    .await
+    .map_err(db_error)?;
+    let has_more = rows.len() as i64 > n;
+    let data: Vec<Value> = rows
+        .iter()
+        .take(n as usize)
+        .map(|r| {
+            j!({
+                "id": r.get::<String, _>("id"),
+                "api_key_id": r.get::<String, _>("key_id"),
+                "route": r.get::<String, _>("route"),
+                "model": r.get::<String, _>("model"),
+                "provider": r.get::<Option<String>, _>("rung"),
+                "lane": r.get::<String, _>("lane"),
+                "input_tokens": r.get::<i64, _>("input_tokens"),
+                "cached_tokens": r.get::<i64, _>("cached_tokens"),
+                "output_tokens": r.get::<i64, _>("output_tokens"),
+                "reasoning_tokens": r.get::<i64, _>("reasoning_tokens"),
+                "cost_usd": micro_to_usd(r.get::<i64, _>("cost_micro_usd")),
+                "status": r.get::<i64, _>("status"),
+                "error_class": r.get::<Option<String>, _>("error_class"),
+                "incomplete": r.get::<i64, _>("incomplete") != 0,
+                "attempts": r.get::<String, _>("attempts"),
+                "empty_attempts": r.get::<i64, _>("empty_attempts"),
+                "latency_ms": r.get::<i64, _>("latency_ms"),
+                "created_at": r.get::<i64, _>("created_at"),
+            })
+        })
+        .collect();
+    let next = if has_more {
+        data.last()
+            .and_then(|d| d["id"].as_str())
+            .map(str::to_string)
+    } else {
+        None
+    };
+    Ok(json(
+        http::StatusCode::OK,
+        &j!({"object": "list", "data": data, "has_more": has_more, "next_cursor": next}),
+    ))
+}
+
+/// `GET /api/gateway/usage/daily`: totals grouped by UTC day (default), model or
+/// member (the API key that made the calls).
+pub async fn daily(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Query(q): Query<Scope>,
+) -> ApiResult {
+    let org = own_org(&q, &c.org.id)?;
+    let (group, column) = match q.group_by.as_deref() {
+        None | Some("day") => ("day", "created_at / 86400000"),
+        Some("model") => ("model", "model"),
+        Some("member") => ("member", "key_id"),
+        Some(_) => {
+            return Err(Failure(
+                ApiError::new(
+                    ErrorCode::InvalidParameter,
+                    "group_by must be day, model or member.",
+                )
+                .param("group_by"),
+            ))
+        }
+    };
+    let sql = format!(
+        // Sums cast back to BIGINT: PostgreSQL widens SUM(BIGINT) to NUMERIC.
+        "SELECT {column} AS k, COUNT(*) AS requests, \
+         CAST(SUM(input_tokens) AS BIGINT) AS input_tokens, \
+         CAST(SUM(cached_tokens) AS BIGINT) AS cached_tokens, \
+         CAST(SUM(output_tokens) AS BIGINT) AS output_tokens, \
+         CAST(SUM(cost_micro_usd) AS BIGINT) AS cost FROM usage_events WHERE org_id = $1 \
+         GROUP BY {column} ORDER BY {column}"
+    );
+    let rows = sqlx::query(&sql)
+        .bind(org)
+        .fetch_all(&state.db.pool)
+        .await
+        .map_err(db_error)?;
+    let data: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            let key = if group == "day" {
+                let day: i64 = r.get("k");
+                Value::from(day_string(day))
+            } else {
+                Value::from(r.get::<String, _>("k"))
+            };
+            j!({
+                group: key,
+                "requests": r.get::<i64, _>("requests"),
+                "input_tokens": r.get::<i64, _>("input_tokens"),
+                "cached_tokens": r.get::<i64, _>("cached_tokens"),
+                "output_tokens": r.get::<i64, _>("output_tokens"),
+                "cost_usd": micro_to_usd(r.get::<i64, _>("cost")),
+            })
+        })
+        .collect();
+    Ok(json(
+        http::StatusCode::OK,
+        &j!({"object": "list", "group_by": group, "data": data}),
+    ))
+}
+
+/// Days since the Unix epoch as `YYYY-MM-DD` (UTC), civil-from-days.
+fn day_string(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// `GET /api/gateway/catalog`: the models the org can call, each with its lane.
+pub async fn catalog(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Query(q): Query<Scope>,
+) -> ApiResult {
+    let org = own_org(&q, &c.org.id)?;
+    let snapshot = state.catalog.snapshot();
+    let data: Vec<Value> = snapshot
+        .visible(Some(org))
+        .into_iter()
+        .filter(|m| !m.spec.restricted || m.owner.is_some() || c.org.grants.contains(&m.spec.slug))
+        .map(|m| {
+            // An org's own models are served by its own endpoints; public ones
+            // draw platform credits until the org brings its own keys.
+            let lane = if m.owner.is_some() {
+                "pass_through"
+            } else {
+                "platform_funded"
+            };
+            j!({"alias": m.spec.slug, "kind": m.spec.kind, "lane": lane,
+                "providers": m.default_chain()})
+        })
+        .collect();
+    Ok(json(
+        http::StatusCode::OK,
+        &j!({"object": "list", "data": data}),
+    ))
+}
+
+/// `GET /api/gateway/keys/{api_key_id}/limits`: a key's guardrails (null is
+/// uncapped). A key of another org is 404.
+pub async fn key_limits(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let keys = crate::accounts::keys::list_for_org(&state.db, &c.org.id).await?;
+    let k = keys
+        .iter()
+        .find(|k| k.id == id)
+        .ok_or_else(|| Failure(ApiError::new(ErrorCode::NotFound, "No such API key.")))?;
+    Ok(json(
+        http::StatusCode::OK,
+        &j!({
+            "api_key_id": k.id,
+            "daily_spend_cap_usd": k.daily_spend_cap_micro_usd.map(micro_to_usd),
+            "requests_per_minute": k.rpm,
+            "tokens_per_minute": k.tpm,
+        }),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn days_are_civil_utc_dates() {
+        assert_eq!(super::day_string(0), "1970-01-01");
+        assert_eq!(super::day_string(19_723), "2024-01-01");
+        assert_eq!(super::day_string(20_414), "2025-11-22");
+        assert_eq!(super::day_string(11_016), "2000-02-29");
+    }
+}
