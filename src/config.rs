@@ -61,6 +61,9 @@ pub struct StorageConfig {
     pub database_url: String,
     /// Empty: in-process counters, one instance only.
     pub redis_url: String,
+    /// A local file where usage events that cannot be written wait for the database;
+    /// they are replayed, exactly once, as soon as it answers again.
+    pub usage_spool: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -161,6 +164,7 @@ impl Default for StorageConfig {
         StorageConfig {
             database_url: "sqlite://data/sluice.db".into(),
             redis_url: String::new(),
+            usage_spool: "data/usage-spool.jsonl".into(),
         }
     }
 }

@@ -41,7 +41,7 @@ impl AppState {
             Arc::new(RedisCounters::connect(&config.storage.redis_url).await?)
         };
         let directory = Arc::new(Directory::load(&db).await?);
-        let usage = spawn_writer(db.clone());
+        let usage = spawn_writer(db.clone(), config.storage.usage_spool.clone().into());
         let catalog = Arc::new(CatalogStore::load(&db).await?);
         Ok(Arc::new(AppState {
             config,

@@ -226,12 +226,13 @@ fn record(
         }
     }
     state.usage.record(UsageEvent {
+        id: String::new(),
         org_id: org_id.to_string(),
         key_id: key_id.to_string(),
-        route: label,
+        route: label.into(),
         model: model.spec.slug.clone(),
         rung: ex.rung.clone(),
-        lane: "platform_funded",
+        lane: "platform_funded".into(),
         input_tokens: u.input_tokens,
         cached_tokens: u.cached_tokens,
         output_tokens: u.output_tokens,

@@ -2,25 +2,38 @@
 //! completed, off the client's path. Events are appended to an in-process buffer
 //! (no wake-up, no syscall per request) that a writer task drains in batches every
 //! few tens of milliseconds.
+//!
+//! Nothing is lost and nothing is charged twice: each event gets its id before the
+//! first write, a write inserts only ids not yet stored and charges the balance for
+//! exactly the rows it inserted (one transaction), and a batch the database refuses
+//! goes to a local spool file that is replayed once the database answers again.
 
 use super::db::Engine;
 use super::{new_ordered_id, now_ms, Db};
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+use std::borrow::Cow;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How often the writer drains the buffer.
 const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct UsageEvent {
+    /// Assigned by the writer before the first attempt to store the event.
+    #[serde(default)]
+    pub id: String,
     pub org_id: String,
     pub key_id: String,
-    pub route: &'static str,
+    pub route: Cow<'static, str>,
     pub model: String,
     /// The rung that served, if one did.
     pub rung: Option<String>,
     /// `platform_funded` or `pass_through`.
-    pub lane: &'static str,
+    pub lane: Cow<'static, str>,
     pub input_tokens: u64,
     pub cached_tokens: u64,
     pub output_tokens: u64,
@@ -57,7 +70,7 @@ impl UsageSink {
 }
 
 /// Starts the writer on the current runtime.
-pub fn spawn_writer(db: Db) -> UsageSink {
+pub fn spawn_writer(db: Db, spool: PathBuf) -> UsageSink {
     let sink = UsageSink::default();
     let drained = sink.clone();
     tokio::spawn(async move {
@@ -65,19 +78,70 @@ pub fn spawn_writer(db: Db) -> UsageSink {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let batch = drained.take();
-            for part in batch.chunks(200) {
-                if let Err(e) = insert(&db, part).await {
-                    tracing::error!(error = %e, events = part.len(), "writing usage events failed; retrying once");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    if let Err(e) = insert(&db, part).await {
-                        tracing::error!(error = %e, events = part.len(), "usage events lost");
-                    }
-                }
+            replay(&db, &spool).await;
+            let mut batch = drained.take();
+            for e in &mut batch {
+                e.id = new_ordered_id("ue");
             }
+            write_or_spool(&db, &spool, &batch).await;
         }
     });
     sink
+}
+
+/// Writes events in chunks; a chunk that fails twice goes to the spool.
+async fn write_or_spool(db: &Db, spool: &Path, events: &[UsageEvent]) {
+    for part in events.chunks(200) {
+        if insert(db, part).await.is_ok() {
+            continue;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if let Err(e) = insert(db, part).await {
+            tracing::error!(error = %e, events = part.len(), "usage events spooled until the database answers");
+            if let Err(e) = append_spool(spool, part) {
+                tracing::error!(error = %e, events = part.len(), path = %spool.display(), "usage events lost: the spool is not writable");
+            }
+        }
+    }
+}
+
+fn append_spool(spool: &Path, events: &[UsageEvent]) -> std::io::Result<()> {
+    if let Some(dir) = spool.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(spool)?;
+    let mut buf = Vec::new();
+    for e in events {
+        serde_json::to_writer(&mut buf, e)?;
+        buf.push(b'\n');
+    }
+    f.write_all(&buf)?;
+    f.sync_data()
+}
+
+/// Stores what the spool holds; the file goes once every event is stored. Ids make
+/// a replay after a partial success harmless.
+async fn replay(db: &Db, spool: &Path) {
+    let Ok(text) = std::fs::read_to_string(spool) else {
+        return;
+    };
+    let events: Vec<UsageEvent> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    for part in events.chunks(200) {
+        if insert(db, part).await.is_err() {
+            return;
+        }
+    }
+    match std::fs::remove_file(spool) {
+        Ok(()) => tracing::info!(events = events.len(), "usage spool replayed"),
+        Err(e) => tracing::warn!(error = %e, "usage spool replayed but not removed"),
+    }
 }
 
 /// Inserts a batch with one multi-row statement and draws each org's platform-funded
@@ -111,17 +175,24 @@ async fn insert(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
         }
         sql.push(')');
     }
+    // Only ids not stored yet are inserted, and only those are charged.
+    sql.push_str(" ON CONFLICT (id) DO NOTHING RETURNING org_id, lane, cost_micro_usd");
     let now = now_ms();
     let mut q = sqlx::query(&sql);
     for e in events {
+        let id = if e.id.is_empty() {
+            new_ordered_id("ue")
+        } else {
+            e.id.clone()
+        };
         q = q
-            .bind(new_ordered_id("ue"))
+            .bind(id)
             .bind(e.org_id.clone())
             .bind(e.key_id.clone())
-            .bind(e.route)
+            .bind(e.route.to_string())
             .bind(e.model.clone())
             .bind(e.rung.clone())
-            .bind(e.lane)
+            .bind(e.lane.to_string())
             .bind(e.input_tokens as i64)
             .bind(e.cached_tokens as i64)
             .bind(e.output_tokens as i64)
@@ -136,15 +207,20 @@ async fn insert(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
             .bind(now);
     }
     let mut tx = db.pool.begin().await?;
-    q.execute(&mut *tx).await?;
-    let mut charges: Vec<(&str, i64)> = Vec::new();
-    for e in events
-        .iter()
-        .filter(|e| e.cost_micro_usd > 0 && e.lane == "platform_funded")
-    {
-        match charges.iter_mut().find(|(org, _)| *org == e.org_id) {
-            Some((_, sum)) => *sum += e.cost_micro_usd,
-            None => charges.push((&e.org_id, e.cost_micro_usd)),
+    let inserted = q.fetch_all(&mut *tx).await?;
+    let mut charges: Vec<(String, i64)> = Vec::new();
+    for row in &inserted {
+        let (org, lane, cost): (String, String, i64) = (
+            row.get("org_id"),
+            row.get("lane"),
+            row.get("cost_micro_usd"),
+        );
+        if cost <= 0 || lane != "platform_funded" {
+            continue;
+        }
+        match charges.iter_mut().find(|(o, _)| *o == org) {
+            Some((_, sum)) => *sum += cost,
+            None => charges.push((org, cost)),
         }
     }
     for (org, sum) in charges {
@@ -152,10 +228,95 @@ async fn insert(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
         // every instance polls for.
         sqlx::query("UPDATE orgs SET balance_micro_usd = balance_micro_usd - $1 WHERE id = $2")
             .bind(sum)
-            .bind(org)
+            .bind(&org)
             .execute(&mut *tx)
             .await?;
     }
     tx.commit().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn db() -> (Db, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let db = Db::connect(&url).await.unwrap();
+        db.migrate().await.unwrap();
+        sqlx::query(
+            "INSERT INTO orgs (id, name, balance_micro_usd, created_at, updated_at) \
+             VALUES ('org_1', 'acme', 1000000, 0, 0)",
+        )
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        (db, dir)
+    }
+
+    fn event(id: &str, cost: i64) -> UsageEvent {
+        UsageEvent {
+            id: id.into(),
+            org_id: "org_1".into(),
+            key_id: "key_1".into(),
+            route: "chat".into(),
+            model: "m".into(),
+            lane: "platform_funded".into(),
+            cost_micro_usd: cost,
+            status: 200,
+            attempts: "openai:ok".into(),
+            ..UsageEvent::default()
+        }
+    }
+
+    async fn state(db: &Db) -> (i64, i64) {
+        let n: i64 = sqlx::query("SELECT COUNT(*) AS n FROM usage_events")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+            .get("n");
+        let bal: i64 = sqlx::query("SELECT balance_micro_usd AS b FROM orgs WHERE id = 'org_1'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+            .get("b");
+        (n, bal)
+    }
+
+    #[tokio::test]
+    async fn a_batch_written_twice_is_stored_and_charged_once() {
+        let (db, _dir) = db().await;
+        let batch = [event("ue_1", 300), event("ue_2", 200), event("ue_3", 0)];
+        insert(&db, &batch).await.unwrap();
+        insert(&db, &batch).await.unwrap();
+        assert_eq!(state(&db).await, (3, 1_000_000 - 500));
+    }
+
+    #[tokio::test]
+    async fn events_the_database_refuses_are_spooled_and_replayed_exactly_once() {
+        let (db, dir) = db().await;
+        let spool = dir.path().join("spool/usage.jsonl");
+        sqlx::query("ALTER TABLE usage_events RENAME TO usage_off")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        write_or_spool(&db, &spool, &[event("ue_a", 70), event("ue_b", 30)]).await;
+        let text = std::fs::read_to_string(&spool).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        // Still down: the spool stays.
+        replay(&db, &spool).await;
+        assert!(spool.exists());
+        sqlx::query("ALTER TABLE usage_off RENAME TO usage_events")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        replay(&db, &spool).await;
+        assert!(!spool.exists());
+        assert_eq!(state(&db).await, (2, 1_000_000 - 100));
+        // A spool left behind after a crash mid-replay charges nothing twice.
+        append_spool(&spool, &[event("ue_a", 70)]).unwrap();
+        replay(&db, &spool).await;
+        assert_eq!(state(&db).await, (2, 1_000_000 - 100));
+    }
 }
