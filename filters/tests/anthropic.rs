@@ -15,52 +15,15 @@ use sluice_filters::sse::SseDecoder;
 use sluice_filters::upstream::anthropic;
 use sluice_filters::usage::Usage;
 use sluice_filters::ErrorCode;
-use std::path::PathBuf;
+
+#[macro_use]
+mod common;
+
+golden!("anthropic");
 
 // ---------------------------------------------------------------------------
 // Golden-file plumbing
 // ---------------------------------------------------------------------------
-
-fn golden_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden/anthropic")
-        .join(name)
-}
-
-fn read(name: &str) -> Vec<u8> {
-    std::fs::read(golden_path(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-fn updating() -> bool {
-    std::env::var_os("UPDATE_GOLDEN").is_some()
-}
-
-/// Compares JSON as values (member order is irrelevant), against a pretty file.
-fn check_json(name: &str, actual: &Value) {
-    if updating() {
-        let mut text = serde_json::to_string_pretty(actual).unwrap();
-        text.push('\n');
-        std::fs::write(golden_path(name), text).unwrap();
-        return;
-    }
-    let expected: Value = serde_json::from_slice(&read(name)).unwrap();
-    assert_eq!(
-        actual,
-        &expected,
-        "{name} differs; actual:\n{}",
-        serde_json::to_string_pretty(actual).unwrap()
-    );
-}
-
-/// Compares text exactly (SSE order and framing matter).
-fn check_text(name: &str, actual: &str) {
-    if updating() {
-        std::fs::write(golden_path(name), actual).unwrap();
-        return;
-    }
-    let expected = String::from_utf8(read(name)).unwrap();
-    assert_eq!(actual, expected, "{name} differs; actual:\n{actual}");
-}
 
 fn json(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes)

@@ -15,46 +15,11 @@ use sluice_filters::sse::SseDecoder;
 use sluice_filters::upstream::{anthropic, openai_chat};
 use sluice_filters::usage::Usage;
 use sluice_filters::ErrorCode;
-use std::path::PathBuf;
 
-fn golden_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden/chat")
-        .join(name)
-}
+#[macro_use]
+mod common;
 
-fn read(name: &str) -> Vec<u8> {
-    std::fs::read(golden_path(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-fn updating() -> bool {
-    std::env::var_os("UPDATE_GOLDEN").is_some()
-}
-
-fn check_json(name: &str, actual: &Value) {
-    if updating() {
-        let mut text = serde_json::to_string_pretty(actual).unwrap();
-        text.push('\n');
-        std::fs::write(golden_path(name), text).unwrap();
-        return;
-    }
-    let expected: Value = serde_json::from_slice(&read(name)).unwrap();
-    assert_eq!(
-        actual,
-        &expected,
-        "{name} differs; actual:\n{}",
-        serde_json::to_string_pretty(actual).unwrap()
-    );
-}
-
-fn check_text(name: &str, actual: &str) {
-    if updating() {
-        std::fs::write(golden_path(name), actual).unwrap();
-        return;
-    }
-    let expected = String::from_utf8(read(name)).unwrap();
-    assert_eq!(actual, expected, "{name} differs; actual:\n{actual}");
-}
+golden!("chat");
 
 fn json_of(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes)

@@ -11,49 +11,11 @@ use sluice_filters::upstream::{
     anthropic, bedrock, gemini, openai_chat, openai_responses, Rendered,
 };
 use sluice_filters::usage::Usage;
-use std::path::PathBuf;
 
-fn path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name)
-}
+#[macro_use]
+mod common;
 
-fn read(name: &str) -> Vec<u8> {
-    std::fs::read(path(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-fn updating() -> bool {
-    std::env::var_os("UPDATE_GOLDEN").is_some()
-}
-
-fn check_json(name: &str, actual: &Value) {
-    if updating() {
-        let mut text = serde_json::to_string_pretty(actual).unwrap();
-        text.push('\n');
-        std::fs::write(path(name), text).unwrap();
-        return;
-    }
-    let expected: Value = serde_json::from_slice(&read(name)).unwrap();
-    assert_eq!(
-        actual,
-        &expected,
-        "{name} differs; actual:\n{}",
-        serde_json::to_string_pretty(actual).unwrap()
-    );
-}
-
-fn check_text(name: &str, actual: &str) {
-    if updating() {
-        std::fs::write(path(name), actual).unwrap();
-        return;
-    }
-    assert_eq!(
-        actual,
-        String::from_utf8(read(name)).unwrap(),
-        "{name} differs; actual:\n{actual}"
-    );
-}
+golden!("");
 
 const WIRES: [&str; 5] = [
     "openai_chat",

@@ -3,15 +3,16 @@
 //! header).
 
 use super::exchange::Exchange;
-use super::upstream::Failure;
+use super::upstream::{Call, Failure};
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
 use sluice_filters::ir::RefusalReason;
+use sluice_filters::sse::KEEPALIVE;
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How one attempt ended.
 pub enum Attempt {
@@ -134,4 +135,73 @@ pub fn sse_header(ex: &Exchange, provider: &str, outcome: &str) -> Option<Box<Re
     let _ = h.insert_header(http::header::TRANSFER_ENCODING, "chunked");
     ex.receipt_headers(&mut h, provider, outcome);
     Some(Box::new(h))
+}
+
+/// What waiting for the next upstream piece before the commit point gave.
+pub enum Before {
+    Piece(Bytes),
+    /// The upstream body ended cleanly.
+    End,
+    /// The attempt is over: a timeout, a broken connection, the client gone.
+    Over(Attempt),
+}
+
+/// Reads the next upstream piece before the commit point. While the first content
+/// is slow (`limits.early_header_ms`), the 200 header and SSE keep-alive comments go
+/// out so the client's own timeouts do not fire; fail-over stays invisible behind
+/// them. The request deadline, the first-token deadline, a broken connection and a
+/// departed client end the attempt.
+pub async fn read_before_commit(
+    session: &mut Session,
+    ex: &mut Exchange,
+    call: &mut Call<'_>,
+    provider: &str,
+    first_deadline: Instant,
+    early_ms: u64,
+) -> Before {
+    loop {
+        let next_keepalive = if early_ms == 0 {
+            None
+        } else if ex.header_sent {
+            Some(Instant::now() + Duration::from_millis(early_ms.clamp(1000, 15_000)))
+        } else {
+            Some(ex.started + Duration::from_millis(early_ms))
+        };
+        let wait_until = next_keepalive.map_or(first_deadline, |k| k.min(first_deadline));
+        let waited = Instant::now();
+        let read = unless_gone(session, until(wait_until, call.read())).await;
+        ex.upstream_wait += waited.elapsed();
+        return match read {
+            None => Before::Over(Attempt::ClientGone),
+            Some(Err(_)) if Instant::now() >= ex.deadline => {
+                Before::Over(Attempt::Failed(Failure::Deadline))
+            }
+            Some(Err(_)) if Instant::now() >= first_deadline => {
+                Before::Over(Attempt::Failed(Failure::FirstTokenTimeout))
+            }
+            Some(Err(_)) => {
+                // A keep-alive tick: the first content is slow.
+                if !ex.header_sent {
+                    let Some(h) = sse_header(ex, provider, "pending") else {
+                        return Before::Over(Attempt::Terminal(ApiError::internal()));
+                    };
+                    if session.write_response_header(h, false).await.is_err() {
+                        return Before::Over(Attempt::ClientGone);
+                    }
+                    ex.header_sent = true;
+                }
+                if session
+                    .write_response_body(Some(Bytes::from_static(KEEPALIVE)), false)
+                    .await
+                    .is_err()
+                {
+                    return Before::Over(Attempt::ClientGone);
+                }
+                continue;
+            }
+            Some(Ok(Err(_))) => Before::Over(Attempt::Failed(Failure::DiedBeforeOutput)),
+            Some(Ok(Ok(None))) => Before::End,
+            Some(Ok(Ok(Some(b)))) => Before::Piece(b),
+        };
+    }
 }

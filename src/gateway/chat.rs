@@ -3,7 +3,9 @@
 //! rewritten in place (the `provider` member spliced in) without a parse of the
 //! common text chunk: the fast path of the gateway.
 
-use super::attempt::{ready_now, sse_header, unless_gone, until, write_whole, Attempt};
+use super::attempt::{
+    read_before_commit, ready_now, sse_header, unless_gone, until, write_whole, Attempt, Before,
+};
 use super::exchange::Exchange;
 use super::upstream::{Failure, Target};
 use super::Gateway;
@@ -13,7 +15,7 @@ use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
 use serde_json::json;
 use sluice_filters::ir::{RefusalReason, IGNORED_MEMBER};
-use sluice_filters::sse::{data_frame, SseDecoder, KEEPALIVE};
+use sluice_filters::sse::{data_frame, SseDecoder};
 use sluice_filters::upstream::openai_chat::{
     append_member, inspect, quick_content_len, splice_member, splice_member_into,
     splice_usage_cost, usage_json, Inspection,
@@ -147,57 +149,22 @@ pub(super) async fn stream_attempt(
     let mut held: Vec<u8> = Vec::new();
     let mut last = Inspection::default();
     let early = gw.state.config.limits.early_header_ms;
-    // Pre-commit: hold the preamble until the first content.
+    // Pre-commit: hold everything until the first content.
     loop {
-        let next_keepalive = if early == 0 {
-            None
-        } else if ex.header_sent {
-            Some(Instant::now() + Duration::from_millis(early.clamp(1000, 15_000)))
-        } else {
-            Some(ex.started + Duration::from_millis(early))
-        };
-        let wait_until = next_keepalive.map_or(first_deadline, |k| k.min(first_deadline));
-        let waited = Instant::now();
-        let read = unless_gone(session, until(wait_until, call.read())).await;
-        ex.upstream_wait += waited.elapsed();
-        let chunk = match read {
-            None => return Attempt::ClientGone,
-            Some(Err(_)) if Instant::now() >= ex.deadline => {
-                return Attempt::Failed(Failure::Deadline)
-            }
-            Some(Err(_)) if Instant::now() >= first_deadline => {
-                return Attempt::Failed(Failure::FirstTokenTimeout)
-            }
-            Some(Err(_)) => {
-                // A keep-alive tick: the first content is slow.
-                if !ex.header_sent {
-                    let Some(h) = sse_header(ex, &t.provider, "pending") else {
-                        return Attempt::Terminal(ApiError::internal());
-                    };
-                    if session.write_response_header(h, false).await.is_err() {
-                        return Attempt::ClientGone;
+        let chunk =
+            match read_before_commit(session, ex, &mut call, &t.provider, first_deadline, early)
+                .await
+            {
+                Before::Piece(b) => b,
+                Before::Over(a) => return a,
+                Before::End => {
+                    return if last.finish_reason.is_some() {
+                        Attempt::Empty(last.usage)
+                    } else {
+                        Attempt::Failed(Failure::DiedBeforeOutput)
                     }
-                    ex.header_sent = true;
                 }
-                if session
-                    .write_response_body(Some(Bytes::from_static(KEEPALIVE)), false)
-                    .await
-                    .is_err()
-                {
-                    return Attempt::ClientGone;
-                }
-                continue;
-            }
-            Some(Ok(Err(_))) => return Attempt::Failed(Failure::DiedBeforeOutput),
-            Some(Ok(Ok(None))) => {
-                return if last.finish_reason.is_some() {
-                    Attempt::Empty(last.usage)
-                } else {
-                    Attempt::Failed(Failure::DiedBeforeOutput)
-                }
-            }
-            Some(Ok(Ok(Some(b)))) => b,
-        };
+            };
         decoder.push(&chunk);
         while let Some(ev) = decoder.next_event() {
             if ev.data.is_empty() {

@@ -7,7 +7,8 @@
 //! encoded in the client's format and written at once.
 
 use super::attempt::{
-    json_header, ready_now, sse_header, unless_gone, until, write_whole, Attempt,
+    json_header, read_before_commit, ready_now, sse_header, unless_gone, until, write_whole,
+    Attempt, Before,
 };
 use super::exchange::Exchange;
 use super::upstream::{Call, Failure};
@@ -18,7 +19,6 @@ use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
 use sluice_filters::ir::{Event, FinishReason, Meta, Response, StreamDecoder, StreamEncoder, Tail};
-use sluice_filters::sse::KEEPALIVE;
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
 use std::time::{Duration, Instant};
@@ -308,55 +308,20 @@ async fn stream(
     let early = gw.state.config.limits.early_header_ms;
     // Pre-commit: hold everything until the first content.
     loop {
-        let next_keepalive = if early == 0 {
-            None
-        } else if ex.header_sent {
-            Some(Instant::now() + Duration::from_millis(early.clamp(1000, 15_000)))
-        } else {
-            Some(ex.started + Duration::from_millis(early))
-        };
-        let wait_until = next_keepalive.map_or(first_deadline, |k| k.min(first_deadline));
-        let waited = Instant::now();
-        let read = unless_gone(session, until(wait_until, call.read())).await;
-        ex.upstream_wait += waited.elapsed();
-        let chunk = match read {
-            None => return Attempt::ClientGone,
-            Some(Err(_)) if Instant::now() >= ex.deadline => {
-                return Attempt::Failed(Failure::Deadline)
-            }
-            Some(Err(_)) if Instant::now() >= first_deadline => {
-                return Attempt::Failed(Failure::FirstTokenTimeout)
-            }
-            Some(Err(_)) => {
-                // A keep-alive tick: the first content is slow.
-                if !ex.header_sent {
-                    let Some(h) = sse_header(ex, &t.provider, "pending") else {
-                        return Attempt::Terminal(ApiError::internal());
-                    };
-                    if session.write_response_header(h, false).await.is_err() {
-                        return Attempt::ClientGone;
+        let chunk =
+            match read_before_commit(session, ex, &mut call, &t.provider, first_deadline, early)
+                .await
+            {
+                Before::Piece(b) => b,
+                Before::Over(a) => return a,
+                Before::End => {
+                    return if flow.finish_seen {
+                        Attempt::Empty(flow.usage)
+                    } else {
+                        Attempt::Failed(Failure::DiedBeforeOutput)
                     }
-                    ex.header_sent = true;
                 }
-                if session
-                    .write_response_body(Some(Bytes::from_static(KEEPALIVE)), false)
-                    .await
-                    .is_err()
-                {
-                    return Attempt::ClientGone;
-                }
-                continue;
-            }
-            Some(Ok(Err(_))) => return Attempt::Failed(Failure::DiedBeforeOutput),
-            Some(Ok(Ok(None))) => {
-                return if flow.finish_seen {
-                    Attempt::Empty(flow.usage)
-                } else {
-                    Attempt::Failed(Failure::DiedBeforeOutput)
-                }
-            }
-            Some(Ok(Ok(Some(b)))) => b,
-        };
+            };
         flow.framer.push(&chunk);
         if let Err(f) = flow.decode() {
             return Attempt::Failed(f);
