@@ -306,3 +306,63 @@ async fn an_org_reads_back_its_usage_and_nobody_elses() {
         .unwrap();
     assert_eq!(gpt["lane"], "platform_funded");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_daily_cap_refuses_a_worst_case_that_would_pass_it() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(
+        &b,
+        Opts::default()
+            .catalog(repo_path("tests/fixtures/formats.toml"))
+            .env(
+                "SLUICE_PROVIDERS__OPENAI__BASE_URL",
+                format!("{}/v1", mock.base_url()),
+            )
+            .env("OPENAI_API_KEY", "sk-openai"),
+    )
+    .await;
+    let (org, _, _) = s.org_and_key().await;
+    let (st, k) = s
+        .admin(
+            reqwest::Method::POST,
+            &format!("/admin/orgs/{org}/keys"),
+            Some(json!({"name": "capped", "daily_spend_cap_usd": 0.0012})),
+        )
+        .await;
+    assert_eq!(st, 201, "{k}");
+    let key = k["api_key"].as_str().unwrap().to_string();
+    // No max_tokens: the worst case is the model's whole output budget (8,192
+    // tokens at $5/M = $0.041), past the $0.0012 cap.
+    let (st, v) = s
+        .post(
+            "/v1/chat/completions",
+            Some(&key),
+            &json!({"model": "fmt-gpt", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    harness::assert_error(st, &v, 429, "insufficient_quota");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("key_daily_cap"),
+        "{v}"
+    );
+    assert_eq!(v["error"]["reason"], "key_daily_cap");
+    assert_eq!(mock.count("o1"), 0, "nothing was sent");
+    // A 200-token budget ($0.001 worst case) fits; each answer costs far less, and
+    // the hold is corrected to the real cost, so three in a row all fit.
+    for i in 0..3 {
+        let (st, v) = s
+            .post(
+                "/v1/chat/completions",
+                Some(&key),
+                &json!({"model": "fmt-gpt", "max_tokens": 200,
+                "messages": [{"role": "user", "content": "hi"}]}),
+            )
+            .await;
+        assert_eq!(st, 200, "request {i}: {v}");
+    }
+    assert_eq!(mock.count("o1"), 3);
+}

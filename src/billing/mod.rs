@@ -2,6 +2,8 @@
 //! per million tokens, a call's cost is micro-USD, rounded to the nearest micro-USD
 //! (half up) once per call, so there is no systematic markup either way.
 
+pub mod gate;
+
 use crate::catalog::model::Price;
 use sluice_filters::usage::Usage;
 

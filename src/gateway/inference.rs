@@ -9,6 +9,7 @@ use super::respond::send;
 use super::waterfall::{self, Job};
 use super::wire;
 use super::Gateway;
+use crate::billing::gate;
 use crate::catalog::{Model, ModelKind};
 use crate::state::AppState;
 use crate::store::usage::UsageEvent;
@@ -126,11 +127,16 @@ pub async fn handle(
         Route::Messages => Some(Inbound::Messages),
         _ => None,
     };
+    let counters = state.counters.as_ref();
+    let hold;
     let outcome = match inbound {
         Some(inbound) => {
             // Structural validation before anything is charged or sent.
             let mut req = wire::parse(inbound, &body)?;
             req.model = model_name.clone();
+            let budget = req.max_tokens.unwrap_or(model.spec.max_output_tokens);
+            let worst = gate::worst_case_micro_usd(&model.spec.price, body.len(), budget);
+            hold = gate::key_daily_cap(counters, &key, worst).await?;
             let job = Job {
                 inbound,
                 stream: req.stream,
@@ -142,9 +148,14 @@ pub async fn handle(
         }
         None => {
             let req = sluice_filters::inbound::embeddings::parse(&body)?;
+            let worst = gate::worst_case_micro_usd(&model.spec.price, body.len(), 0);
+            hold = gate::key_daily_cap(counters, &key, worst).await?;
             Box::pin(super::embeddings::serve(gw, session, &mut ex, &model, req)).await
         }
     };
+    if let Some(h) = hold {
+        gate::settle(counters, h, billed_cost(&ex)).await;
+    }
     let format = inbound.map_or(Format::OpenAi, wire::format_of);
     let (status, error_class) = match outcome {
         Outcome::Written(s) => (s, None),
@@ -237,12 +248,7 @@ fn record(
         cached_tokens: u.cached_tokens,
         output_tokens: u.output_tokens,
         reasoning_tokens: u.reasoning_tokens,
-        // Failed and empty attempts are never billed; a served answer is priced.
-        cost_micro_usd: if ex.billable {
-            i64::try_from(crate::billing::cost_micro_usd(&ex.price, &u)).unwrap_or(i64::MAX)
-        } else {
-            0
-        },
+        cost_micro_usd: billed_cost(ex),
         status,
         error_class,
         incomplete: ex.incomplete,
@@ -250,6 +256,15 @@ fn record(
         empty_attempts: ex.empty_attempts,
         latency_ms: ex.started.elapsed().as_millis() as u64,
     });
+}
+
+/// What the request is billed: its usage at list price when a rung served it;
+/// failed and empty attempts cost nothing.
+fn billed_cost(ex: &Exchange) -> i64 {
+    if !ex.billable {
+        return 0;
+    }
+    i64::try_from(crate::billing::cost_micro_usd(&ex.price, &ex.usage)).unwrap_or(i64::MAX)
 }
 
 /// Whether the request says its body is JSON (`application/json`, any parameters).
