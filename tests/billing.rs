@@ -366,3 +366,71 @@ async fn a_key_daily_cap_refuses_a_worst_case_that_would_pass_it() {
     }
     assert_eq!(mock.count("o1"), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_org_under_review_is_refused_on_every_route_until_released() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(
+        &b,
+        Opts::default()
+            .catalog(repo_path("tests/fixtures/formats.toml"))
+            .env(
+                "SLUICE_PROVIDERS__OPENAI__BASE_URL",
+                format!("{}/v1", mock.base_url()),
+            )
+            .env("OPENAI_API_KEY", "sk-openai"),
+    )
+    .await;
+    let (org, _, key) = s.org_and_key().await;
+    let chat = json!({"model": "fmt-gpt", "messages": [{"role": "user", "content": "hi"}]});
+    let (st, _) = s
+        .admin(
+            reqwest::Method::POST,
+            &format!("/admin/orgs/{org}/review"),
+            Some(json!({"under_review": true, "reason": "Unusual traffic: 5231 requests in 3 minutes. We will reach out."})),
+        )
+        .await;
+    assert_eq!(st, 200);
+    let mut refused = Value::Null;
+    for _ in 0..40 {
+        let (st, v) = s.post("/v1/chat/completions", Some(&key), &chat).await;
+        if st == 429 {
+            refused = v;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(refused["error"]["code"], "org_under_review", "{refused}");
+    let msg = refused["error"]["message"].as_str().unwrap();
+    assert!(!msg.chars().any(|c| c.is_ascii_digit()), "no counts: {msg}");
+    assert_eq!(msg.matches('.').count(), 1, "one sentence: {msg}");
+    let (st, v) = s
+        .post(
+            "/v1/embeddings",
+            Some(&key),
+            &json!({"model": "fmt-gpt", "input": "x"}),
+        )
+        .await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (429, Some("org_under_review"))
+    );
+    let before = mock.count("o1");
+    s.admin(
+        reqwest::Method::POST,
+        &format!("/admin/orgs/{org}/review"),
+        Some(json!({"under_review": false})),
+    )
+    .await;
+    let mut ok = false;
+    for _ in 0..40 {
+        if s.post("/v1/chat/completions", Some(&key), &chat).await.0 == 200 {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ok, "released");
+    assert_eq!(mock.count("o1"), before + 1);
+}

@@ -53,6 +53,13 @@ pub async fn handle(
 ) -> Handled {
     let state = &gw.state;
     let (key, org) = authenticate(state, session, route == Route::Messages)?;
+    if org.under_review {
+        // Every lane, BYOK included.
+        return Err(ApiError::new(
+            ErrorCode::OrgUnderReview,
+            review_message(org.review_reason.as_deref()),
+        ));
+    }
     let body = match read_capped(session, state.config.limits.max_request_bytes).await {
         Ok(b) => b,
         Err(BodyError::TooLarge(e)) => return Err(e),
@@ -258,6 +265,30 @@ fn record(
     });
 }
 
+/// The one sentence an org under review is told: the operator's reason cut to its
+/// first sentence, without counts (digits are never echoed), or a plain default.
+fn review_message(reason: Option<&str>) -> String {
+    let first = reason
+        .map(|r| r.split_inclusive(['.', '!', '?']).next().unwrap_or(r))
+        .unwrap_or_default();
+    let words: Vec<&str> = first
+        .split_whitespace()
+        .filter(|w| !w.chars().any(|c| c.is_ascii_digit()))
+        .collect();
+    let mut text = words.join(" ");
+    if text
+        .trim_end_matches(['.', '!', '?', ':', ',', ';'])
+        .is_empty()
+    {
+        return "This organization is under review; contact support to have it released.".into();
+    }
+    if !text.ends_with(['.', '!', '?']) {
+        text = text.trim_end_matches([':', ',', ';']).to_string();
+        text.push('.');
+    }
+    text
+}
+
 /// What the request is billed: its usage at list price when a rung served it;
 /// failed and empty attempts cost nothing.
 fn billed_cost(ex: &Exchange) -> i64 {
@@ -292,4 +323,25 @@ fn client_country(state: &AppState, session: &Session) -> Option<String> {
         .ok()?
         .trim();
     (v.len() == 2 && v.bytes().all(|b| b.is_ascii_alphabetic())).then(|| v.to_ascii_uppercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::review_message;
+
+    #[test]
+    fn review_messages_are_one_sentence_without_counts() {
+        assert_eq!(
+            review_message(Some(
+                "Unusual traffic from 3 countries. We will reach out within 24 hours."
+            )),
+            "Unusual traffic from countries."
+        );
+        assert_eq!(
+            review_message(Some("Payment disputed")),
+            "Payment disputed."
+        );
+        assert!(review_message(None).contains("under review"));
+        assert!(review_message(Some("1234.")).contains("under review"));
+    }
 }
