@@ -206,18 +206,21 @@ async fn an_org_reads_back_its_usage_and_nobody_elses() {
         &json!({"model": "fmt-gpt", "messages": [{"role": "user", "content": "hi"}]}),
     )
     .await;
-    // Events land within the writer's interval.
-    let mut events = Value::Null;
+    // Events land within the writer's interval: wait for all five.
     for _ in 0..50 {
-        events = s
-            .get("/api/gateway/usage/events?limit=2", Some(&key))
+        let all = s
+            .get("/api/gateway/usage/events?limit=10", Some(&key))
             .await
             .1;
-        if events["data"].as_array().is_some_and(|d| d.len() == 2) && events["has_more"] == true {
+        if all["data"].as_array().is_some_and(|d| d.len() == 5) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let events = s
+        .get("/api/gateway/usage/events?limit=2", Some(&key))
+        .await
+        .1;
     // Cursor pagination, newest first, every event of this org and only those.
     let mut seen = Vec::new();
     let mut page = events;
@@ -433,4 +436,57 @@ async fn an_org_under_review_is_refused_on_every_route_until_released() {
     }
     assert!(ok, "released");
     assert_eq!(mock.count("o1"), before + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unverified_email_refuses_credit_drawing_calls() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(
+        &b,
+        Opts::default()
+            .catalog(repo_path("tests/fixtures/formats.toml"))
+            .env(
+                "SLUICE_PROVIDERS__OPENAI__BASE_URL",
+                format!("{}/v1", mock.base_url()),
+            )
+            .env("OPENAI_API_KEY", "sk-openai"),
+    )
+    .await;
+    let (st, org) = s
+        .admin(
+            reqwest::Method::POST,
+            "/admin/orgs",
+            Some(json!({"name": "new", "credits_usd": 5})),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let org_id = org["org_id"].as_str().unwrap();
+    let (_, k) = s
+        .admin(
+            reqwest::Method::POST,
+            &format!("/admin/orgs/{org_id}/keys"),
+            Some(json!({})),
+        )
+        .await;
+    let key = k["api_key"].as_str().unwrap();
+    let (st, v) = s
+        .post(
+            "/v1/chat/completions",
+            Some(key),
+            &json!({"model": "fmt-gpt", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    harness::assert_error(st, &v, 429, "insufficient_quota");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("email_unverified"),
+        "{v}"
+    );
+    assert_eq!(v["error"]["reason"], "email_unverified");
+    assert_eq!(mock.count("o1"), 0);
+    // Catalog reads still work.
+    assert_eq!(s.get("/v1/models", Some(key)).await.0, 200);
 }

@@ -60,6 +60,15 @@ pub async fn handle(
             review_message(org.review_reason.as_deref()),
         ));
     }
+    if !org.email_verified {
+        // Every rung today draws platform credits; once an org's own keys serve a
+        // route, this check moves to the platform lane only.
+        return Err(ApiError::new(
+            ErrorCode::InsufficientQuota,
+            "email_unverified: verify the organization's email address to draw platform credits; calls on your own provider keys work meanwhile.",
+        )
+        .with_extra("reason", "email_unverified"));
+    }
     let body = match read_capped(session, state.config.limits.max_request_bytes).await {
         Ok(b) => b,
         Err(BodyError::TooLarge(e)) => return Err(e),
