@@ -490,3 +490,76 @@ async fn an_unverified_email_refuses_credit_drawing_calls() {
     // Catalog reads still work.
     assert_eq!(s.get("/v1/models", Some(key)).await.0, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_request_and_token_rates_are_guarded_per_minute() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(
+        &b,
+        Opts::default()
+            .catalog(repo_path("tests/fixtures/formats.toml"))
+            .env(
+                "SLUICE_PROVIDERS__OPENAI__BASE_URL",
+                format!("{}/v1", mock.base_url()),
+            )
+            .env("OPENAI_API_KEY", "sk-openai"),
+    )
+    .await;
+    let (org, _, _) = s.org_and_key().await;
+    let key = |body: Value| {
+        let s = &s;
+        let org = org.clone();
+        async move {
+            let (_, k) = s
+                .admin(
+                    reqwest::Method::POST,
+                    &format!("/admin/orgs/{org}/keys"),
+                    Some(body),
+                )
+                .await;
+            k["api_key"].as_str().unwrap().to_string()
+        }
+    };
+    let rpm_key = key(json!({"name": "rpm", "rpm": 2})).await;
+    let tpm_key = key(json!({"name": "tpm", "tpm": 400})).await;
+    // Stay clear of a minute boundary.
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    if secs % 60 > 55 {
+        tokio::time::sleep(Duration::from_secs(61 - secs % 60)).await;
+    }
+    let chat = |max: u64| json!({"model": "fmt-gpt", "max_tokens": max, "messages": [{"role": "user", "content": "hi"}]});
+    for _ in 0..2 {
+        assert_eq!(
+            s.post("/v1/chat/completions", Some(&rpm_key), &chat(50))
+                .await
+                .0,
+            200
+        );
+    }
+    let (st, v) = s
+        .post("/v1/chat/completions", Some(&rpm_key), &chat(50))
+        .await;
+    harness::assert_error(st, &v, 429, "insufficient_quota");
+    assert_eq!(v["error"]["reason"], "key_rate_limit", "{v}");
+    // A 1,000-token budget cannot fit 400 tokens a minute; 100-token budgets do,
+    // repeatedly, because each hold is corrected to the tokens really used.
+    let (st, v) = s
+        .post("/v1/chat/completions", Some(&tpm_key), &chat(1000))
+        .await;
+    harness::assert_error(st, &v, 429, "insufficient_quota");
+    assert_eq!(v["error"]["reason"], "key_token_rate_limit", "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("key_token_rate_limit"));
+    for i in 0..4 {
+        let (st, v) = s
+            .post("/v1/chat/completions", Some(&tpm_key), &chat(100))
+            .await;
+        assert_eq!(st, 200, "request {i}: {v}");
+    }
+}

@@ -151,8 +151,8 @@ pub async fn handle(
             let mut req = wire::parse(inbound, &body)?;
             req.model = model_name.clone();
             let budget = req.max_tokens.unwrap_or(model.spec.max_output_tokens);
-            let worst = gate::worst_case_micro_usd(&model.spec.price, body.len(), budget);
-            hold = gate::key_daily_cap(counters, &key, worst).await?;
+            let worst = gate::worst_case(&model.spec.price, body.len(), budget);
+            hold = gate::key_guardrails(counters, &key, worst).await?;
             let job = Job {
                 inbound,
                 stream: req.stream,
@@ -164,13 +164,18 @@ pub async fn handle(
         }
         None => {
             let req = sluice_filters::inbound::embeddings::parse(&body)?;
-            let worst = gate::worst_case_micro_usd(&model.spec.price, body.len(), 0);
-            hold = gate::key_daily_cap(counters, &key, worst).await?;
+            let worst = gate::worst_case(&model.spec.price, body.len(), 0);
+            hold = gate::key_guardrails(counters, &key, worst).await?;
             Box::pin(super::embeddings::serve(gw, session, &mut ex, &model, req)).await
         }
     };
     if let Some(h) = hold {
-        gate::settle(counters, h, billed_cost(&ex)).await;
+        let tokens = if ex.billable {
+            ex.usage.total() as i64
+        } else {
+            0
+        };
+        gate::settle(counters, h, billed_cost(&ex), tokens).await;
     }
     let format = inbound.map_or(Format::OpenAi, wire::format_of);
     let (status, error_class) = match outcome {
