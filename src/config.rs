@@ -37,6 +37,71 @@ pub struct Config {
     pub responses: ResponsesConfig,
     pub probe: ProbeConfig,
     pub breaker: BreakerConfig,
+    pub billing: BillingConfig,
+}
+
+/// Platform limits that are not per provider: key guardrail defaults and org tiers.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BillingConfig {
+    /// Guardrails of keys that set none of their own (absent: uncapped).
+    pub key_defaults: KeyDefaults,
+    /// A credit purchase of at least this much moves the org up one tier.
+    pub tier_up_purchase_usd: f64,
+    /// The org tiers, tier 0 first; an org above the last takes the last.
+    pub tiers: Vec<TierConfig>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeyDefaults {
+    pub daily_spend_cap_usd: Option<f64>,
+    pub rpm: Option<i64>,
+    pub tpm: Option<i64>,
+}
+
+/// One tier's platform-funded limits, counted across all the org's keys; absent is
+/// uncapped. Token windows count cached input at its price weight.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TierConfig {
+    pub requests_per_minute: Option<i64>,
+    pub tokens_per_minute: Option<i64>,
+    pub tokens_per_hour: Option<i64>,
+    pub tokens_per_day: Option<i64>,
+}
+
+impl Default for BillingConfig {
+    fn default() -> Self {
+        let tier = |rpm, tpm, tph, tpd| TierConfig {
+            requests_per_minute: Some(rpm),
+            tokens_per_minute: Some(tpm),
+            tokens_per_hour: Some(tph),
+            tokens_per_day: Some(tpd),
+        };
+        BillingConfig {
+            key_defaults: KeyDefaults::default(),
+            tier_up_purchase_usd: 5.0,
+            tiers: vec![
+                tier(60, 200_000, 2_000_000, 10_000_000),
+                tier(500, 2_000_000, 30_000_000, 200_000_000),
+                tier(5_000, 20_000_000, 300_000_000, 2_000_000_000),
+                TierConfig::default(),
+            ],
+        }
+    }
+}
+
+impl BillingConfig {
+    /// The limits of a tier (the last one past the end; uncapped when none).
+    pub fn tier(&self, tier: i64) -> TierConfig {
+        let i = usize::try_from(tier.max(0)).unwrap_or(usize::MAX);
+        self.tiers
+            .get(i)
+            .or(self.tiers.last())
+            .cloned()
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -290,6 +355,17 @@ impl Config {
             })?;
         }
         parse_duration(&self.responses.retention).context("responses.retention")?;
+        let d = &self.billing.key_defaults;
+        if d.daily_spend_cap_usd.is_some_and(|v| v.is_nan() || v < 0.0)
+            || d.rpm.is_some_and(|v| v < 0)
+            || d.tpm.is_some_and(|v| v < 0)
+        {
+            bail!("billing.key_defaults: guardrails must not be negative");
+        }
+        let up = self.billing.tier_up_purchase_usd;
+        if up.is_nan() || up <= 0.0 {
+            bail!("billing.tier_up_purchase_usd must be positive");
+        }
         if self.limits.max_request_bytes == 0 || self.limits.max_response_bytes == 0 {
             bail!("limits: byte caps must be positive");
         }

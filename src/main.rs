@@ -100,6 +100,9 @@ enum AdminCommand {
         under_review: bool,
         #[arg(long)]
         reason: Option<String>,
+        /// A payment-reason review, lifted by a settled payment.
+        #[arg(long)]
+        for_payment: Option<bool>,
     },
     /// Set an organization's tier.
     Tier { org_id: String, tier: i64 },
@@ -240,7 +243,11 @@ async fn admin(config: config::Config, cmd: AdminCommand) -> anyhow::Result<()> 
             org_id,
             amount_usd,
             kind,
-        } => adm::credits(&db, None, &org_id, adm::Credits { amount_usd, kind }).await,
+        } => {
+            let c = adm::Credits { amount_usd, kind };
+            let up = config.billing.tier_up_purchase_usd;
+            adm::credits(&db, None, &org_id, c, up).await
+        }
         AdminCommand::Verification {
             org_id,
             email,
@@ -266,6 +273,7 @@ async fn admin(config: config::Config, cmd: AdminCommand) -> anyhow::Result<()> 
             org_id,
             under_review,
             reason,
+            for_payment,
         } => {
             adm::review(
                 &db,
@@ -274,6 +282,7 @@ async fn admin(config: config::Config, cmd: AdminCommand) -> anyhow::Result<()> 
                 adm::Review {
                     under_review,
                     reason,
+                    for_payment,
                 },
             )
             .await

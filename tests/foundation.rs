@@ -168,6 +168,10 @@ async fn admin_api_is_guarded_and_does_what_the_contract_says() {
         )
         .await;
     assert_eq!((st, v["balance_usd"].as_f64()), (200, Some(7.5)));
+    let (_, o) = s
+        .admin(Method::GET, &format!("/admin/orgs/{org_id}"), None)
+        .await;
+    assert_eq!(o["tier"], 2, "a purchase of 5 USD moves the org up a tier");
     let (st, v) = s
         .admin(
             Method::POST,

@@ -60,6 +60,9 @@ pub struct Grants {
 pub struct Review {
     pub under_review: bool,
     pub reason: Option<String>,
+    /// A review for a payment reason, lifted by a settled payment (default: the
+    /// reason speaks of payment, a card or a charge).
+    pub for_payment: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -173,9 +176,11 @@ pub async fn credits(
     dir: Option<&Directory>,
     org_id: &str,
     req: Credits,
+    tier_up_purchase_usd: f64,
 ) -> Result<Value, ApiError> {
     let kind = req.kind.as_deref().unwrap_or("grant");
-    orgs::add_credits(db, org_id, req.amount_usd, kind).await?;
+    let tier_up = usd_to_micro(tier_up_purchase_usd).unwrap_or(i64::MAX);
+    orgs::add_credits(db, org_id, req.amount_usd, kind, tier_up).await?;
     let org = refresh_org(db, dir, org_id).await?;
     Ok(json!({ "balance_usd": org["balance_usd"] }))
 }
@@ -206,7 +211,7 @@ pub async fn review(
     org_id: &str,
     req: Review,
 ) -> Result<Value, ApiError> {
-    orgs::set_review(db, org_id, req.under_review, req.reason).await?;
+    orgs::set_review(db, org_id, req.under_review, req.reason, req.for_payment).await?;
     refresh_org(db, dir, org_id).await
 }
 

@@ -25,8 +25,13 @@ pub struct OrgRecord {
     pub tier: i64,
     pub balance_micro_usd: i64,
     pub purchased_micro_usd: i64,
+    /// Every credit ever added (grants, purchases, the verification refund), from
+    /// the same row read as the balance: see `store::counters::BalanceReq`.
+    pub credited_micro_usd: i64,
     pub under_review: bool,
     pub review_reason: Option<String>,
+    /// The review was opened for a payment reason: a settled payment lifts it.
+    pub review_for_payment: bool,
     pub credits_overflow: bool,
     pub grants: BTreeSet<String>,
     pub created_at: i64,
@@ -140,6 +145,7 @@ async fn ledger_in_tx(
     let purchased = if kind == "purchase" { amount } else { 0 };
     sqlx::query(
         "UPDATE orgs SET balance_micro_usd = balance_micro_usd + $1, \
+         credited_micro_usd = credited_micro_usd + $1, \
          purchased_micro_usd = purchased_micro_usd + $2, updated_at = $3 WHERE id = $4",
     )
     .bind(amount)
@@ -152,12 +158,15 @@ async fn ledger_in_tx(
     Ok(())
 }
 
-/// Adds credits (`grant` or `purchase`); returns the new balance in micro-USD.
+/// Adds credits (`grant` or `purchase`); returns the new balance in micro-USD. A
+/// purchase of at least `tier_up_micro_usd` moves the org up one tier, and any
+/// purchase is a settled payment: it lifts a review opened for a payment reason.
 pub async fn add_credits(
     db: &Db,
     org_id: &str,
     amount_usd: f64,
     kind: &str,
+    tier_up_micro_usd: i64,
 ) -> Result<i64, ApiError> {
     if !matches!(kind, "grant" | "purchase") {
         return Err(ApiError::invalid_parameter(
@@ -176,7 +185,19 @@ pub async fn add_credits(
         return Err(no_org());
     }
     let mut tx = db.pool.begin().await.map_err(db_error)?;
-    ledger_in_tx(&mut tx, org_id, amount, kind, now_ms()).await?;
+    let now = now_ms();
+    ledger_in_tx(&mut tx, org_id, amount, kind, now).await?;
+    if kind == "purchase" {
+        if amount >= tier_up_micro_usd {
+            sqlx::query("UPDATE orgs SET tier = tier + 1 WHERE id = $1 AND tier < $2")
+                .bind(org_id)
+                .bind(MAX_TIER)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
+        lift_payment_review(&mut tx, org_id).await?;
+    }
     tx.commit().await.map_err(db_error)?;
     Ok(get(db, org_id).await?.ok_or_else(no_org)?.balance_micro_usd)
 }
@@ -206,6 +227,7 @@ pub async fn verify(
     .map_err(db_error)?;
     if settled == Some(true) && !org.settled {
         ledger_in_tx(&mut tx, org_id, VERIFICATION_MICRO_USD, "verification", now).await?;
+        lift_payment_review(&mut tx, org_id).await?;
     }
     tx.commit().await.map_err(db_error)?;
     get(db, org_id).await?.ok_or_else(no_org)
@@ -235,6 +257,42 @@ pub async fn set_grants(db: &Db, org_id: &str, slugs: &[String]) -> Result<(), A
     tx.commit().await.map_err(db_error)
 }
 
+/// The highest tier an org can be moved to.
+pub const MAX_TIER: i64 = 100;
+
+/// A settled payment releases a review opened for a payment reason.
+async fn lift_payment_review(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    org_id: &str,
+) -> Result<(), ApiError> {
+    sqlx::query(
+        "UPDATE orgs SET under_review = 0, review_reason = NULL, review_for_payment = 0 \
+         WHERE id = $1 AND under_review = 1 AND review_for_payment = 1",
+    )
+    .bind(org_id)
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
+/// Turns credits overflow on (a spent free allowance then draws credits); only a
+/// verified org (card on file and the 1 USD charge settled) may.
+pub async fn enable_overflow(db: &Db, org: &OrgRecord) -> Result<(), ApiError> {
+    if !(org.card_on_file && org.settled) {
+        return Err(ApiError::new(
+            ErrorCode::VerificationRequired,
+            "Credits overflow needs a verified organization: add a card and complete the 1 USD verification.",
+        ));
+    }
+    let done = sqlx::query("UPDATE orgs SET credits_overflow = 1, updated_at = $1 WHERE id = $2")
+        .bind(now_ms())
+        .bind(&org.id)
+        .execute(&db.pool)
+        .await;
+    one_org(done)
+}
+
 async fn touch(tx: &mut sqlx::Transaction<'_, sqlx::Any>, org_id: &str) -> Result<(), ApiError> {
     sqlx::query("UPDATE orgs SET updated_at = $1 WHERE id = $2")
         .bind(now_ms())
@@ -245,26 +303,40 @@ async fn touch(tx: &mut sqlx::Transaction<'_, sqlx::Any>, org_id: &str) -> Resul
     Ok(())
 }
 
+/// Opens or releases a review. `for_payment` marks a review a settled payment
+/// lifts; without it, a reason that speaks of payment, a card or a charge counts.
 pub async fn set_review(
     db: &Db,
     org_id: &str,
     under_review: bool,
     reason: Option<String>,
+    for_payment: Option<bool>,
 ) -> Result<(), ApiError> {
+    let for_payment = under_review
+        && for_payment.unwrap_or_else(|| {
+            reason.as_deref().is_some_and(|r| {
+                let r = r.to_ascii_lowercase();
+                ["payment", "card", "charge", "billing", "chargeback"]
+                    .iter()
+                    .any(|w| r.contains(w))
+            })
+        });
     let done = sqlx::query(
-        "UPDATE orgs SET under_review = $1, review_reason = $2, updated_at = $3 WHERE id = $4",
+        "UPDATE orgs SET under_review = $1, review_reason = $2, review_for_payment = $5, \
+         updated_at = $3 WHERE id = $4",
     )
     .bind(under_review as i64)
     .bind(if under_review { reason } else { None })
     .bind(now_ms())
     .bind(org_id)
+    .bind(for_payment as i64)
     .execute(&db.pool)
     .await;
     one_org(done)
 }
 
 pub async fn set_tier(db: &Db, org_id: &str, tier: i64) -> Result<(), ApiError> {
-    if !(0..=100).contains(&tier) {
+    if !(0..=MAX_TIER).contains(&tier) {
         return Err(ApiError::invalid_parameter(
             "tier",
             "tier must be between 0 and 100",
@@ -287,8 +359,10 @@ fn one_org(done: Result<sqlx::any::AnyQueryResult, sqlx::Error>) -> Result<(), A
     }
 }
 
-const COLUMNS: &str = "id, name, email, email_verified, card_on_file, settled, tier, balance_micro_usd, \
-                       purchased_micro_usd, under_review, review_reason, credits_overflow, created_at, updated_at";
+const COLUMNS: &str =
+    "id, name, email, email_verified, card_on_file, settled, tier, balance_micro_usd, \
+                       purchased_micro_usd, credited_micro_usd, under_review, review_reason, \
+                       review_for_payment, credits_overflow, created_at, updated_at";
 
 fn from_row(row: &sqlx::any::AnyRow) -> OrgRecord {
     let flag = |c: &str| opt_i64(row, c).unwrap_or(0) != 0;
@@ -302,7 +376,9 @@ fn from_row(row: &sqlx::any::AnyRow) -> OrgRecord {
         tier: opt_i64(row, "tier").unwrap_or(0),
         balance_micro_usd: opt_i64(row, "balance_micro_usd").unwrap_or(0),
         purchased_micro_usd: opt_i64(row, "purchased_micro_usd").unwrap_or(0),
+        credited_micro_usd: opt_i64(row, "credited_micro_usd").unwrap_or(0),
         under_review: flag("under_review"),
+        review_for_payment: flag("review_for_payment"),
         review_reason: row
             .try_get::<Option<String>, _>("review_reason")
             .ok()

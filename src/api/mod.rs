@@ -10,7 +10,7 @@ use crate::accounts::{presented_key, KeyRecord, OrgRecord};
 use crate::state::AppState;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use respond::{json, ApiResult, Failure};
 use sluice_filters::ApiError;
@@ -64,6 +64,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/models/{slug}", get(models::one))
         .route("/api/models/{slug}/providers", get(models::providers))
         .route("/api/keys", get(list_keys))
+        .route("/api/credits-overflow", post(credits_overflow))
         .route("/api/gateway/usage/events", get(usage::events))
         .route("/api/gateway/usage/daily", get(usage::daily))
         .route("/api/gateway/catalog", get(usage::catalog))
@@ -73,6 +74,27 @@ pub fn router(state: Shared) -> Router {
         )
         .fallback(|uri: axum::http::Uri| async move { Failure(ApiError::not_found(uri.path())) })
         .with_state(state)
+}
+
+/// `POST /api/credits-overflow`: turns credits overflow on for the key's org (it
+/// never turns it off); 402 `verification_required` while the org is unverified.
+async fn credits_overflow(
+    Authed(c): Authed,
+    axum::extract::State(state): axum::extract::State<Shared>,
+) -> ApiResult {
+    use crate::accounts::orgs;
+    // The database's word, not the snapshot's: a verification may be seconds old.
+    let org = orgs::get(&state.db, &c.org.id)
+        .await?
+        .ok_or_else(|| Failure(ApiError::invalid_key()))?;
+    orgs::enable_overflow(&state.db, &org).await?;
+    if let Some(fresh) = orgs::get(&state.db, &org.id).await? {
+        state.directory.put_org(fresh);
+    }
+    Ok(json(
+        http::StatusCode::OK,
+        &serde_json::json!({"org_id": org.id, "credits_overflow": true}),
+    ))
 }
 
 /// `GET /api/keys`: the org's keys, never a secret.

@@ -194,7 +194,7 @@ pub async fn daily(
 }
 
 /// Days since the Unix epoch as `YYYY-MM-DD` (UTC), civil-from-days.
-fn day_string(days: i64) -> String {
+pub(crate) fn day_string(days: i64) -> String {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
@@ -237,8 +237,9 @@ pub async fn catalog(
     ))
 }
 
-/// `GET /api/gateway/keys/{api_key_id}/limits`: a key's guardrails (null is
-/// uncapped). A key of another org is 404.
+/// `GET /api/gateway/keys/{api_key_id}/limits`: a key's guardrails in force (its
+/// own, else the platform default; null is uncapped), the platform defaults, and the
+/// org's tier limits. A key of another org is 404.
 pub async fn key_limits(
     Authed(c): Authed,
     State(state): State<Shared>,
@@ -249,13 +250,29 @@ pub async fn key_limits(
         .iter()
         .find(|k| k.id == id)
         .ok_or_else(|| Failure(ApiError::new(ErrorCode::NotFound, "No such API key.")))?;
+    let billing = &state.config.billing;
+    let g = crate::billing::gate::guardrails(k, billing);
+    let d = &billing.key_defaults;
+    let t = billing.tier(c.org.tier);
     Ok(json(
         http::StatusCode::OK,
         &j!({
             "api_key_id": k.id,
-            "daily_spend_cap_usd": k.daily_spend_cap_micro_usd.map(micro_to_usd),
-            "requests_per_minute": k.rpm,
-            "tokens_per_minute": k.tpm,
+            "daily_spend_cap_usd": g.daily_spend_cap_micro_usd.map(micro_to_usd),
+            "requests_per_minute": g.rpm,
+            "tokens_per_minute": g.tpm,
+            "platform_defaults": {
+                "daily_spend_cap_usd": d.daily_spend_cap_usd,
+                "requests_per_minute": d.rpm,
+                "tokens_per_minute": d.tpm,
+            },
+            "org_tier": {
+                "tier": c.org.tier,
+                "requests_per_minute": t.requests_per_minute,
+                "tokens_per_minute": t.tokens_per_minute,
+                "tokens_per_hour": t.tokens_per_hour,
+                "tokens_per_day": t.tokens_per_day,
+            },
         }),
     ))
 }

@@ -1,20 +1,32 @@
-//! Key guardrails checked before a request is sent: the daily spend cap (resets
-//! 00:00 UTC), requests per minute and tokens per minute; a null guardrail is
-//! uncapped. One atomic counters step takes every window of the key at once: the
-//! request's worst case (its input estimated from the body, plus its output budget,
-//! at list price) is held in the spend and token windows, and once the answer is
-//! settled the holds are corrected to the real cost and tokens, so each window ends
-//! equal to what the key really used.
+//! The gates a request passes before it is sent, taken in one atomic counters step
+//! and settled to the real use afterwards:
+//! - on every lane, the key's guardrails: daily spend cap (resets 00:00 UTC),
+//!   requests and tokens per minute (the key's own value, else the platform
+//!   default, else uncapped);
+//! - on the platform lane only: the model's payment requirement, the org's tier
+//!   windows (requests per minute; tokens per minute, hour and day), the model's
+//!   free allowance, and the credit balance, which must cover the request's worst
+//!   case.
+//!
+//! Holds are taken at the worst case (input estimated from the body, the whole
+//! output budget, list price); settling corrects each to the real cost or tokens,
+//! so every window ends equal to what was really used. Token windows count cached
+//! input at its price weight.
 
 use crate::accounts::keys::KeyRecord;
 use crate::accounts::micro_to_usd;
-use crate::catalog::model::Price;
-use crate::store::counters::{now_secs, window_index, Counters, WindowOutcome, WindowReq};
+use crate::accounts::orgs::OrgRecord;
+use crate::catalog::model::{FreeAllowance, ModelSpec, Price, Requires};
+use crate::config::BillingConfig;
+use crate::store::counters::{
+    now_secs, window_counter, BalanceReq, Counters, WindowOutcome, WindowReq,
+};
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
 
-const DAY_SECS: u64 = 86_400;
-const MINUTE_SECS: u64 = 60;
+const MINUTE: u64 = 60;
+const HOUR: u64 = 3_600;
+const DAY: u64 = 86_400;
 
 /// What a request may use at most.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,117 +49,553 @@ pub fn worst_case(price: &Price, body_bytes: usize, max_output: u64) -> WorstCas
     }
 }
 
-/// Held amounts, to be corrected once the real use is known. The window counters are
-/// fixed when the holds were taken (a request that crosses a window boundary settles
-/// in the window it was admitted to).
+/// Tokens as the limits count them: fresh input and output in full, cached input at
+/// its price weight (a tenth when it is billed at a tenth), rounded up.
+pub fn weighted_tokens(price: &Price, u: &Usage) -> i64 {
+    let cached = u.cached_tokens.min(u.input_tokens);
+    let fresh = u.input_tokens - cached;
+    let cached_weight = if price.input == 0 || price.cached_input >= price.input {
+        cached as u128
+    } else {
+        (cached as u128 * price.cached_input as u128).div_ceil(price.input as u128)
+    };
+    let n = fresh as u128 + cached_weight + u.output_tokens as u128;
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A key's guardrails in force: its own, else the platform default; `None` is
+/// uncapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Guardrails {
+    pub daily_spend_cap_micro_usd: Option<i64>,
+    pub rpm: Option<i64>,
+    pub tpm: Option<i64>,
+}
+
+pub fn guardrails(key: &KeyRecord, billing: &BillingConfig) -> Guardrails {
+    let d = &billing.key_defaults;
+    Guardrails {
+        daily_spend_cap_micro_usd: key.daily_spend_cap_micro_usd.or_else(|| {
+            d.daily_spend_cap_usd
+                .map(|usd| crate::accounts::usd_to_micro(usd).unwrap_or(i64::MAX))
+        }),
+        rpm: key.rpm.or(d.rpm),
+        tpm: key.tpm.or(d.tpm),
+    }
+}
+
+/// What a held amount is corrected to once the answer is settled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Measure {
+    /// A request count: stays.
+    Request,
+    /// What the org is billed.
+    Billed,
+    /// Weighted tokens.
+    Tokens,
+    /// The list-price cost (free allowance dollar caps).
+    ListCost,
+    /// The live balance, which counts down: corrected to the billed cost.
+    Balance,
+}
+
+/// Which limit a window is, for its refusal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Limit {
+    KeyDailyCap,
+    KeyRpm,
+    KeyTpm,
+    OrgRpm,
+    OrgTpm,
+    OrgTph,
+    OrgTpd,
+    FreeHour,
+    FreeDay,
+    FreeMonth,
+    FreeLifetime,
+}
+
+impl Limit {
+    fn is_free(self) -> bool {
+        matches!(
+            self,
+            Limit::FreeHour | Limit::FreeDay | Limit::FreeMonth | Limit::FreeLifetime
+        )
+    }
+}
+
+#[derive(Clone)]
+struct Window {
+    req: WindowReq,
+    limit: Limit,
+    measure: Measure,
+}
+
+/// The amounts held for one request, to be corrected by [`settle`].
+#[derive(Debug, Default)]
 pub struct Hold {
-    spend: Option<(String, i64)>,
-    tokens: Option<(String, i64)>,
+    held: Vec<(String, i64, Measure)>,
 }
 
-fn counter(name: &str, window_secs: u64, now: u64) -> String {
-    format!("{name}:w{window_secs}:{}", window_index(now, window_secs))
+/// A request let through.
+#[derive(Debug)]
+pub struct Admission {
+    pub hold: Hold,
+    /// Served on the model's free allowance: the org is billed nothing.
+    pub free: bool,
 }
 
-/// Takes the key's windows for this request, or refuses with `insufficient_quota`
-/// (`key_daily_cap`, `key_rate_limit`, `key_token_rate_limit`). A key without
-/// guardrails costs no round trip.
-pub async fn key_guardrails(
+/// What the request really used.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Used {
+    pub billed_micro_usd: i64,
+    pub list_micro_usd: i64,
+    pub tokens: i64,
+}
+
+/// Everything the gates need to judge one request.
+pub struct Ask<'a> {
+    pub key: &'a KeyRecord,
+    pub org: &'a OrgRecord,
+    pub model: &'a ModelSpec,
+    pub worst: WorstCase,
+    /// The request may be served on platform credit (false: only the org's own
+    /// provider keys, which no platform gate counts).
+    pub platform: bool,
+}
+
+/// `insufficient_quota` with the prefix in the message and as `error.reason`.
+fn refuse(prefix: &'static str, message: String) -> ApiError {
+    refuse_as(prefix, message)
+}
+
+fn refuse_as(reason: &'static str, message: String) -> ApiError {
+    ApiError::new(ErrorCode::InsufficientQuota, message).with_extra("reason", reason)
+}
+
+/// Takes every gate for the request, or refuses with the gate's own error.
+pub async fn admit(
     counters: &dyn Counters,
-    key: &KeyRecord,
-    worst: WorstCase,
-) -> Result<Option<Hold>, ApiError> {
-    let mut windows = Vec::new();
-    let mut kinds = Vec::new();
-    if let Some(cap) = key.daily_spend_cap_micro_usd {
-        windows.push(WindowReq {
-            key: format!("kday:{}", key.id),
-            window_secs: DAY_SECS,
-            amount: worst.micro_usd,
-            limit: cap,
-        });
-        kinds.push("key_daily_cap");
-    }
-    if let Some(rpm) = key.rpm {
-        windows.push(WindowReq {
-            key: format!("krpm:{}", key.id),
-            window_secs: MINUTE_SECS,
-            amount: 1,
-            limit: rpm,
-        });
-        kinds.push("key_rate_limit");
-    }
-    if let Some(tpm) = key.tpm {
-        windows.push(WindowReq {
-            key: format!("ktpm:{}", key.id),
-            window_secs: MINUTE_SECS,
-            amount: worst.tokens,
-            limit: tpm,
-        });
-        kinds.push("key_token_rate_limit");
-    }
-    if windows.is_empty() {
-        return Ok(None);
-    }
+    billing: &BillingConfig,
+    ask: &Ask<'_>,
+) -> Result<Admission, ApiError> {
     let now = now_secs();
-    match counters.check_and_add(&windows).await {
-        Ok(WindowOutcome::Added) => {
-            let held = |prefix: &str, secs: u64, amount: i64| {
-                windows
-                    .iter()
-                    .find(|w| w.key.starts_with(prefix))
-                    .map(|w| (counter(&w.key, secs, now), amount))
-            };
-            Ok(Some(Hold {
-                spend: held("kday:", DAY_SECS, worst.micro_usd),
-                tokens: held("ktpm:", MINUTE_SECS, worst.tokens),
-            }))
-        }
-        Ok(WindowOutcome::Refused { index, current }) => {
-            let w = &windows[index];
-            let message = match kinds[index] {
-                "key_daily_cap" => format!(
-                    "key_daily_cap: this request could cost up to {:.6} USD, which would take the key past its daily spend cap of {:.2} USD ({:.6} USD spent or held today); the cap resets at 00:00 UTC.",
-                    micro_to_usd(worst.micro_usd),
-                    micro_to_usd(w.limit),
-                    micro_to_usd(current),
-                ),
-                "key_rate_limit" => format!(
-                    "key_rate_limit: this key allows {} requests per minute; retry in the next minute.",
-                    w.limit
-                ),
-                _ => format!(
-                    "key_token_rate_limit: this request could use up to {} tokens, which would take the key past its {} tokens per minute; retry in the next minute.",
-                    worst.tokens, w.limit
-                ),
-            };
-            Err(ApiError::new(ErrorCode::InsufficientQuota, message)
-                .with_extra("reason", kinds[index]))
-        }
-        Err(e) => {
-            // Guardrails are the customer's: without the store that enforces them,
-            // the request is not sent.
-            tracing::error!(error = %e, "counters unavailable for the key's guardrails");
-            Err(ApiError::new(
-                ErrorCode::UnavailableRoute,
-                "The limits store is unavailable; retry with backoff.",
-            )
-            .with_status(503))
-        }
+    let mut windows = key_windows(ask, billing);
+    if !ask.platform {
+        return take(counters, windows, None, now, ask, false).await;
     }
-}
-
-/// Corrects the holds to the real use (zero for a failed or refused request).
-pub async fn settle(counters: &dyn Counters, hold: Hold, cost_micro_usd: i64, tokens: i64) {
-    for (held, used) in [(hold.spend, cost_micro_usd), (hold.tokens, tokens)] {
-        let Some((counter, reserved)) = held else {
-            continue;
-        };
-        let delta = used - reserved;
-        if delta != 0 {
-            if let Err(e) = counters.add(&counter, delta).await {
-                tracing::error!(error = %e, "settling a guardrail hold failed");
+    requirement(ask)?;
+    windows.extend(org_windows(ask, billing));
+    let free = &ask.model.free;
+    let mut free_refused = false;
+    if has_allowance(free) {
+        let org = ask.org;
+        let no_card = free.needs_card && !org.card_on_file;
+        let unsettled = free.needs_settled && !org.settled;
+        if no_card || unsettled {
+            if !org.credits_overflow {
+                let missing = match (no_card, unsettled) {
+                    (true, true) => "a card on file and a settled 1 USD verification charge",
+                    (true, false) => "a card on file",
+                    _ => "a settled 1 USD verification charge",
+                };
+                // `reason` reads card_required where the card is what is missing.
+                let reason = if no_card {
+                    "card_required"
+                } else {
+                    "free_tier_requires_payment"
+                };
+                return Err(refuse_as(
+                    reason,
+                    format!(
+                        "free_tier_requires_payment: the free allowance of {} needs {missing}, which this organization does not have yet.",
+                        ask.model.slug
+                    ),
+                ));
+            }
+        } else {
+            let mut with_free = windows.clone();
+            with_free.extend(free_windows(ask, now));
+            match counters
+                .take(&reqs(&with_free), None)
+                .await
+                .map_err(store_down)?
+            {
+                WindowOutcome::Added => return Ok(admitted(with_free, None, now, true)),
+                WindowOutcome::Refused { index, current } => {
+                    let w = &with_free[index];
+                    if !w.limit.is_free() {
+                        return Err(window_error(w, current, ask));
+                    }
+                    // The allowance cannot cover this request: without overflow
+                    // that is the end; with it, credits must cover all of it.
+                    if !org.credits_overflow {
+                        return Err(free_limit_error(w, ask));
+                    }
+                    free_refused = true;
+                }
             }
         }
+    }
+    let balance = BalanceReq {
+        key: format!("bal:{}", ask.org.id),
+        credited: ask.org.credited_micro_usd,
+        balance: ask.org.balance_micro_usd,
+        amount: ask.worst.micro_usd,
+        floor: 0,
+    };
+    match take(counters, windows, Some(balance), now, ask, false).await {
+        Err(e) if free_refused && e.message.starts_with("insufficient_credits") => {
+            Err(promo_error(ask))
+        }
+        other => other,
+    }
+}
+
+async fn take(
+    counters: &dyn Counters,
+    windows: Vec<Window>,
+    balance: Option<BalanceReq>,
+    now: u64,
+    ask: &Ask<'_>,
+    free: bool,
+) -> Result<Admission, ApiError> {
+    if windows.is_empty() && balance.is_none() {
+        return Ok(Admission {
+            hold: Hold::default(),
+            free,
+        });
+    }
+    match counters
+        .take(&reqs(&windows), balance.as_ref())
+        .await
+        .map_err(store_down)?
+    {
+        WindowOutcome::Added => Ok(admitted(windows, balance, now, free)),
+        WindowOutcome::Refused { index, current } => match windows.get(index) {
+            Some(w) => Err(window_error(w, current, ask)),
+            None => Err(refuse(
+                "insufficient_credits",
+                format!(
+                    "insufficient_credits: the balance ({:.6} USD available) cannot cover this request's worst case of {:.6} USD; add credits or lower max_tokens.",
+                    micro_to_usd(current.max(0)),
+                    micro_to_usd(ask.worst.micro_usd),
+                ),
+            )),
+        },
+    }
+}
+
+fn admitted(windows: Vec<Window>, balance: Option<BalanceReq>, now: u64, free: bool) -> Admission {
+    let mut held: Vec<(String, i64, Measure)> = windows
+        .into_iter()
+        .filter(|w| w.measure != Measure::Request)
+        .map(|w| {
+            (
+                window_counter(&w.req.key, w.req.window_secs, now),
+                w.req.amount,
+                w.measure,
+            )
+        })
+        .collect();
+    if let Some(b) = balance {
+        held.push((b.key, b.amount, Measure::Balance));
+    }
+    Admission {
+        hold: Hold { held },
+        free,
+    }
+}
+
+fn reqs(windows: &[Window]) -> Vec<WindowReq> {
+    windows.iter().map(|w| w.req.clone()).collect()
+}
+
+fn store_down(e: anyhow::Error) -> ApiError {
+    // Limits and credits are the customer's money: without the store that
+    // enforces them, the request is not sent.
+    tracing::error!(error = %e, "counters unavailable for the request's gates");
+    ApiError::new(
+        ErrorCode::UnavailableRoute,
+        "The limits store is unavailable; retry with backoff.",
+    )
+    .with_status(503)
+}
+
+fn window(key: String, secs: u64, amount: i64, limit: i64, l: Limit, m: Measure) -> Window {
+    Window {
+        req: WindowReq {
+            key,
+            window_secs: secs,
+            amount,
+            limit,
+        },
+        limit: l,
+        measure: m,
+    }
+}
+
+fn key_windows(ask: &Ask<'_>, billing: &BillingConfig) -> Vec<Window> {
+    let g = guardrails(ask.key, billing);
+    let id = &ask.key.id;
+    let w = ask.worst;
+    let mut out = Vec::new();
+    if let Some(cap) = g.daily_spend_cap_micro_usd {
+        let k = format!("kday:{id}");
+        out.push(window(
+            k,
+            DAY,
+            w.micro_usd,
+            cap,
+            Limit::KeyDailyCap,
+            Measure::Billed,
+        ));
+    }
+    if let Some(rpm) = g.rpm {
+        let k = format!("krpm:{id}");
+        out.push(window(k, MINUTE, 1, rpm, Limit::KeyRpm, Measure::Request));
+    }
+    if let Some(tpm) = g.tpm {
+        let k = format!("ktpm:{id}");
+        out.push(window(
+            k,
+            MINUTE,
+            w.tokens,
+            tpm,
+            Limit::KeyTpm,
+            Measure::Tokens,
+        ));
+    }
+    out
+}
+
+fn org_windows(ask: &Ask<'_>, billing: &BillingConfig) -> Vec<Window> {
+    let t = billing.tier(ask.org.tier);
+    let id = &ask.org.id;
+    let tokens = ask.worst.tokens;
+    let mut out = Vec::new();
+    if let Some(rpm) = t.requests_per_minute {
+        let k = format!("orpm:{id}");
+        out.push(window(k, MINUTE, 1, rpm, Limit::OrgRpm, Measure::Request));
+    }
+    for (limit, secs, l, name) in [
+        (t.tokens_per_minute, MINUTE, Limit::OrgTpm, "otpm"),
+        (t.tokens_per_hour, HOUR, Limit::OrgTph, "otph"),
+        (t.tokens_per_day, DAY, Limit::OrgTpd, "otpd"),
+    ] {
+        if let Some(limit) = limit {
+            let k = format!("{name}:{id}");
+            out.push(window(k, secs, tokens, limit, l, Measure::Tokens));
+        }
+    }
+    out
+}
+
+fn has_allowance(f: &FreeAllowance) -> bool {
+    f.tokens_per_hour > 0 || f.tokens_per_day > 0 || f.usd_per_month > 0.0 || f.usd_lifetime > 0.0
+}
+
+fn free_windows(ask: &Ask<'_>, now: u64) -> Vec<Window> {
+    let f = &ask.model.free;
+    let base = format!("free:{}:{}", ask.org.id, ask.model.slug);
+    let w = ask.worst;
+    let micro = |usd: f64| crate::accounts::usd_to_micro(usd).unwrap_or(i64::MAX);
+    let mut out = Vec::new();
+    if f.tokens_per_hour > 0 {
+        let limit = i64::try_from(f.tokens_per_hour).unwrap_or(i64::MAX);
+        let k = format!("{base}:h");
+        out.push(window(
+            k,
+            HOUR,
+            w.tokens,
+            limit,
+            Limit::FreeHour,
+            Measure::Tokens,
+        ));
+    }
+    if f.tokens_per_day > 0 {
+        let limit = i64::try_from(f.tokens_per_day).unwrap_or(i64::MAX);
+        let k = format!("{base}:d");
+        out.push(window(
+            k,
+            DAY,
+            w.tokens,
+            limit,
+            Limit::FreeDay,
+            Measure::Tokens,
+        ));
+    }
+    if f.usd_per_month > 0.0 {
+        // A calendar month (UTC) named in the counter.
+        let month = &crate::api::usage::day_string((now / DAY) as i64)[..7];
+        let k = format!("{base}:m:{month}");
+        let l = micro(f.usd_per_month);
+        out.push(window(
+            k,
+            0,
+            w.micro_usd,
+            l,
+            Limit::FreeMonth,
+            Measure::ListCost,
+        ));
+    }
+    if f.usd_lifetime > 0.0 {
+        let k = format!("{base}:life");
+        let l = micro(f.usd_lifetime);
+        out.push(window(
+            k,
+            0,
+            w.micro_usd,
+            l,
+            Limit::FreeLifetime,
+            Measure::ListCost,
+        ));
+    }
+    out
+}
+
+/// The model's payment requirement, judged over the lanes the org can reach (the
+/// platform lane, until the org brings its own keys for the model).
+fn requirement(ask: &Ask<'_>) -> Result<(), ApiError> {
+    let org = ask.org;
+    let slug = &ask.model.slug;
+    match ask.model.requires {
+        Requires::None => Ok(()),
+        Requires::Payment if org.settled || org.purchased_micro_usd > 0 => Ok(()),
+        Requires::Payment => Err(refuse(
+            "model_requires_payment",
+            format!("model_requires_payment: {slug} needs a completed top-up on every lane this organization can reach; the 1 USD card verification counts."),
+        )),
+        Requires::Purchase if org.purchased_micro_usd > 0 => Ok(()),
+        Requires::Purchase => Err(refuse(
+            "model_requires_purchase",
+            format!("model_requires_purchase: {slug} needs a credit purchase on every lane this organization can reach; the 1 USD card verification is not enough."),
+        )),
+    }
+}
+
+fn window_error(w: &Window, current: i64, ask: &Ask<'_>) -> ApiError {
+    let limit = w.req.limit;
+    let tokens = ask.worst.tokens;
+    let tier = ask.org.tier;
+    let (prefix, message) = match w.limit {
+        Limit::KeyDailyCap => ("key_daily_cap", format!(
+            "key_daily_cap: this request could cost up to {:.6} USD, which would take the key past its daily spend cap of {:.2} USD ({:.6} USD spent or held today); the cap resets at 00:00 UTC.",
+            micro_to_usd(ask.worst.micro_usd), micro_to_usd(limit), micro_to_usd(current),
+        )),
+        Limit::KeyRpm => ("key_rate_limit", format!(
+            "key_rate_limit: this key allows {limit} requests per minute; retry in the next minute."
+        )),
+        Limit::KeyTpm => ("key_token_rate_limit", format!(
+            "key_token_rate_limit: this request could use up to {tokens} tokens, which would take the key past its {limit} tokens per minute; retry in the next minute."
+        )),
+        Limit::OrgRpm => ("org_rate_limit", format!(
+            "org_rate_limit: tier {tier} allows {limit} platform-funded requests per minute across all the organization's keys; retry in the next minute, or buy credits to move up a tier."
+        )),
+        Limit::OrgTpm => ("org_token_rate_limit", format!(
+            "org_token_rate_limit: this request could use up to {tokens} tokens, which would take the organization past tier {tier}'s {limit} platform-funded tokens per minute; retry in the next minute."
+        )),
+        Limit::OrgTph => ("org_token_rate_limit_hour", format!(
+            "org_token_rate_limit_hour: this request could use up to {tokens} tokens, which would take the organization past tier {tier}'s {limit} platform-funded tokens per hour; the window resets at the top of the hour (UTC)."
+        )),
+        Limit::OrgTpd => ("org_token_rate_limit_day", format!(
+            "org_token_rate_limit_day: this request could use up to {tokens} tokens, which would take the organization past tier {tier}'s {limit} platform-funded tokens per day; the window resets at 00:00 UTC."
+        )),
+        _ => return free_limit_error(w, ask),
+    };
+    refuse(prefix, message)
+}
+
+fn free_limit_error(w: &Window, ask: &Ask<'_>) -> ApiError {
+    let limit = w.req.limit;
+    let what = match w.limit {
+        Limit::FreeHour => {
+            format!("{limit} tokens per hour; it resets at the top of the hour (UTC)")
+        }
+        Limit::FreeDay => format!("{limit} tokens per day; it resets at 00:00 UTC"),
+        Limit::FreeMonth => format!(
+            "{:.2} USD per month; it resets on the 1st of the month at 00:00 UTC",
+            micro_to_usd(limit)
+        ),
+        _ => format!("{:.2} USD lifetime; it does not reset", micro_to_usd(limit)),
+    };
+    refuse(
+        "free_limit_reached",
+        format!(
+            "free_limit_reached: the free allowance of {} ({what}) is spent or cannot cover this request; enable credits overflow to continue on credits.",
+            ask.model.slug
+        ),
+    )
+}
+
+fn promo_error(ask: &Ask<'_>) -> ApiError {
+    refuse(
+        "promo_byok_only",
+        format!(
+            "promo_byok_only: the free allowance of {} does not cover this request (up to {} tokens, {:.6} USD) and credits cannot cover the rest; lower max_tokens, add credits with overflow on, or use your own provider key.",
+            ask.model.slug,
+            ask.worst.tokens,
+            micro_to_usd(ask.worst.micro_usd)
+        ),
+    )
+}
+
+/// Corrects the holds to the real use (zero for a failed or refused request), in
+/// one round trip.
+pub async fn settle(counters: &dyn Counters, hold: Hold, used: Used) {
+    let adds: Vec<(String, i64)> = hold
+        .held
+        .into_iter()
+        .filter_map(|(counter, held, m)| {
+            let delta = match m {
+                Measure::Request => 0,
+                Measure::Billed => used.billed_micro_usd - held,
+                Measure::Tokens => used.tokens - held,
+                Measure::ListCost => used.list_micro_usd - held,
+                Measure::Balance => held - used.billed_micro_usd,
+            };
+            (delta != 0).then_some((counter, delta))
+        })
+        .collect();
+    if adds.is_empty() {
+        return;
+    }
+    if let Err(e) = counters.add_many(&adds).await {
+        tracing::error!(error = %e, "settling the request's holds failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_input_counts_at_its_price_weight() {
+        let p = Price {
+            input: 1_000_000,
+            cached_input: 100_000,
+            output: 5_000_000,
+        };
+        let u = Usage {
+            input_tokens: 1_000,
+            cached_tokens: 900,
+            output_tokens: 50,
+            ..Usage::default()
+        };
+        // 100 fresh + 900 / 10 cached + 50 out.
+        assert_eq!(weighted_tokens(&p, &u), 240);
+        // A model without a cached discount counts cached input in full.
+        let flat = Price {
+            cached_input: 1_000_000,
+            ..p
+        };
+        assert_eq!(weighted_tokens(&flat, &u), 1_050);
+        // Rounded up: 1 cached token at a tenth is one token.
+        let one = Usage {
+            input_tokens: 1,
+            cached_tokens: 1,
+            ..Usage::default()
+        };
+        assert_eq!(weighted_tokens(&p, &one), 1);
     }
 }

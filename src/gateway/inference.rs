@@ -144,7 +144,15 @@ pub async fn handle(
         _ => None,
     };
     let counters = state.counters.as_ref();
-    let hold;
+    let billing = &state.config.billing;
+    let ask = |worst| gate::Ask {
+        key: &key,
+        org: &org,
+        model: &model.spec,
+        worst,
+        platform: true,
+    };
+    let admission;
     let outcome = match inbound {
         Some(inbound) => {
             // Structural validation before anything is charged or sent.
@@ -152,7 +160,10 @@ pub async fn handle(
             req.model = model_name.clone();
             let budget = req.max_tokens.unwrap_or(model.spec.max_output_tokens);
             let worst = gate::worst_case(&model.spec.price, body.len(), budget);
-            hold = gate::key_guardrails(counters, &key, worst).await?;
+            admission = gate::admit(counters, billing, &ask(worst)).await?;
+            if admission.free {
+                ex.price = Default::default();
+            }
             let job = Job {
                 inbound,
                 stream: req.stream,
@@ -165,18 +176,25 @@ pub async fn handle(
         None => {
             let req = sluice_filters::inbound::embeddings::parse(&body)?;
             let worst = gate::worst_case(&model.spec.price, body.len(), 0);
-            hold = gate::key_guardrails(counters, &key, worst).await?;
+            admission = gate::admit(counters, billing, &ask(worst)).await?;
+            if admission.free {
+                ex.price = Default::default();
+            }
             Box::pin(super::embeddings::serve(gw, session, &mut ex, &model, req)).await
         }
     };
-    if let Some(h) = hold {
-        let tokens = if ex.billable {
-            ex.usage.total() as i64
-        } else {
-            0
-        };
-        gate::settle(counters, h, billed_cost(&ex), tokens).await;
-    }
+    let list = &model.spec.price;
+    let used = if ex.billable {
+        gate::Used {
+            billed_micro_usd: billed_cost(&ex),
+            list_micro_usd: i64::try_from(crate::billing::cost_micro_usd(list, &ex.usage))
+                .unwrap_or(i64::MAX),
+            tokens: gate::weighted_tokens(list, &ex.usage),
+        }
+    } else {
+        gate::Used::default()
+    };
+    gate::settle(counters, admission.hold, used).await;
     let format = inbound.map_or(Format::OpenAi, wire::format_of);
     let (status, error_class) = match outcome {
         Outcome::Written(s) => (s, None),

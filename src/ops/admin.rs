@@ -78,7 +78,8 @@ async fn revoke_key(State(s): State<Shared>, Path(key_id): Path<String>) -> ApiR
 }
 
 async fn credits(State(s): State<Shared>, Path(org_id): Path<String>, body: Bytes) -> ApiResult {
-    let v = ops::credits(&s.db, Some(&s.directory), &org_id, parse_body(&body)?).await?;
+    let up = s.config.billing.tier_up_purchase_usd;
+    let v = ops::credits(&s.db, Some(&s.directory), &org_id, parse_body(&body)?, up).await?;
     Ok(json(StatusCode::OK, &v))
 }
 

@@ -44,6 +44,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0003_rung_probes.sql"),
         include_str!("../../migrations/postgres/0003_rung_probes.sql"),
     ),
+    (
+        4,
+        "money gates and idempotency",
+        include_str!("../../migrations/sqlite/0004_money_gates.sql"),
+        include_str!("../../migrations/postgres/0004_money_gates.sql"),
+    ),
 ];
 
 impl Db {

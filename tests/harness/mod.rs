@@ -210,7 +210,7 @@ impl Sluice {
             .admin(
                 reqwest::Method::POST,
                 "/admin/orgs",
-                Some(json!({"name": "acme", "email": "ops@acme.test", "email_verified": true, "card_verified": true, "credits_usd": 10})),
+                Some(json!({"name": "acme", "email": "ops@acme.test", "email_verified": true, "card_verified": true, "credits_usd": 10, "tier": 3})),
             )
             .await;
         assert_eq!(s, 201, "{org}");

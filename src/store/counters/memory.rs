@@ -1,7 +1,9 @@
 //! In-process counters for a single instance: one map behind a mutex. Entries carry
 //! their own expiry and are swept lazily.
 
-use super::{now_secs, window_index, Counters, WindowOutcome, WindowReq};
+use super::{
+    credited_mark, now_secs, window_counter, BalanceReq, Counters, WindowOutcome, WindowReq,
+};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -47,22 +49,54 @@ fn int_of(map: &HashMap<String, Entry>, key: &str, now: Instant) -> Option<i64> 
     }
 }
 
-fn window_key(key: &str, window_secs: u64, now: u64) -> String {
-    format!("{key}:w{window_secs}:{}", window_index(now, window_secs))
+fn set_int(map: &mut HashMap<String, Entry>, key: &str, v: i64, expires: Option<Instant>) {
+    map.insert(
+        key.to_string(),
+        Entry {
+            value: Value::Int(v),
+            expires,
+        },
+    );
+}
+
+/// Brings the live balance up to date with the credited total; returns it.
+fn sync_balance(map: &mut HashMap<String, Entry>, b: &BalanceReq, now: Instant) -> i64 {
+    let mark = credited_mark(&b.key);
+    match int_of(map, &mark, now) {
+        None => {
+            set_int(map, &b.key, b.balance, None);
+            set_int(map, &mark, b.credited, None);
+            b.balance
+        }
+        Some(seen) => {
+            let mut live = int_of(map, &b.key, now).unwrap_or(0);
+            if b.credited > seen {
+                live += b.credited - seen;
+                set_int(map, &b.key, live, None);
+                set_int(map, &mark, b.credited, None);
+            }
+            live
+        }
+    }
 }
 
 #[async_trait]
 impl Counters for MemoryCounters {
-    async fn check_and_add(&self, windows: &[WindowReq]) -> anyhow::Result<WindowOutcome> {
+    async fn take(
+        &self,
+        windows: &[WindowReq],
+        balance: Option<&BalanceReq>,
+    ) -> anyhow::Result<WindowOutcome> {
         let now = Instant::now();
         let secs = now_secs();
         let mut map = self.lock();
         if map.len() > 100_000 {
             map.retain(|_, e| live(e, now));
         }
+        let live_balance = balance.map(|b| sync_balance(&mut map, b, now));
         let keys: Vec<String> = windows
             .iter()
-            .map(|w| window_key(&w.key, w.window_secs, secs))
+            .map(|w| window_counter(&w.key, w.window_secs, secs))
             .collect();
         for (i, (w, k)) in windows.iter().zip(&keys).enumerate() {
             let current = int_of(&map, k, now).unwrap_or(0);
@@ -70,22 +104,25 @@ impl Counters for MemoryCounters {
                 return Ok(WindowOutcome::Refused { index: i, current });
             }
         }
+        if let (Some(b), Some(live)) = (balance, live_balance) {
+            if live - b.amount < b.floor {
+                return Ok(WindowOutcome::Refused {
+                    index: windows.len(),
+                    current: live,
+                });
+            }
+            set_int(&mut map, &b.key, live - b.amount, None);
+        }
         for (w, k) in windows.iter().zip(keys) {
             let current = int_of(&map, &k, now).unwrap_or(0);
-            let expires = now + Duration::from_secs(w.window_secs + 1);
-            map.insert(
-                k,
-                Entry {
-                    value: Value::Int(current + w.amount),
-                    expires: Some(expires),
-                },
-            );
+            let expires = (w.window_secs > 0).then(|| now + Duration::from_secs(w.window_secs + 1));
+            set_int(&mut map, &k, current + w.amount, expires);
         }
         Ok(WindowOutcome::Added)
     }
 
     async fn window_total(&self, key: &str, window_secs: u64) -> anyhow::Result<i64> {
-        let k = window_key(key, window_secs, now_secs());
+        let k = window_counter(key, window_secs, now_secs());
         Ok(int_of(&self.lock(), &k, Instant::now()).unwrap_or(0))
     }
 

@@ -18,33 +18,70 @@ pub struct WindowReq {
     /// The counter's name without the window suffix, e.g. `rpm:key_…`.
     pub key: String,
     /// Window length in seconds; windows align to the Unix epoch (so daily windows
-    /// reset at 00:00 UTC).
+    /// reset at 00:00 UTC). Zero: `key` is the counter itself and never expires (a
+    /// lifetime total, or a calendar period named in the key).
     pub window_secs: u64,
     pub amount: i64,
     /// The window refuses an add that would take it past this.
     pub limit: i64,
 }
 
-/// The answer of [`Counters::check_and_add`].
+/// A draw on a shared balance, taken in the same atomic step as the windows.
+///
+/// The live balance is a counter (`key`) that reservations draw down and grants top
+/// up. Grants reach it without any instance having to be told: `credited` is the
+/// org's running total of credits ever added (from the same database row as
+/// `balance`), and the counter remembers the total it has already taken in; a larger
+/// figure adds the difference, once, whichever instance brings it. A missing counter
+/// starts at `balance`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BalanceReq {
+    pub key: String,
+    pub credited: i64,
+    pub balance: i64,
+    pub amount: i64,
+    /// The draw is refused when it would take the live balance below this.
+    pub floor: i64,
+}
+
+/// The answer of [`Counters::take`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WindowOutcome {
     /// Every window took its amount.
     Added,
     /// The window at this index would pass its limit; nothing was added anywhere.
+    /// The balance, when asked for, has the index after the last window, and
+    /// `current` is then the live balance.
     Refused { index: usize, current: i64 },
 }
 
 #[async_trait]
 pub trait Counters: Send + Sync {
-    /// All-or-nothing: adds each request's amount to its current window unless one
-    /// of them would pass its limit.
-    async fn check_and_add(&self, windows: &[WindowReq]) -> anyhow::Result<WindowOutcome>;
+    /// All-or-nothing: adds each request's amount to its current window and draws
+    /// the balance, unless one of them would pass its limit.
+    async fn take(
+        &self,
+        windows: &[WindowReq],
+        balance: Option<&BalanceReq>,
+    ) -> anyhow::Result<WindowOutcome>;
+
+    async fn check_and_add(&self, windows: &[WindowReq]) -> anyhow::Result<WindowOutcome> {
+        self.take(windows, None).await
+    }
 
     /// The current total of a window (0 when absent).
     async fn window_total(&self, key: &str, window_secs: u64) -> anyhow::Result<i64>;
 
     /// Adds to a plain counter and returns the new value.
     async fn add(&self, key: &str, amount: i64) -> anyhow::Result<i64>;
+
+    /// Adds to several plain counters (one round trip where the store allows).
+    async fn add_many(&self, adds: &[(String, i64)]) -> anyhow::Result<()> {
+        for (k, v) in adds {
+            self.add(k, *v).await?;
+        }
+        Ok(())
+    }
 
     /// Subtracts `amount` from a plain counter only if the result stays at or above
     /// `floor`; returns the new value, or `None` (and changes nothing) otherwise.
@@ -77,6 +114,23 @@ pub trait Counters: Send + Sync {
 /// The window index of `now` for a window length (epoch-aligned).
 pub fn window_index(now_secs: u64, window_secs: u64) -> u64 {
     now_secs / window_secs.max(1)
+}
+
+/// The stored counter name of a window at `now`.
+pub fn window_counter(key: &str, window_secs: u64, now_secs: u64) -> String {
+    if window_secs == 0 {
+        key.to_string()
+    } else {
+        format!(
+            "{key}:w{window_secs}:{}",
+            window_index(now_secs, window_secs)
+        )
+    }
+}
+
+/// The counter name that remembers how much credit a balance counter took in.
+pub fn credited_mark(balance_key: &str) -> String {
+    format!("{balance_key}:credited")
 }
 
 pub fn now_secs() -> u64 {
@@ -121,6 +175,71 @@ pub(crate) mod contract {
             "refusal added nothing"
         );
         assert_eq!(c.window_total(&k("zz"), 60).await.unwrap(), 0);
+        // A lifetime window (no expiry) behaves the same.
+        let life = |amount, limit| WindowReq {
+            key: k("life"),
+            window_secs: 0,
+            amount,
+            limit,
+        };
+        assert_eq!(
+            c.take(&[life(4, 5)], None).await.unwrap(),
+            WindowOutcome::Added
+        );
+        assert!(matches!(
+            c.take(&[life(2, 5)], None).await.unwrap(),
+            WindowOutcome::Refused {
+                index: 0,
+                current: 4
+            }
+        ));
+        assert_eq!(c.get(&k("life")).await.unwrap(), Some(4));
+        // Balances: start from the snapshot, draw, refuse below the floor, and take
+        // in each new credit once whoever brings it.
+        let bal = |credited, balance, amount| BalanceReq {
+            key: k("org"),
+            credited,
+            balance,
+            amount,
+            floor: 0,
+        };
+        assert_eq!(
+            c.take(&[w("c", 1, 10)], Some(&bal(100, 100, 70)))
+                .await
+                .unwrap(),
+            WindowOutcome::Added
+        );
+        assert_eq!(
+            c.take(&[w("c", 1, 10)], Some(&bal(100, 100, 70)))
+                .await
+                .unwrap(),
+            WindowOutcome::Refused {
+                index: 1,
+                current: 30
+            },
+            "a stale snapshot does not reset the live balance"
+        );
+        assert_eq!(
+            c.window_total(&k("c"), 60).await.unwrap(),
+            1,
+            "all or nothing"
+        );
+        // A grant of 50 seen by two instances is taken in once.
+        assert_eq!(
+            c.take(&[], Some(&bal(150, 150, 70))).await.unwrap(),
+            WindowOutcome::Added
+        );
+        assert_eq!(c.get(&k("org")).await.unwrap(), Some(10));
+        assert!(matches!(
+            c.take(&[], Some(&bal(150, 80, 20))).await.unwrap(),
+            WindowOutcome::Refused {
+                index: 0,
+                current: 10
+            }
+        ));
+        c.add_many(&[(k("org"), 5), (k("other"), 2)]).await.unwrap();
+        assert_eq!(c.get(&k("org")).await.unwrap(), Some(15));
+        assert_eq!(c.get(&k("other")).await.unwrap(), Some(2));
         // Plain counters and reservations.
         assert_eq!(c.get(&k("bal")).await.unwrap(), None);
         c.set(&k("bal"), 100).await.unwrap();

@@ -1,30 +1,67 @@
 //! Redis counters, shared by every instance. Each multi-key step is one Lua script,
 //! so it is atomic and one round trip.
 
-use super::{now_secs, window_index, Counters, WindowOutcome, WindowReq};
+use super::{
+    credited_mark, now_secs, window_counter, BalanceReq, Counters, WindowOutcome, WindowReq,
+};
 use anyhow::Context;
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use std::time::Duration;
 
-/// KEYS: the window keys. ARGV: per key (amount, limit, ttl). Checks every window,
-/// then adds to all, or to none; returns 0 when added, else (index+1, current).
-const CHECK_AND_ADD: &str = r#"
-local n = #KEYS
+/// KEYS: the window keys, then (with a balance) the balance and its credited mark.
+/// ARGV[1]: the number of windows; per window (amount, limit, ttl; ttl 0 never
+/// expires); with a balance (credited, snapshot balance, amount, floor). Syncs the
+/// balance with the credited total, checks every window and the balance, then adds
+/// to all, or to none; returns {0, 0} when taken, else {index+1, current}.
+const TAKE: &str = r#"
+local n = tonumber(ARGV[1])
+local live = nil
+local draw = 0
+if #KEYS > n then
+  local bk, mk = KEYS[n+1], KEYS[n+2]
+  local base = n*3 + 1
+  local credited = tonumber(ARGV[base+1])
+  local seen = redis.call('GET', mk)
+  if not seen then
+    live = tonumber(ARGV[base+2])
+    redis.call('SET', bk, live)
+    redis.call('SET', mk, credited)
+  else
+    live = tonumber(redis.call('GET', bk) or '0')
+    if credited > tonumber(seen) then
+      live = live + credited - tonumber(seen)
+      redis.call('SET', bk, live)
+      redis.call('SET', mk, credited)
+    end
+  end
+  draw = tonumber(ARGV[base+3])
+  if live - draw < tonumber(ARGV[base+4]) then
+    for i = 1, n do
+      local cur = tonumber(redis.call('GET', KEYS[i]) or '0')
+      if cur + tonumber(ARGV[(i-1)*3+2]) > tonumber(ARGV[(i-1)*3+3]) then
+        return {i, cur}
+      end
+    end
+    return {n+1, live}
+  end
+end
 for i = 1, n do
   local cur = tonumber(redis.call('GET', KEYS[i]) or '0')
-  local amount = tonumber(ARGV[(i-1)*3+1])
-  local limit = tonumber(ARGV[(i-1)*3+2])
-  if cur + amount > limit then
+  if cur + tonumber(ARGV[(i-1)*3+2]) > tonumber(ARGV[(i-1)*3+3]) then
     return {i, cur}
   end
 end
 for i = 1, n do
-  local amount = tonumber(ARGV[(i-1)*3+1])
-  local ttl = tonumber(ARGV[(i-1)*3+3])
-  redis.call('INCRBY', KEYS[i], amount)
-  redis.call('EXPIRE', KEYS[i], ttl)
+  local ttl = tonumber(ARGV[(i-1)*3+4])
+  redis.call('INCRBY', KEYS[i], tonumber(ARGV[(i-1)*3+2]))
+  if ttl > 0 then
+    redis.call('EXPIRE', KEYS[i], ttl)
+  end
+end
+if live then
+  redis.call('DECRBY', KEYS[n+1], draw)
 end
 return {0, 0}
 "#;
@@ -43,7 +80,7 @@ return {1, v}
 pub struct RedisCounters {
     conn: ConnectionManager,
     prefix: String,
-    check_and_add: Script,
+    take: Script,
     reserve: Script,
 }
 
@@ -56,7 +93,7 @@ impl RedisCounters {
         Ok(RedisCounters {
             conn,
             prefix: "sluice:".into(),
-            check_and_add: Script::new(CHECK_AND_ADD),
+            take: Script::new(TAKE),
             reserve: Script::new(RESERVE),
         })
     }
@@ -66,25 +103,38 @@ impl RedisCounters {
     }
 
     fn window_key(&self, key: &str, window_secs: u64, now: u64) -> String {
-        format!(
-            "{}{key}:w{window_secs}:{}",
-            self.prefix,
-            window_index(now, window_secs)
-        )
+        format!("{}{}", self.prefix, window_counter(key, window_secs, now))
     }
 }
 
 #[async_trait]
 impl Counters for RedisCounters {
-    async fn check_and_add(&self, windows: &[WindowReq]) -> anyhow::Result<WindowOutcome> {
-        if windows.is_empty() {
+    async fn take(
+        &self,
+        windows: &[WindowReq],
+        balance: Option<&BalanceReq>,
+    ) -> anyhow::Result<WindowOutcome> {
+        if windows.is_empty() && balance.is_none() {
             return Ok(WindowOutcome::Added);
         }
         let now = now_secs();
-        let mut inv = self.check_and_add.prepare_invoke();
+        let mut inv = self.take.prepare_invoke();
+        inv.arg(windows.len());
         for w in windows {
             inv.key(self.window_key(&w.key, w.window_secs, now));
-            inv.arg(w.amount).arg(w.limit).arg(w.window_secs + 1);
+            let ttl = if w.window_secs == 0 {
+                0
+            } else {
+                w.window_secs + 1
+            };
+            inv.arg(w.amount).arg(w.limit).arg(ttl);
+        }
+        if let Some(b) = balance {
+            inv.key(self.k(&b.key)).key(self.k(&credited_mark(&b.key)));
+            inv.arg(b.credited)
+                .arg(b.balance)
+                .arg(b.amount)
+                .arg(b.floor);
         }
         let mut conn = self.conn.clone();
         let (idx, cur): (i64, i64) = inv.invoke_async(&mut conn).await?;
@@ -96,6 +146,16 @@ impl Counters for RedisCounters {
                 current: cur,
             }
         })
+    }
+
+    async fn add_many(&self, adds: &[(String, i64)]) -> anyhow::Result<()> {
+        let mut pipe = redis::pipe();
+        for (k, v) in adds {
+            pipe.incr(self.k(k), *v).ignore();
+        }
+        let mut conn = self.conn.clone();
+        let _: () = pipe.query_async(&mut conn).await?;
+        Ok(())
     }
 
     async fn window_total(&self, key: &str, window_secs: u64) -> anyhow::Result<i64> {
