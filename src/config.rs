@@ -164,6 +164,8 @@ pub struct LimitsConfig {
     /// A stream whose first content is this slow gets its 200 header and SSE
     /// keep-alive comments early (fail-over stays invisible); 0 disables.
     pub early_header_ms: u64,
+    /// How long an Idempotency-Key result is kept for replay.
+    pub idempotency_ttl_seconds: u64,
 }
 
 /// The per-rung circuit breaker.
@@ -249,6 +251,7 @@ impl Default for LimitsConfig {
             max_request_bytes: 32 * 1024 * 1024,
             max_response_bytes: 64 * 1024 * 1024,
             early_header_ms: 10_000,
+            idempotency_ttl_seconds: 86_400,
         }
     }
 }

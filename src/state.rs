@@ -18,6 +18,8 @@ pub struct AppState {
     pub catalog: Arc<CatalogStore>,
     pub metrics: Metrics,
     pub usage: UsageSink,
+    /// This process's id: it owns the Idempotency-Keys it claims while it lives.
+    pub instance_id: String,
     draining: AtomicBool,
     gateway_up: AtomicBool,
 }
@@ -51,6 +53,7 @@ impl AppState {
             catalog,
             metrics: Metrics::new(),
             usage,
+            instance_id: crate::store::new_id("inst"),
             draining: AtomicBool::new(false),
             gateway_up: AtomicBool::new(false),
         }))
@@ -60,6 +63,10 @@ impl AppState {
     pub fn spawn_refreshers(&self) {
         self.directory.spawn_sync(self.db.clone());
         self.catalog.spawn_refresh(self.db.clone());
+        crate::gateway::idempotency::spawn_heartbeat(
+            self.counters.clone(),
+            self.instance_id.clone(),
+        );
     }
 
     pub fn draining(&self) -> bool {

@@ -107,8 +107,17 @@ pub async fn unless_gone<F: std::future::Future>(
 
 /// Writes a whole answer (header with its content length, then the body); false
 /// when the client is gone.
-pub async fn write_whole(session: &mut Session, mut h: ResponseHeader, body: Vec<u8>) -> bool {
+pub async fn write_whole(
+    session: &mut Session,
+    ex: &mut Exchange,
+    mut h: ResponseHeader,
+    body: Vec<u8>,
+) -> bool {
     let _ = h.insert_header(http::header::CONTENT_LENGTH, body.len());
+    if ex.tape.is_some() {
+        ex.tape_header(&h);
+        ex.tape_body(&body);
+    }
     session
         .write_response_header(Box::new(h), false)
         .await
@@ -185,6 +194,7 @@ pub async fn read_before_commit(
                     let Some(h) = sse_header(ex, provider, "pending") else {
                         return Before::Over(Attempt::Terminal(ApiError::internal()));
                     };
+                    ex.tape_header(&h);
                     if session.write_response_header(h, false).await.is_err() {
                         return Before::Over(Attempt::ClientGone);
                     }

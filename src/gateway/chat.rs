@@ -110,7 +110,7 @@ pub(super) async fn plain_attempt(
     };
     let _ = h.insert_header(http::header::CONTENT_TYPE, "application/json");
     ex.receipt_headers(&mut h, &t.provider, "ok");
-    if !write_whole(session, h, out).await {
+    if !write_whole(session, ex, h, out).await {
         return Attempt::ClientGone;
     }
     Attempt::Served(200)
@@ -205,6 +205,7 @@ pub(super) async fn stream_attempt(
                 let Some(h) = sse_header(ex, &t.provider, "ok") else {
                     return Attempt::Terminal(ApiError::internal());
                 };
+                ex.tape_header(&h);
                 if session.write_response_header(h, false).await.is_err() {
                     return Attempt::ClientGone;
                 }
@@ -276,10 +277,11 @@ impl Pump<'_> {
         self.out.extend_from_slice(&data_frame(&frame));
     }
 
-    async fn flush(&mut self, session: &mut Session, end: bool) -> bool {
+    async fn flush(&mut self, session: &mut Session, ex: &mut Exchange, end: bool) -> bool {
         if self.out.is_empty() && !end {
             return true;
         }
+        ex.tape_body(&self.out);
         // The next burst is likely as large: start it at this one's capacity, so
         // it is written without a chain of reallocations.
         let cap = self.out.capacity();
@@ -297,7 +299,7 @@ impl Pump<'_> {
     ) -> Attempt {
         // Events already decoded in the committing read.
         let mut done = self.drain(ex, decoder);
-        if !self.flush(session, false).await {
+        if !self.flush(session, ex, false).await {
             return Attempt::ClientGone;
         }
         let max = gw.state.config.limits.max_response_bytes;
@@ -330,7 +332,7 @@ impl Pump<'_> {
                         break;
                     }
                     done = self.drain(ex, decoder);
-                    if !self.flush(session, false).await {
+                    if !self.flush(session, ex, false).await {
                         return Attempt::ClientGone;
                     }
                     if ended && !done {
@@ -357,7 +359,7 @@ impl Pump<'_> {
             }
         }
         ex.usage = self.usage.unwrap_or_default();
-        if !self.flush(session, true).await {
+        if !self.flush(session, ex, true).await {
             return Attempt::ClientGone;
         }
         Attempt::Served(200)

@@ -212,7 +212,7 @@ pub async fn serve(
                     return Outcome::Error(ApiError::internal());
                 };
                 ex.attempt(&t.provider, "ok");
-                return if write_whole(session, h, body).await {
+                return if write_whole(session, ex, h, body).await {
                     Outcome::Written(200)
                 } else {
                     Outcome::ClientGone

@@ -40,6 +40,17 @@ pub struct Exchange {
     /// A rung served content: only then is the call billed (failed and empty
     /// attempts cost nothing).
     pub billable: bool,
+    /// What went to the client, kept only for a request with an Idempotency-Key.
+    pub tape: Option<Box<Tape>>,
+}
+
+/// An answer as the client received it: status, the headers worth replaying, and
+/// the body bytes (a stream's frames in order).
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Tape {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
 }
 
 impl Exchange {
@@ -58,6 +69,27 @@ impl Exchange {
             ignored: None,
             price: Price::default(),
             billable: false,
+            tape: None,
+        }
+    }
+
+    /// Records the answer's header when the request is being taped.
+    pub fn tape_header(&mut self, h: &ResponseHeader) {
+        if let Some(t) = self.tape.as_deref_mut() {
+            t.status = h.status.as_u16();
+            t.headers = h
+                .headers
+                .iter()
+                .filter(|(n, _)| *n != http::header::CONTENT_LENGTH)
+                .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
+                .collect();
+        }
+    }
+
+    /// Records body bytes sent to the client when the request is being taped.
+    pub fn tape_body(&mut self, bytes: &[u8]) {
+        if let Some(t) = self.tape.as_deref_mut() {
+            t.body.extend_from_slice(bytes);
         }
     }
 

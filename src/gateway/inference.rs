@@ -4,6 +4,7 @@
 
 use super::body::{read_capped, BodyError};
 use super::exchange::{Exchange, Outcome};
+use super::idempotency::{self, Claim};
 use super::models::{authenticate, granted, Handled};
 use super::respond::send;
 use super::waterfall::{self, Job};
@@ -153,14 +154,35 @@ pub async fn handle(
         platform: true,
     };
     let admission;
+    let mut ticket = None;
     let outcome = match inbound {
         Some(inbound) => {
             // Structural validation before anything is charged or sent.
             let mut req = wire::parse(inbound, &body)?;
             req.model = model_name.clone();
+            if inbound != Inbound::Messages {
+                if let Some(k) = idempotency::key_of(session)? {
+                    let label = route.label();
+                    match idempotency::claim(state, &org.id, &k, label, &body, ex.deadline).await? {
+                        Claim::Replay(tape) => return Ok(idempotency::replay(session, tape).await),
+                        Claim::Fresh(t) => {
+                            ex.tape = Some(Box::default());
+                            ticket = Some(t);
+                        }
+                    }
+                }
+            }
             let budget = req.max_tokens.unwrap_or(model.spec.max_output_tokens);
             let worst = gate::worst_case(&model.spec.price, body.len(), budget);
-            admission = gate::admit(counters, billing, &ask(worst)).await?;
+            admission = match gate::admit(counters, billing, &ask(worst)).await {
+                Ok(a) => a,
+                Err(e) => {
+                    if let Some(t) = ticket {
+                        idempotency::finish(state, t, &ex, e.status).await;
+                    }
+                    return Err(e);
+                }
+            };
             if admission.free {
                 ex.price = Default::default();
             }
@@ -207,6 +229,7 @@ pub async fn handle(
                     Some(i) => wire::error_frame(i, &e),
                     None => data_frame(&e.to_body(format)),
                 };
+                ex.tape_body(&frame);
                 let _ = session
                     .write_response_body(Some(Bytes::from(frame)), true)
                     .await;
@@ -227,6 +250,9 @@ pub async fn handle(
             (e.status, class)
         }
     };
+    if let Some(t) = ticket {
+        idempotency::finish(state, t, &ex, status).await;
+    }
     record(
         state,
         &ex,

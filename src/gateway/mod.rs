@@ -11,6 +11,7 @@ mod breaker;
 mod chat;
 mod embeddings;
 mod exchange;
+pub mod idempotency;
 mod inference;
 mod management;
 mod models;

@@ -166,7 +166,7 @@ async fn plain(
     let Some(h) = json_header(ex, &t.provider, "ok") else {
         return Attempt::Terminal(ApiError::internal());
     };
-    if !write_whole(session, h, out).await {
+    if !write_whole(session, ex, h, out).await {
         return Attempt::ClientGone;
     }
     Attempt::Served(200)
@@ -339,6 +339,7 @@ async fn stream(
         let Some(h) = sse_header(ex, &t.provider, "ok") else {
             return Attempt::Terminal(ApiError::internal());
         };
+        ex.tape_header(&h);
         if session.write_response_header(h, false).await.is_err() {
             return Attempt::ClientGone;
         }
@@ -353,6 +354,7 @@ async fn stream(
         if !out.is_empty() {
             let cap = out.capacity();
             let bytes = Bytes::from(std::mem::replace(&mut out, Vec::with_capacity(cap)));
+            ex.tape_body(&bytes);
             if session
                 .write_response_body(Some(bytes), false)
                 .await
@@ -409,6 +411,7 @@ async fn stream(
     ex.incomplete = cut;
     ex.usage = usage;
     enc.end(&tail(ex, leg, usage, cut), &mut out);
+    ex.tape_body(&out);
     if session
         .write_response_body(Some(Bytes::from(out)), true)
         .await

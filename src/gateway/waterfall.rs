@@ -347,6 +347,7 @@ async fn empty_completion(
         wire::render_answer(job.inbound, &resp, &meta, &tail)
     };
     if ex.header_sent {
+        ex.tape_body(&body);
         let ok = session
             .write_response_body(Some(Bytes::from(body)), true)
             .await
@@ -369,7 +370,7 @@ async fn empty_completion(
         let _ = h.insert_header(http::header::CONTENT_TYPE, "application/json");
     }
     ex.receipt_headers(&mut h, "", "");
-    if !write_whole(session, h, body).await {
+    if !write_whole(session, ex, h, body).await {
         return Outcome::ClientGone;
     }
     Outcome::Written(200)

@@ -1,0 +1,283 @@
+//! Idempotency-Key on the chat and responses routes.
+//!
+//! The first request with a key claims it in the database (one row per org and
+//! key, owned by this instance) and its answer is taped as the client received it,
+//! stream frames included; once it ends, the tape is stored and any exact retry
+//! replays it without calling a provider or billing again. A retry with another
+//! body is 409 `idempotency_conflict`. A concurrent duplicate waits for the first.
+//! A claim whose owner is gone (its instance restarted before the answer was
+//! stored; liveness is a heartbeat marker in the counters store, shared through
+//! Redis) can never be replayed: 409 `idempotency_replay_unavailable`.
+//!
+//! Only answers that may have been billed are kept: a request refused before any
+//! content (a gate, a validation error, every rung failing) releases its key, so a
+//! retry runs anew.
+
+use super::exchange::{Exchange, Tape};
+use crate::state::AppState;
+use crate::store::counters::Counters;
+use crate::store::now_ms;
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use sha2::{Digest, Sha256};
+use sluice_filters::{ApiError, ErrorCode};
+use sqlx::Row;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const HEARTBEAT: Duration = Duration::from_secs(2);
+const HEARTBEAT_TTL: Duration = Duration::from_secs(6);
+const POLL: Duration = Duration::from_millis(25);
+
+fn heartbeat_key(instance: &str) -> String {
+    format!("inst:{instance}")
+}
+
+/// Keeps this instance's liveness marker fresh while the process runs.
+pub fn spawn_heartbeat(counters: Arc<dyn Counters>, instance: String) {
+    tokio::spawn(async move {
+        let key = heartbeat_key(&instance);
+        loop {
+            if let Err(e) = counters.put_marker(&key, "1", HEARTBEAT_TTL, false).await {
+                tracing::warn!(error = %e, "instance heartbeat not stored");
+            }
+            tokio::time::sleep(HEARTBEAT).await;
+        }
+    });
+}
+
+/// The request's Idempotency-Key: 1 to 255 visible ASCII characters.
+pub fn key_of(session: &Session) -> Result<Option<String>, ApiError> {
+    let Some(v) = session.req_header().headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    match v.to_str() {
+        Ok(k) if (1..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()) => {
+            Ok(Some(k.to_string()))
+        }
+        _ => Err(ApiError::invalid_parameter(
+            "Idempotency-Key",
+            "the Idempotency-Key header must be 1 to 255 visible ASCII characters",
+        )),
+    }
+}
+
+/// A claimed key: this request runs, and its answer is stored under the key.
+pub struct Ticket {
+    org_id: String,
+    key: String,
+}
+
+pub enum Claim {
+    Fresh(Ticket),
+    Replay(Tape),
+}
+
+fn body_hash(route: &str, body: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(route.as_bytes());
+    h.update([0]);
+    h.update(body);
+    hex::encode(h.finalize())
+}
+
+fn db_failure(e: sqlx::Error) -> ApiError {
+    tracing::error!(error = %e, "idempotency store");
+    ApiError::internal()
+}
+
+/// Claims `key` for this request, or answers what an earlier request with it left.
+pub async fn claim(
+    state: &AppState,
+    org_id: &str,
+    key: &str,
+    route: &str,
+    body: &[u8],
+    deadline: Instant,
+) -> Result<Claim, ApiError> {
+    let hash = body_hash(route, body);
+    let pool = &state.db.pool;
+    let ttl_ms = i64::try_from(
+        state
+            .config
+            .limits
+            .idempotency_ttl_seconds
+            .saturating_mul(1000),
+    )
+    .unwrap_or(i64::MAX);
+    // A claim older than this can no longer be in flight anywhere.
+    let stale_ms =
+        i64::try_from(state.config.limits.request_deadline_ms).unwrap_or(i64::MAX) + 30_000;
+    loop {
+        let now = now_ms();
+        let inserted = sqlx::query(
+            "INSERT INTO idempotency_keys (org_id, idem_key, route, body_hash, owner, state, \
+             created_at, expires_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(org_id)
+        .bind(key)
+        .bind(route)
+        .bind(&hash)
+        .bind(&state.instance_id)
+        .bind(now)
+        .bind(now.saturating_add(ttl_ms))
+        .execute(pool)
+        .await
+        .map_err(db_failure)?
+        .rows_affected();
+        if inserted == 1 {
+            return Ok(Claim::Fresh(Ticket {
+                org_id: org_id.to_string(),
+                key: key.to_string(),
+            }));
+        }
+        let row = sqlx::query(
+            "SELECT body_hash, owner, state, status, headers, body, created_at, expires_at \
+             FROM idempotency_keys WHERE org_id = $1 AND idem_key = $2",
+        )
+        .bind(org_id)
+        .bind(key)
+        .fetch_optional(pool)
+        .await
+        .map_err(db_failure)?;
+        let Some(row) = row else { continue };
+        if row.get::<i64, _>("expires_at") <= now {
+            sqlx::query(
+                "DELETE FROM idempotency_keys WHERE org_id = $1 AND idem_key = $2 AND expires_at <= $3",
+            )
+            .bind(org_id)
+            .bind(key)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map_err(db_failure)?;
+            continue;
+        }
+        if row.get::<String, _>("body_hash") != hash {
+            return Err(ApiError::new(
+                ErrorCode::IdempotencyConflict,
+                "This Idempotency-Key was used with a different request body; use a fresh key for a new request.",
+            ));
+        }
+        if row.get::<String, _>("state") == "done" {
+            return Ok(Claim::Replay(tape_of(&row)));
+        }
+        let owner: String = row.get("owner");
+        let in_flight = now - row.get::<i64, _>("created_at") < stale_ms;
+        if !in_flight || !alive(state, &owner).await {
+            return Err(ApiError::new(
+                ErrorCode::IdempotencyReplayUnavailable,
+                "The original result of this Idempotency-Key is gone (the instance serving it stopped before it was stored); retry with a new Idempotency-Key.",
+            ));
+        }
+        if Instant::now() >= deadline {
+            return Err(ApiError::new(
+                ErrorCode::DeadlineExceeded,
+                "The request with this Idempotency-Key is still running; retry later to receive its result.",
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn tape_of(row: &sqlx::any::AnyRow) -> Tape {
+    let headers = row
+        .try_get::<Option<String>, _>("headers")
+        .ok()
+        .flatten()
+        .and_then(|h| serde_json::from_str(&h).ok())
+        .unwrap_or_default();
+    let body = row
+        .try_get::<Option<String>, _>("body")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    Tape {
+        status: row
+            .try_get::<Option<i64>, _>("status")
+            .ok()
+            .flatten()
+            .and_then(|s| u16::try_from(s).ok())
+            .unwrap_or(200),
+        headers,
+        body: body.into_bytes(),
+    }
+}
+
+/// Whether the instance that owns a claim still runs.
+async fn alive(state: &AppState, owner: &str) -> bool {
+    if owner == state.instance_id {
+        return true;
+    }
+    match state.counters.get_marker(&heartbeat_key(owner)).await {
+        Ok(m) => m.is_some(),
+        // Cannot tell: keep waiting (bounded by the request deadline).
+        Err(_) => true,
+    }
+}
+
+/// Stores the answer under the key, or releases the key when the request was
+/// refused before anything could be billed.
+pub async fn finish(state: &AppState, ticket: Ticket, ex: &Exchange, status: u16) {
+    let pool = &state.db.pool;
+    let keep = ex.billable || ex.header_sent || (200..300).contains(&status);
+    let done =
+        match (keep, ex.tape.as_deref()) {
+            (true, Some(tape)) => {
+                let headers = serde_json::to_string(&tape.headers).unwrap_or_default();
+                sqlx::query(
+                "UPDATE idempotency_keys SET state = 'done', status = $1, headers = $2, body = $3 \
+                 WHERE org_id = $4 AND idem_key = $5 AND owner = $6",
+            )
+            .bind(i64::from(tape.status))
+            .bind(headers)
+            .bind(String::from_utf8_lossy(&tape.body).into_owned())
+            .bind(&ticket.org_id)
+            .bind(&ticket.key)
+            .bind(&state.instance_id)
+            .execute(pool)
+            .await
+            }
+            _ => sqlx::query(
+                "DELETE FROM idempotency_keys WHERE org_id = $1 AND idem_key = $2 AND owner = $3",
+            )
+            .bind(&ticket.org_id)
+            .bind(&ticket.key)
+            .bind(&state.instance_id)
+            .execute(pool)
+            .await,
+        };
+    if let Err(e) = done {
+        tracing::error!(error = %e, "storing an Idempotency-Key result failed");
+    }
+}
+
+/// Sends a stored answer again, marked `idempotent-replayed: true`; returns its
+/// status (499 when the client is gone).
+pub async fn replay(session: &mut Session, tape: Tape) -> u16 {
+    let Ok(mut h) = ResponseHeader::build_no_case(tape.status, Some(tape.headers.len() + 2)) else {
+        return 500;
+    };
+    for (n, v) in &tape.headers {
+        if !n.eq_ignore_ascii_case("transfer-encoding") {
+            let _ = h.append_header(n.clone(), v.as_str());
+        }
+    }
+    let _ = h.insert_header("idempotent-replayed", "true");
+    let _ = h.insert_header(http::header::CONTENT_LENGTH, tape.body.len());
+    let ok = session
+        .write_response_header(Box::new(h), false)
+        .await
+        .is_ok()
+        && session
+            .write_response_body(Some(Bytes::from(tape.body)), true)
+            .await
+            .is_ok();
+    if ok {
+        tape.status
+    } else {
+        499
+    }
+}
