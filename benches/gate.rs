@@ -54,6 +54,7 @@ fn records(n: &str) -> (KeyRecord, OrgRecord) {
         review_reason: None,
         review_for_payment: false,
         credits_overflow: false,
+        require_zdr: false,
         grants: Default::default(),
         created_at: 0,
     };
@@ -84,6 +85,7 @@ async fn run(name: &str, counters: &dyn Counters, n: usize) {
         billed_micro_usd: 150,
         list_micro_usd: 150,
         tokens: 180,
+        platform: true,
     };
     let mut admit = Vec::with_capacity(n);
     let mut settle = Vec::with_capacity(n);

@@ -38,6 +38,25 @@ pub struct Config {
     pub probe: ProbeConfig,
     pub breaker: BreakerConfig,
     pub billing: BillingConfig,
+    pub secrets: SecretsConfig,
+}
+
+/// The key that seals BYOK secrets at rest.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecretsConfig {
+    /// Base64 of 32 random bytes; empty: use (or create) `key_file`.
+    pub key: String,
+    pub key_file: String,
+}
+
+impl Default for SecretsConfig {
+    fn default() -> Self {
+        SecretsConfig {
+            key: String::new(),
+            key_file: "data/secret.key".into(),
+        }
+    }
 }
 
 /// Platform limits that are not per provider: key guardrail defaults and org tiers.

@@ -4,6 +4,7 @@
 pub mod accounts;
 pub mod api;
 pub mod billing;
+pub mod byok;
 pub mod catalog;
 pub mod config;
 pub mod gateway;

@@ -16,6 +16,8 @@ pub struct AppState {
     pub counters: Arc<dyn Counters>,
     pub directory: Arc<Directory>,
     pub catalog: Arc<CatalogStore>,
+    /// Org connections (secrets opened) and waterfall overrides.
+    pub byok: Arc<crate::byok::ByokStore>,
     pub metrics: Metrics,
     pub usage: UsageSink,
     /// This process's id: it owns the Idempotency-Keys it claims while it lives.
@@ -45,12 +47,16 @@ impl AppState {
         let directory = Arc::new(Directory::load(&db).await?);
         let usage = spawn_writer(db.clone(), config.storage.usage_spool.clone().into());
         let catalog = Arc::new(CatalogStore::load(&db).await?);
+        let sealer =
+            crate::byok::secrets::Sealer::load(&config.secrets.key, &config.secrets.key_file)?;
+        let byok = Arc::new(crate::byok::ByokStore::load(&db, sealer).await?);
         Ok(Arc::new(AppState {
             config,
             db,
             counters,
             directory,
             catalog,
+            byok,
             metrics: Metrics::new(),
             usage,
             instance_id: crate::store::new_id("inst"),
@@ -63,6 +69,7 @@ impl AppState {
     pub fn spawn_refreshers(&self) {
         self.directory.spawn_sync(self.db.clone());
         self.catalog.spawn_refresh(self.db.clone());
+        self.byok.spawn_refresh(self.db.clone());
         crate::gateway::idempotency::spawn_heartbeat(
             self.counters.clone(),
             self.instance_id.clone(),

@@ -33,6 +33,8 @@ pub struct OrgRecord {
     /// The review was opened for a payment reason: a settled payment lifts it.
     pub review_for_payment: bool,
     pub credits_overflow: bool,
+    /// Fail-over stays on zero-retention platform rungs.
+    pub require_zdr: bool,
     pub grants: BTreeSet<String>,
     pub created_at: i64,
 }
@@ -54,6 +56,7 @@ impl OrgRecord {
             "under_review": self.under_review,
             "review_reason": self.review_reason,
             "credits_overflow": self.credits_overflow,
+            "require_zdr": self.require_zdr,
             "grants": self.grants,
             "created_at": self.created_at,
         })
@@ -293,6 +296,17 @@ pub async fn enable_overflow(db: &Db, org: &OrgRecord) -> Result<(), ApiError> {
     one_org(done)
 }
 
+/// Sets the org's provider policy.
+pub async fn set_require_zdr(db: &Db, org_id: &str, on: bool) -> Result<(), ApiError> {
+    let done = sqlx::query("UPDATE orgs SET require_zdr = $1, updated_at = $2 WHERE id = $3")
+        .bind(on as i64)
+        .bind(now_ms())
+        .bind(org_id)
+        .execute(&db.pool)
+        .await;
+    one_org(done)
+}
+
 async fn touch(tx: &mut sqlx::Transaction<'_, sqlx::Any>, org_id: &str) -> Result<(), ApiError> {
     sqlx::query("UPDATE orgs SET updated_at = $1 WHERE id = $2")
         .bind(now_ms())
@@ -362,7 +376,7 @@ fn one_org(done: Result<sqlx::any::AnyQueryResult, sqlx::Error>) -> Result<(), A
 const COLUMNS: &str =
     "id, name, email, email_verified, card_on_file, settled, tier, balance_micro_usd, \
                        purchased_micro_usd, credited_micro_usd, under_review, review_reason, \
-                       review_for_payment, credits_overflow, created_at, updated_at";
+                       review_for_payment, credits_overflow, require_zdr, created_at, updated_at";
 
 fn from_row(row: &sqlx::any::AnyRow) -> OrgRecord {
     let flag = |c: &str| opt_i64(row, c).unwrap_or(0) != 0;
@@ -384,6 +398,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> OrgRecord {
             .ok()
             .flatten(),
         credits_overflow: flag("credits_overflow"),
+        require_zdr: flag("require_zdr"),
         grants: BTreeSet::new(),
         created_at: row.get("created_at"),
     }

@@ -2,6 +2,8 @@
 //! dispatches `/api/*` to this router in-process: the bodies are small JSON, so a
 //! second loopback hop would only add latency and a socket per request.
 
+pub mod byok;
+pub mod custom;
 pub mod models;
 pub mod respond;
 pub mod usage;
@@ -60,11 +62,37 @@ impl FromRequestParts<Shared> for MaybeAuthed {
 
 pub fn router(state: Shared) -> Router {
     Router::new()
-        .route("/api/models", get(models::list))
+        .route("/api/models", get(models::list).post(custom::create))
         .route("/api/models/{slug}", get(models::one))
-        .route("/api/models/{slug}/providers", get(models::providers))
+        .route(
+            "/api/models/{slug}/providers",
+            get(models::providers).post(custom::add_deployment),
+        )
         .route("/api/keys", get(list_keys))
         .route("/api/credits-overflow", post(credits_overflow))
+        .route("/api/orgs/{org_id}/provider-connections", get(byok::list))
+        .route(
+            "/api/orgs/{org_id}/provider-connections/{provider}",
+            post(byok::create)
+                .put(byok::rotate)
+                .delete(byok::disconnect),
+        )
+        .route(
+            "/api/orgs/{org_id}/provider-connections/{provider}/check",
+            post(byok::check),
+        )
+        .route(
+            "/api/orgs/{org_id}/provider-connections/{provider}/spend-refresh",
+            post(byok::spend_refresh),
+        )
+        .route(
+            "/api/orgs/{org_id}/policy",
+            get(byok::get_policy).put(byok::put_policy),
+        )
+        .route(
+            "/api/models/{slug}/waterfall",
+            get(byok::get_waterfall).put(byok::put_waterfall),
+        )
         .route("/api/gateway/usage/events", get(usage::events))
         .route("/api/gateway/usage/daily", get(usage::daily))
         .route("/api/gateway/catalog", get(usage::catalog))

@@ -3,7 +3,9 @@
 
 use super::respond::{json, ApiResult, Failure};
 use super::{MaybeAuthed, Shared};
+use crate::byok::route;
 use crate::catalog::query::ListQuery;
+use crate::catalog::{retention, Retention};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde_json::json;
@@ -52,6 +54,18 @@ pub async fn one(
         .ok_or_else(|| unknown_model(&slug))?;
     let mut row = model.row_json();
     row["default_waterfall"] = json!(model.default_chain());
+    if let Some(c) = &caller {
+        // The verdict of the org's active route: its order and its ZDR policy.
+        let routing = state.byok.snapshot();
+        let active = route::effective(model, &c.org, &routing);
+        let verdict = if model.owner.is_some() {
+            None
+        } else {
+            retention::verdict(active.iter().filter(|r| r.is_platform()).map(|r| &r.spec))
+        };
+        row["retention"] = json!(verdict.map(Retention::as_str));
+        row["waterfall"] = json!(active.iter().map(|r| r.id.as_str()).collect::<Vec<_>>());
+    }
     Ok(json(StatusCode::OK, &row))
 }
 
@@ -65,12 +79,29 @@ pub async fn providers(
     let model = catalog
         .lookup(org, &slug)
         .ok_or_else(|| unknown_model(&slug))?;
-    let data: Vec<_> = model
-        .spec
-        .rungs
-        .iter()
-        .map(|r| model.deployment_json(r))
-        .collect();
+    let data: Vec<_> = match &caller {
+        // In an authorized org context: the org's route, each rung with its lane and
+        // the handle that selects it per request (x-gateway-route).
+        Some(c) => {
+            let routing = state.byok.snapshot();
+            route::chain(model, &c.org, &routing)
+                .iter()
+                .map(|r| {
+                    let mut v = model.deployment_json(&r.spec);
+                    v["rung_id"] = json!(r.id);
+                    v["lane"] = json!(r.lane.as_str());
+                    v["route_id"] = json!(route::route_id(&c.org.id, &model.spec.slug, &r.id));
+                    v
+                })
+                .collect()
+        }
+        None => model
+            .spec
+            .rungs
+            .iter()
+            .map(|r| model.deployment_json(r))
+            .collect(),
+    };
     Ok(json(
         StatusCode::OK,
         &json!({"object": "list", "slug": model.spec.slug, "data": data}),

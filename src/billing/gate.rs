@@ -131,10 +131,28 @@ struct Window {
     measure: Measure,
 }
 
+impl Window {
+    /// Org and free-allowance windows count platform-funded traffic only.
+    fn platform(&self) -> bool {
+        !matches!(
+            self.limit,
+            Limit::KeyDailyCap | Limit::KeyRpm | Limit::KeyTpm
+        )
+    }
+}
+
+#[derive(Debug)]
+struct Held {
+    counter: String,
+    amount: i64,
+    measure: Measure,
+    platform: bool,
+}
+
 /// The amounts held for one request, to be corrected by [`settle`].
 #[derive(Debug, Default)]
 pub struct Hold {
-    held: Vec<(String, i64, Measure)>,
+    held: Vec<Held>,
 }
 
 /// A request let through.
@@ -151,6 +169,8 @@ pub struct Used {
     pub billed_micro_usd: i64,
     pub list_micro_usd: i64,
     pub tokens: i64,
+    /// A platform rung served it (else the org's own account did, or nothing).
+    pub platform: bool,
 }
 
 /// Everything the gates need to judge one request.
@@ -287,19 +307,23 @@ async fn take(
 }
 
 fn admitted(windows: Vec<Window>, balance: Option<BalanceReq>, now: u64, free: bool) -> Admission {
-    let mut held: Vec<(String, i64, Measure)> = windows
+    let mut held: Vec<Held> = windows
         .into_iter()
-        .filter(|w| w.measure != Measure::Request)
-        .map(|w| {
-            (
-                window_counter(&w.req.key, w.req.window_secs, now),
-                w.req.amount,
-                w.measure,
-            )
+        .filter(|w| w.measure != Measure::Request || w.platform())
+        .map(|w| Held {
+            counter: window_counter(&w.req.key, w.req.window_secs, now),
+            amount: w.req.amount,
+            measure: w.measure,
+            platform: w.platform(),
         })
         .collect();
     if let Some(b) = balance {
-        held.push((b.key, b.amount, Measure::Balance));
+        held.push(Held {
+            counter: b.key,
+            amount: b.amount,
+            measure: Measure::Balance,
+            platform: true,
+        });
     }
     Admission {
         hold: Hold { held },
@@ -541,20 +565,29 @@ fn promo_error(ask: &Ask<'_>) -> ApiError {
 }
 
 /// Corrects the holds to the real use (zero for a failed or refused request), in
-/// one round trip.
+/// one round trip. A request the org's own account served counts in no platform
+/// window: those holds are given back whole.
 pub async fn settle(counters: &dyn Counters, hold: Hold, used: Used) {
     let adds: Vec<(String, i64)> = hold
         .held
         .into_iter()
-        .filter_map(|(counter, held, m)| {
-            let delta = match m {
-                Measure::Request => 0,
-                Measure::Billed => used.billed_micro_usd - held,
-                Measure::Tokens => used.tokens - held,
-                Measure::ListCost => used.list_micro_usd - held,
-                Measure::Balance => held - used.billed_micro_usd,
+        .filter_map(|h| {
+            let held = h.amount;
+            let delta = if h.platform && !used.platform {
+                match h.measure {
+                    Measure::Balance => held,
+                    _ => -held,
+                }
+            } else {
+                match h.measure {
+                    Measure::Request => 0,
+                    Measure::Billed => used.billed_micro_usd - held,
+                    Measure::Tokens => used.tokens - held,
+                    Measure::ListCost => used.list_micro_usd - held,
+                    Measure::Balance => held - used.billed_micro_usd,
+                }
             };
-            (delta != 0).then_some((counter, delta))
+            (delta != 0).then_some((h.counter, delta))
         })
         .collect();
     if adds.is_empty() {

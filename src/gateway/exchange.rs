@@ -35,8 +35,13 @@ pub struct Exchange {
     /// `x-service-ignored-parameters` of the current attempt: the fields its rung
     /// does not receive.
     pub ignored: Option<String>,
-    /// The model's list price: every answer's usage is priced with it.
+    /// The price the serving rung bills at: every answer's usage is priced with
+    /// it (zero on the org's own accounts and on free allowances).
     pub price: Price,
+    /// What platform rungs bill at for this request.
+    pub platform_price: Price,
+    /// The lane of the rung being tried (then of the one that served).
+    pub lane: crate::byok::Lane,
     /// A rung served content: only then is the call billed (failed and empty
     /// attempts cost nothing).
     pub billable: bool,
@@ -68,6 +73,8 @@ impl Exchange {
             first_token: None,
             ignored: None,
             price: Price::default(),
+            platform_price: Price::default(),
+            lane: crate::byok::Lane::Platform,
             billable: false,
             tape: None,
         }

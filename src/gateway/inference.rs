@@ -10,7 +10,9 @@ use super::respond::send;
 use super::waterfall::{self, Job};
 use super::wire;
 use super::Gateway;
+use crate::accounts::OrgRecord;
 use crate::billing::gate;
+use crate::byok::{route, Lane, RouteRung};
 use crate::catalog::{Model, ModelKind};
 use crate::state::AppState;
 use crate::store::usage::UsageEvent;
@@ -60,15 +62,6 @@ pub async fn handle(
             ErrorCode::OrgUnderReview,
             review_message(org.review_reason.as_deref()),
         ));
-    }
-    if !org.email_verified {
-        // Every rung today draws platform credits; once an org's own keys serve a
-        // route, this check moves to the platform lane only.
-        return Err(ApiError::new(
-            ErrorCode::InsufficientQuota,
-            "email_unverified: verify the organization's email address to draw platform credits; calls on your own provider keys work meanwhile.",
-        )
-        .with_extra("reason", "email_unverified"));
     }
     let body = match read_capped(session, state.config.limits.max_request_bytes).await {
         Ok(b) => b,
@@ -133,11 +126,17 @@ pub async fn handle(
         .param("model"));
     }
 
+    let mut rungs = active_route(state, session, &org, &model)?;
+    if wants_embedding {
+        // Embeddings are served on platform rungs only.
+        rungs.retain(RouteRung::is_platform);
+    }
+
     let mut ex = Exchange::new(
         started,
         Duration::from_millis(state.config.limits.request_deadline_ms),
     );
-    ex.price = model.spec.price;
+    ex.platform_price = model.spec.price;
     let inbound = match route {
         Route::Chat => Some(Inbound::Chat),
         Route::Responses => Some(Inbound::Responses),
@@ -145,13 +144,12 @@ pub async fn handle(
         _ => None,
     };
     let counters = state.counters.as_ref();
-    let billing = &state.config.billing;
-    let ask = |worst| gate::Ask {
+    let ask = |worst, platform| gate::Ask {
         key: &key,
         org: &org,
         model: &model.spec,
         worst,
-        platform: true,
+        platform,
     };
     let admission;
     let mut ticket = None;
@@ -174,7 +172,7 @@ pub async fn handle(
             }
             let budget = req.max_tokens.unwrap_or(model.spec.max_output_tokens);
             let worst = gate::worst_case(&model.spec.price, body.len(), budget);
-            admission = match gate::admit(counters, billing, &ask(worst)).await {
+            admission = match admit_lanes(state, &mut rungs, |p| ask(worst, p)).await {
                 Ok(a) => a,
                 Err(e) => {
                     if let Some(t) = ticket {
@@ -184,7 +182,7 @@ pub async fn handle(
                 }
             };
             if admission.free {
-                ex.price = Default::default();
+                ex.platform_price = Default::default();
             }
             let job = Job {
                 inbound,
@@ -192,29 +190,38 @@ pub async fn handle(
                 req,
                 object,
                 long_context: wanted.long_context,
+                rungs,
+                org_id: org.id.clone(),
             };
             Box::pin(waterfall::serve(gw, session, &mut ex, &model, job)).await
         }
         None => {
             let req = sluice_filters::inbound::embeddings::parse(&body)?;
             let worst = gate::worst_case(&model.spec.price, body.len(), 0);
-            admission = gate::admit(counters, billing, &ask(worst)).await?;
-            if admission.free {
-                ex.price = Default::default();
-            }
+            admission = admit_lanes(state, &mut rungs, |p| ask(worst, p)).await?;
+            ex.price = if admission.free {
+                Default::default()
+            } else {
+                model.spec.price
+            };
             Box::pin(super::embeddings::serve(gw, session, &mut ex, &model, req)).await
         }
     };
     let list = &model.spec.price;
+    let platform = ex.lane == Lane::Platform;
     let used = if ex.billable {
         gate::Used {
             billed_micro_usd: billed_cost(&ex),
             list_micro_usd: i64::try_from(crate::billing::cost_micro_usd(list, &ex.usage))
                 .unwrap_or(i64::MAX),
             tokens: gate::weighted_tokens(list, &ex.usage),
+            platform,
         }
     } else {
-        gate::Used::default()
+        gate::Used {
+            platform,
+            ..gate::Used::default()
+        }
     };
     gate::settle(counters, admission.hold, used).await;
     let format = inbound.map_or(Format::OpenAi, wire::format_of);
@@ -308,7 +315,7 @@ fn record(
         route: label.into(),
         model: model.spec.slug.clone(),
         rung: ex.rung.clone(),
-        lane: "platform_funded".into(),
+        lane: ex.lane.as_str().into(),
         input_tokens: u.input_tokens,
         cached_tokens: u.cached_tokens,
         output_tokens: u.output_tokens,
@@ -321,6 +328,76 @@ fn record(
         empty_attempts: ex.empty_attempts,
         latency_ms: ex.started.elapsed().as_millis() as u64,
     });
+}
+
+/// The org's active route for the model: its own order and accounts, the
+/// require-ZDR policy, and a per-request `x-gateway-route` choice of one rung.
+fn active_route(
+    state: &AppState,
+    session: &Session,
+    org: &OrgRecord,
+    model: &Model,
+) -> Result<Vec<RouteRung>, ApiError> {
+    let routing = state.byok.snapshot();
+    let mut rungs = route::effective(model, org, &routing);
+    drop(routing);
+    if let Some(v) = session.req_header().headers.get("x-gateway-route") {
+        let want = v.to_str().unwrap_or_default().trim();
+        rungs.retain(|r| route::route_id(&org.id, &model.spec.slug, &r.id) == want);
+        if rungs.is_empty() {
+            return Err(ApiError::invalid_parameter(
+                "x-gateway-route",
+                "x-gateway-route is not a route of this model for this organization: use a route_id from GET /api/models/{slug}/providers",
+            ));
+        }
+    }
+    if rungs.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::UnavailableRoute,
+            "No rung of this model meets the organization's zero-retention policy.",
+        )
+        .with_status(503));
+    }
+    Ok(rungs)
+}
+
+/// Takes the gates for the lanes the route can use. Platform gates refuse only
+/// platform rungs: when they do and the org's own accounts are on the route, the
+/// request goes on there alone. An unverified email refuses credit-drawing rungs
+/// the same way.
+async fn admit_lanes<'a>(
+    state: &AppState,
+    rungs: &mut Vec<RouteRung>,
+    ask: impl Fn(bool) -> gate::Ask<'a>,
+) -> Result<gate::Admission, ApiError> {
+    let counters = state.counters.as_ref();
+    let billing = &state.config.billing;
+    let has_own = rungs.iter().any(|r| !r.is_platform());
+    let has_platform = rungs.iter().any(RouteRung::is_platform);
+    let platform_ask = ask(true);
+    let refusal = if !has_platform {
+        None
+    } else if !platform_ask.org.email_verified {
+        Some(ApiError::new(
+            ErrorCode::InsufficientQuota,
+            "email_unverified: verify the organization's email address to draw platform credits; calls on your own provider keys work meanwhile.",
+        )
+        .with_extra("reason", "email_unverified"))
+    } else {
+        match gate::admit(counters, billing, &platform_ask).await {
+            Ok(a) => return Ok(a),
+            Err(e) => Some(e),
+        }
+    };
+    if let Some(e) = refusal {
+        // Key guardrails refuse every lane; anything else only the platform's.
+        let key_limit = e.message.starts_with("key_");
+        if !has_own || key_limit || e.code != ErrorCode::InsufficientQuota {
+            return Err(e);
+        }
+        rungs.retain(|r| !r.is_platform());
+    }
+    gate::admit(counters, billing, &ask(false)).await
 }
 
 /// The one sentence an org under review is told: the operator's reason cut to its

@@ -4,6 +4,7 @@
 //! proxy path cannot do (see DESIGN.md); so the phases stay thin and call the steps
 //! in this folder.
 
+pub mod accounts;
 mod attempt;
 pub mod auth;
 mod body;

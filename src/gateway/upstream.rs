@@ -54,6 +54,11 @@ pub struct Target {
 }
 
 impl Target {
+    /// A path under the rung's base URL.
+    pub fn under_base(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.prefix)
+    }
+
     /// The request path of the chat-completions endpoint.
     pub fn chat_path(&self) -> String {
         if self.provider == "azure" {
@@ -275,12 +280,32 @@ impl Upstreams {
                 return Some(t.clone());
             }
         }
-        let t = Arc::new(self.build_target(rung)?);
+        let t = Arc::new(self.build_target(rung, None)?);
         cache.insert(key, t.clone());
         Some(t)
     }
 
-    fn build_target(&self, rung: &RungSpec) -> Option<Target> {
+    /// Where and how a rung of the org's own is reached: a BYOK connection or an
+    /// org deployment, authenticated with the org's secret (or nothing), never with
+    /// a platform credential. Bedrock and Vertex accounts are not routed yet.
+    pub fn own_target(
+        &self,
+        rung: &RungSpec,
+        rung_id: &str,
+        secret: Option<Arc<str>>,
+    ) -> Option<Arc<Target>> {
+        if matches!(rung.provider.as_str(), "bedrock" | "vertex") {
+            return None;
+        }
+        let mut t = self.build_target(rung, Some(secret))?;
+        t.breaker_key = format!("{rung_id}|{}", t.breaker_key);
+        t.rung_id = rung_id.to_string();
+        Some(Arc::new(t))
+    }
+
+    /// `own`: the org's credential (`Some(None)`: none at all); `None`: the
+    /// platform's.
+    fn build_target(&self, rung: &RungSpec, own: Option<Option<Arc<str>>>) -> Option<Target> {
         let p = self.providers.get(&rung.provider)?;
         let base = if rung.base_url.is_empty() {
             &p.base_url
@@ -290,12 +315,13 @@ impl Upstreams {
         let (tls, host, port, prefix) = parse_base(base)?;
         // Bedrock and Vertex have no static credential: the rung is reachable when
         // their keys loaded; the breaker tells accounts apart by key id / account.
-        let credential = match rung.provider.as_str() {
-            "bedrock" => Some(Arc::<str>::from(self.aws.as_ref()?.access_key_id.as_str())),
-            "vertex" => Some(Arc::<str>::from(
+        let credential = match (rung.provider.as_str(), own) {
+            (_, Some(own)) => own,
+            ("bedrock", None) => Some(Arc::<str>::from(self.aws.as_ref()?.access_key_id.as_str())),
+            ("vertex", None) => Some(Arc::<str>::from(
                 self.vertex.as_ref()?.account.project_id.as_str(),
             )),
-            _ => self.credentials.get(&rung.provider).cloned(),
+            (_, None) => self.credentials.get(&rung.provider).cloned(),
         };
         let region = match rung.provider.as_str() {
             "bedrock" => sigv4::region_from_host(&host),
@@ -390,6 +416,7 @@ impl Upstreams {
             path
         };
         let mut call = Box::pin(self.send(
+            "POST",
             &token_target,
             &path,
             Bytes::from(form),
@@ -425,12 +452,32 @@ impl Upstreams {
         stream: bool,
         extra: &[(&'static str, &'static str)],
     ) -> Result<Call<'_>, Failure> {
-        self.send(t, path, body, stream, "application/json", extra)
+        self.send("POST", t, path, body, stream, "application/json", extra)
             .await
     }
 
+    /// Sends a GET and reads the whole answer (at most 1 MB): status and body.
+    pub async fn get(&self, t: &Target, path: &str) -> Result<(u16, Vec<u8>), Failure> {
+        let mut call = self
+            .send("GET", t, path, Bytes::new(), false, "application/json", &[])
+            .await?;
+        let status = call.status();
+        let mut body = Vec::new();
+        loop {
+            match fast_timeout(t.header_timeout, call.read()).await {
+                Ok(Ok(Some(b))) if body.len() + b.len() <= 1 << 20 => body.extend_from_slice(&b),
+                Ok(Ok(None)) => break,
+                _ => return Err(Failure::BadAnswer),
+            }
+        }
+        call.finish().await;
+        Ok((status, body))
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn send(
         &self,
+        method: &'static str,
         t: &Target,
         path: &str,
         body: Bytes,
@@ -447,7 +494,7 @@ impl Upstreams {
             .get_http_session(&peer)
             .await
             .map_err(|e| Failure::Connect(e.etype().as_str().to_string()))?;
-        let mut req = RequestHeader::build_no_case("POST", path.as_bytes(), Some(6))
+        let mut req = RequestHeader::build_no_case(method, path.as_bytes(), Some(6))
             .map_err(|_| Failure::Connect("bad request line".into()))?;
         let _ = req.insert_header(http::header::HOST, t.authority());
         let _ = req.insert_header(http::header::CONTENT_TYPE, content_type);
@@ -465,7 +512,7 @@ impl Upstreams {
                 let signed = sigv4::sign(
                     creds,
                     &t.region,
-                    "POST",
+                    method,
                     &t.authority(),
                     path,
                     &[("content-type", "application/json")],

@@ -14,6 +14,7 @@ use super::exchange::{Exchange, Outcome};
 use super::upstream::{Failure, Target};
 use super::wire::{self, is_claude, is_native, wire_for};
 use super::Gateway;
+use crate::byok::{Lane, RouteRung};
 use crate::catalog::Model;
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
@@ -35,6 +36,49 @@ pub struct Job {
     pub stream: bool,
     /// The `[1m]` suffix asked for the 1M-token window.
     pub long_context: bool,
+    /// The active route for the org, in order, each rung with its lane.
+    pub rungs: Vec<RouteRung>,
+    pub org_id: String,
+}
+
+/// How long a conversation stays with the rung that served it (provider prompt
+/// caches live minutes).
+const AFFINITY_TTL: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl Job {
+    /// The counter that remembers which rung holds this conversation's prompt
+    /// cache: keyed by `prompt_cache_key` when given, else by the conversation's
+    /// prefix (instructions, tools, first message), which every later turn repeats.
+    fn affinity_key(&self) -> Option<String> {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        match &self.req.prompt_cache_key {
+            Some(k) => {
+                h.update(b"key\0");
+                h.update(k.as_bytes());
+            }
+            None => {
+                let first = self.req.messages.first()?;
+                h.update(b"prefix\0");
+                h.update(serde_json::to_vec(&(&self.req.system, &self.req.tools, first)).ok()?);
+            }
+        }
+        let digest = hex::encode(&h.finalize()[..12]);
+        Some(format!("aff:{}:{}:{digest}", self.org_id, self.req.model))
+    }
+
+    /// The stable value sent as `prompt_cache_key` to rungs whose provider routes
+    /// by it: derived from the client's key, never the key itself.
+    fn routing_key(&self) -> Option<String> {
+        use sha2::{Digest, Sha256};
+        let k = self.req.prompt_cache_key.as_ref()?;
+        let mut h = Sha256::new();
+        for part in ["sluice-cache-route", self.org_id.as_str(), k.as_str()] {
+            h.update(part.as_bytes());
+            h.update([0]);
+        }
+        Some(format!("sl-{}", &hex::encode(h.finalize())[..32]))
+    }
 }
 
 /// One rung the policy let through, and how it is spoken to.
@@ -46,6 +90,9 @@ pub struct Leg {
     pub dropped: Vec<String>,
     /// Request headers this rung needs for this request.
     pub headers: Vec<(&'static str, &'static str)>,
+    pub lane: Lane,
+    /// The provider routes by `prompt_cache_key` on this rung.
+    pub cache_key_routing: bool,
 }
 
 /// The beta flag that opens Anthropic's 1M-token window (the `[1m]` suffix).
@@ -54,14 +101,21 @@ const ANTHROPIC_1M: (&str, &str) = ("anthropic-beta", "context-1m-2025-08-07");
 /// The rungs of a model that can serve this request, as the policy decides.
 fn plan(gw: &Gateway, model: &Model, job: &Job) -> Result<Vec<Leg>, ApiError> {
     let mut reachable = Vec::new();
-    for r in &model.spec.rungs {
+    for rung in &job.rungs {
+        let r = &rung.spec;
         let Some(wire) = wire_for(&r.provider, &r.provider_model_id, job.inbound) else {
             continue;
         };
-        let Some(target) = gw.upstreams.target(r) else {
+        let target = if rung.is_platform() {
+            gw.upstreams.target(r)
+        } else {
+            let secret = rung.account.as_ref().map(|a| a.secret.clone());
+            gw.upstreams.own_target(r, &rung.id, secret)
+        };
+        let Some(target) = target else {
             continue;
         };
-        reachable.push((r, target, wire));
+        reachable.push((r, target, wire, rung.lane));
     }
     if reachable.is_empty() {
         return Err(ApiError::new(
@@ -72,7 +126,7 @@ fn plan(gw: &Gateway, model: &Model, job: &Job) -> Result<Vec<Leg>, ApiError> {
     }
     let facts: Vec<RungFacts> = reachable
         .iter()
-        .map(|(r, _, wire)| RungFacts {
+        .map(|(r, _, wire, _)| RungFacts {
             wire: *wire,
             native: is_native(&r.provider, *wire, job.inbound),
             claude: is_claude(&r.provider, &r.provider_model_id),
@@ -88,7 +142,7 @@ fn plan(gw: &Gateway, model: &Model, job: &Job) -> Result<Vec<Leg>, ApiError> {
     Ok(plans
         .into_iter()
         .map(|p| {
-            let (_, target, wire) = &reachable[p.index];
+            let (_, target, wire, lane) = &reachable[p.index];
             let headers = if job.long_context && target.provider == "anthropic" {
                 vec![ANTHROPIC_1M]
             } else {
@@ -100,6 +154,8 @@ fn plan(gw: &Gateway, model: &Model, job: &Job) -> Result<Vec<Leg>, ApiError> {
                 native: facts[p.index].native,
                 dropped: p.dropped,
                 headers,
+                lane: *lane,
+                cache_key_routing: facts[p.index].caps.iter().any(|c| c == "cache_key_routing"),
             }
         })
         .collect())
@@ -113,10 +169,26 @@ pub async fn serve(
     model: &Model,
     job: Job,
 ) -> Outcome {
-    let legs = match plan(gw, model, &job) {
+    let mut legs = match plan(gw, model, &job) {
         Ok(l) => l,
         Err(e) => return Outcome::Error(e),
     };
+    // A conversation whose prompt cache is warm on a rung goes there first.
+    let affinity = if legs.len() > 1 {
+        job.affinity_key()
+    } else {
+        None
+    };
+    let mut warm: Option<String> = None;
+    if let Some(k) = &affinity {
+        if let Ok(Some(rung)) = gw.state.counters.get_marker(k).await {
+            if let Some(pos) = legs.iter().position(|l| l.target.rung_id == rung) {
+                let leg = legs.remove(pos);
+                legs.insert(0, leg);
+                warm = Some(rung);
+            }
+        }
+    }
     // Admission is asked only of a rung about to be tried: a half-open probe slot
     // taken for a rung that is never reached would keep it closed off.
     let healthy = legs
@@ -147,6 +219,12 @@ pub async fn serve(
             gw.state.metrics.failovers.with_label_values(&[label]).inc();
         }
         tried += 1;
+        // Only a platform rung draws credits; the org's own account costs nothing here.
+        ex.price = match leg.lane {
+            Lane::Platform => ex.platform_price,
+            Lane::PassThrough => Default::default(),
+        };
+        ex.lane = leg.lane;
         for try_no in 0..2 {
             let result = attempt(gw, session, ex, leg, &job).await;
             let outcome = result.label();
@@ -161,6 +239,10 @@ pub async fn serve(
                     gw.breaker.success(&target.breaker_key);
                     ex.rung = Some(target.rung_id.clone());
                     ex.billable = true;
+                    if let Some(k) = &affinity {
+                        let c = &gw.state.counters;
+                        let _ = c.put_marker(k, &target.rung_id, AFFINITY_TTL, false).await;
+                    }
                     return Outcome::Written(status);
                 }
                 Attempt::Refused(reason) => {
@@ -189,6 +271,21 @@ pub async fn serve(
                         ErrorCode::DeadlineExceeded,
                         "The request ran past its deadline before any rung answered.",
                     ));
+                }
+                Attempt::Failed(Failure::Status(429)) if warm.as_ref() == Some(&target.rung_id) => {
+                    // Moving a warm conversation to a cold rung would pay its whole
+                    // prompt again: the throttle goes back to the caller instead.
+                    gw.breaker.failure(&target.breaker_key);
+                    return Outcome::Error(
+                        ApiError::new(
+                            ErrorCode::UnavailableRoute,
+                            format!(
+                                "The rung holding this conversation's prompt cache ({}) is throttled; retry shortly.",
+                                target.rung_id
+                            ),
+                        )
+                        .with_status(429),
+                    );
                 }
                 Attempt::Failed(f) => {
                     gw.breaker.failure(&target.breaker_key);
@@ -267,6 +364,18 @@ async fn attempt(
     job: &Job,
 ) -> Attempt {
     let t = &leg.target;
+    // Rungs whose provider routes by prompt_cache_key get the derived value.
+    let routing = match leg.wire {
+        Wire::OpenAiChat | Wire::OpenAiResponses if leg.cache_key_routing => job.routing_key(),
+        _ => None,
+    };
+    let with_routing = |body: Vec<u8>| match &routing {
+        Some(k) => {
+            let v = serde_json::to_vec(k).unwrap_or_default();
+            sluice_filters::upstream::openai_chat::splice_member(&body, "prompt_cache_key", &v)
+        }
+        None => body,
+    };
     if leg.native {
         let trimmed = without(&job.object, &leg.dropped);
         let object = trimmed.as_ref().unwrap_or(&job.object);
@@ -274,7 +383,11 @@ async fn attempt(
         // Each kind of attempt is boxed on its own: a box sized for the largest
         // (a translated stream) would be copied whole on every plain request.
         if job.inbound == Inbound::Chat {
-            let body = Bytes::from(render_request(object, &t.model_id, job.stream));
+            let body = Bytes::from(with_routing(render_request(
+                object,
+                &t.model_id,
+                job.stream,
+            )));
             return if job.stream {
                 let wants_usage = job.req.include_usage;
                 Box::pin(super::chat::stream_attempt(
@@ -290,12 +403,18 @@ async fn attempt(
                 Box::pin(super::chat::plain_attempt(gw, session, ex, t, body)).await
             };
         }
-        let body = super::native::render(leg.wire, object, &t.model_id, job.stream);
+        let body = with_routing(super::native::render(
+            leg.wire,
+            object,
+            &t.model_id,
+            job.stream,
+        ));
         return super::translated::run(gw, session, ex, leg, job, Bytes::from(body)).await;
     }
     let rendered = wire::render(leg.wire, &t.provider, &job.req, &t.model_id, job.stream);
     ex.ignored = disclosure(&leg.dropped, &rendered.dropped);
-    super::translated::run(gw, session, ex, leg, job, Bytes::from(rendered.body)).await
+    let body = with_routing(rendered.body);
+    super::translated::run(gw, session, ex, leg, job, Bytes::from(body)).await
 }
 
 /// Every reachable rung ended its turn with no content: 200 with the warning header

@@ -50,6 +50,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0004_money_gates.sql"),
         include_str!("../../migrations/postgres/0004_money_gates.sql"),
     ),
+    (
+        5,
+        "byok connections, org waterfalls, provider policy",
+        include_str!("../../migrations/sqlite/0005_byok.sql"),
+        include_str!("../../migrations/postgres/0005_byok.sql"),
+    ),
 ];
 
 impl Db {

@@ -111,6 +111,10 @@ pub fn command(backend: &Backend, opts: &Opts) -> Command {
         .env("SLUICE_ADMIN__TOKEN", ADMIN_TOKEN)
         .env("SLUICE_STORAGE__DATABASE_URL", &backend.database_url)
         .env(
+            "SLUICE_SECRETS__KEY_FILE",
+            backend._dir.path().join("secret.key").display().to_string(),
+        )
+        .env(
             "SLUICE_CATALOG__PATH",
             opts.catalog
                 .clone()

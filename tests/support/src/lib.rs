@@ -18,6 +18,7 @@
 //! # }
 //! ```
 
+mod accounts;
 mod anthropic;
 mod bedrock;
 mod control;
@@ -306,6 +307,13 @@ fn router(inner: Arc<Inner>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(handlers::chat))
         .route("/chat/completions", post(handlers::chat))
+        .route("/v1/models", get(accounts::models))
+        .route("/models", get(accounts::models))
+        .route("/openai/models", get(accounts::models))
+        .route("/v1beta/models", get(accounts::gemini_models))
+        .route("/v1/key", get(accounts::openrouter_key))
+        .route("/key", get(accounts::openrouter_key))
+        .route("/api/v1/key", get(accounts::openrouter_key))
         .route(
             "/openai/deployments/{deployment}/chat/completions",
             post(handlers::azure_chat),

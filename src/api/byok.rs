@@ -1,0 +1,304 @@
+//! The org's own routing: provider connections (BYOK), waterfall overrides, the
+//! require-ZDR provider policy. An `org_id` in the path that is not the key's org is
+//! 404, whatever exists.
+
+use super::respond::{json, parse_body, ApiResult, Failure};
+use super::{Authed, Shared};
+use crate::byok::{connections, route, waterfalls};
+use crate::gateway::accounts::{self, Checked};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{json as j, Value};
+use sluice_filters::{ApiError, ErrorCode};
+use std::collections::HashMap;
+
+fn own(org_id: &str, caller: &str) -> Result<(), Failure> {
+    if org_id == caller {
+        Ok(())
+    } else {
+        Err(Failure(ApiError::new(
+            ErrorCode::NotFound,
+            "No such organization.",
+        )))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Account {
+    setup_alias: String,
+    secret: String,
+    config: Option<Value>,
+}
+
+fn alias_of(q: &HashMap<String, String>) -> Result<&str, Failure> {
+    q.get("setup_alias").map(String::as_str).ok_or_else(|| {
+        Failure(
+            ApiError::new(ErrorCode::InvalidRequest, "setup_alias is required.")
+                .param("setup_alias"),
+        )
+    })
+}
+
+pub async fn list(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Path(org_id): Path<String>,
+) -> ApiResult {
+    own(&org_id, &c.org.id)?;
+    let data: Vec<Value> = connections::list(&state.db, &org_id)
+        .await?
+        .iter()
+        .map(connections::Connection::to_json)
+        .collect();
+    Ok(json(StatusCode::OK, &j!({"object": "list", "data": data})))
+}
+
+/// `POST`: a new account under a new alias; never overwrites.
+pub async fn create(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Path((org_id, provider)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    own(&org_id, &c.org.id)?;
+    let a: Account = parse_body(&body)?;
+    let config = a.config.unwrap_or_else(|| j!({}));
+    connections::validate(&provider, &a.setup_alias, &a.secret, &config)?;
+    let sealer = &state.byok.sealer;
+    let conn = connections::create(
+        &state.db,
+        sealer,
+        &org_id,
+        &provider,
+        &a.setup_alias,
+        &a.secret,
+        &config,
+    )
+    .await?;
+    reload(&state).await;
+    Ok(json(StatusCode::CREATED, &conn.to_json()))
+}
+
+/// `PUT`: rotates one saved account (exact alias), then reads its spend where the
+/// provider reports it; a failed read leaves the key saved and says why in
+/// `spend_error`.
+pub async fn rotate(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Path((org_id, provider)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    own(&org_id, &c.org.id)?;
+    let a: Account = parse_body(&body)?;
+    let config = a.config.clone().unwrap_or_else(|| j!({}));
+    connections::validate(&provider, &a.setup_alias, &a.secret, &config)?;
+    let conn = connections::rotate(
+        &state.db,
+        &state.byok.sealer,
+        &org_id,
+        &provider,
+        &a.setup_alias,
+        &a.secret,
+        a.config.as_ref(),
+    )
+    .await?;
+    reload(&state).await;
+    let mut out = conn.to_json();
+    if let Some(live) = live(&state, &conn.id) {
+        match accounts::spend(&state.config, &live).await {
+            Ok(micro) => {
+                connections::set_spend(&state.db, &conn.id, micro).await?;
+                out["spend_usd"] = j!(crate::accounts::micro_to_usd(micro));
+            }
+            Err(why) if live.conn.provider == "openrouter" => {
+                out["spend_error"] = j!(why);
+            }
+            Err(_) => {}
+        }
+    }
+    reload(&state).await;
+    Ok(json(StatusCode::OK, &out))
+}
+
+fn live(state: &Shared, id: &str) -> Option<std::sync::Arc<crate::byok::Live>> {
+    state.byok.snapshot().connections.get(id).cloned()
+}
+
+async fn reload(state: &Shared) {
+    if let Err(e) = state.byok.reload(&state.db).await {
+        tracing::warn!(error = %e, "routing reload after a write failed; the poll will catch up");
+    }
+}
+
+pub async fn check(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Path((org_id, provider)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult {
+    own(&org_id, &c.org.id)?;
+    let alias = alias_of(&q)?;
+    let (conn, _) = connections::require(&state.db, &org_id, &provider, alias).await?;
+    let live = live(&state, &conn.id).ok_or_else(|| Failure(ApiError::internal()))?;
+    let (status, detail) = match accounts::check(&state.config, &live).await {
+        Checked::Ok(d) => {
+            connections::set_status(&state.db, &conn.id, true, &d).await?;
+            ("ok", d)
+        }
+        Checked::Failed(d) => {
+            connections::set_status(&state.db, &conn.id, false, &d).await?;
+            ("failed", d)
+        }
+        Checked::Unsupported(d) => ("unchecked", d),
+    };
+    reload(&state).await;
+    Ok(json(
+        StatusCode::OK,
+        &j!({"id": conn.id, "provider": conn.provider, "setup_alias": conn.setup_alias,
+             "status": status, "detail": detail}),
+    ))
+}
+
+pub async fn spend_refresh(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Path((org_id, provider)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult {
+    own(&org_id, &c.org.id)?;
+    let alias = alias_of(&q)?;
+    let (conn, _) = connections::require(&state.db, &org_id, &provider, alias).await?;
+    let live = live(&state, &conn.id).ok_or_else(|| Failure(ApiError::internal()))?;
+    let mut out = match accounts::spend(&state.config, &live).await {
+        Ok(micro) => {
+            connections::set_spend(&state.db, &conn.id, micro).await?;
+            reload(&state).await;
+            connections::find(&state.db, &org_id, &provider, alias)
+                .await?
+                .map(|c| c.to_json())
+                .unwrap_or_default()
+        }
+        Err(why) => {
+            let mut v = conn.to_json();
+            v["spend_error"] = j!(why);
+            v
+        }
+    };
+    out["object"] = j!("provider_connection");
+    Ok(json(StatusCode::OK, &out))
+}
+
+pub async fn disconnect(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Path((org_id, provider)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult {
+    own(&org_id, &c.org.id)?;
+    let alias = alias_of(&q)?;
+    connections::delete(&state.db, &org_id, &provider, alias).await?;
+    reload(&state).await;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+fn unknown_model(slug: &str) -> Failure {
+    let shown: String = slug.chars().take(128).collect();
+    Failure(ApiError::new(
+        ErrorCode::NotFound,
+        format!("No model with slug {shown:?}."),
+    ))
+}
+
+/// The waterfall read: `{slug, default, override, effective}`.
+fn waterfall_json(state: &Shared, c: &super::Caller, slug: &str) -> Result<Value, Failure> {
+    let catalog = state.catalog.snapshot();
+    let model = catalog
+        .lookup(Some(&c.org.id), slug)
+        .ok_or_else(|| unknown_model(slug))?;
+    let routing = state.byok.snapshot();
+    let ids = |r: Vec<route::RouteRung>| r.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    Ok(j!({
+        "slug": model.spec.slug,
+        "default": ids(route::default_rungs(model, &c.org.id, &routing)),
+        "override": routing.waterfall(&c.org.id, &model.spec.slug).map(|w| w.as_ref().clone()),
+        "effective": ids(route::effective(model, &c.org, &routing)),
+    }))
+}
+
+pub async fn get_waterfall(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Path(slug): Path<String>,
+) -> ApiResult {
+    Ok(json(StatusCode::OK, &waterfall_json(&state, &c, &slug)?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Chain {
+    model_provider_ids: Vec<String>,
+}
+
+pub async fn put_waterfall(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Path(slug): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let chain: Chain = parse_body(&body)?;
+    let checked = {
+        let catalog = state.catalog.snapshot();
+        let model = catalog
+            .lookup(Some(&c.org.id), &slug)
+            .ok_or_else(|| unknown_model(&slug))?;
+        let routing = state.byok.snapshot();
+        let ids = route::check_chain(&chain.model_provider_ids, model, &c.org.id, &routing)?;
+        (model.spec.slug.clone(), ids)
+    };
+    waterfalls::put(&state.db, &c.org.id, &checked.0, &checked.1).await?;
+    reload(&state).await;
+    Ok(json(StatusCode::OK, &waterfall_json(&state, &c, &slug)?))
+}
+
+pub async fn get_policy(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Path(org_id): Path<String>,
+) -> ApiResult {
+    own(&org_id, &c.org.id)?;
+    let org = crate::accounts::orgs::get(&state.db, &org_id)
+        .await?
+        .ok_or_else(|| Failure(ApiError::invalid_key()))?;
+    Ok(json(
+        StatusCode::OK,
+        &j!({"org_id": org.id, "require_zdr": org.require_zdr}),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    require_zdr: bool,
+}
+
+pub async fn put_policy(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Path(org_id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    own(&org_id, &c.org.id)?;
+    let p: Policy = parse_body(&body)?;
+    crate::accounts::orgs::set_require_zdr(&state.db, &org_id, p.require_zdr).await?;
+    if let Some(fresh) = crate::accounts::orgs::get(&state.db, &org_id).await? {
+        state.directory.put_org(fresh);
+    }
+    Ok(json(
+        StatusCode::OK,
+        &j!({"org_id": org_id, "require_zdr": p.require_zdr}),
+    ))
+}

@@ -1,0 +1,181 @@
+//! An org's own models: `POST /api/models` creates one (its deployments are the
+//! org's own endpoints: pass-through lane, cost 0), `POST /api/models/{slug}/providers`
+//! adds a deployment to it. Rows live only in the database; every instance's
+//! catalog snapshot picks them up within a second (this one at once).
+
+use super::respond::{json, parse_body, ApiResult, Failure};
+use super::{Authed, Shared};
+use crate::accounts::keys::db_error;
+use crate::catalog::model::{FreeAllowance, ModelKind, ModelSpec, Price, Requires};
+use crate::catalog::RungSpec;
+use crate::store::now_ms;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use bytes::Bytes;
+use serde::Deserialize;
+use sluice_filters::{ApiError, ErrorCode};
+
+/// Capabilities an org deployment is assumed to have unless it says otherwise.
+const DEFAULT_CAPS: [&str; 4] = ["json_object", "json_schema", "sampling", "tools"];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Deployment {
+    provider: String,
+    provider_model_id: String,
+    #[serde(default)]
+    base_url: String,
+    caps: Option<Vec<String>>,
+}
+
+impl Deployment {
+    fn rung(self) -> RungSpec {
+        RungSpec {
+            provider: self.provider,
+            provider_model_id: self.provider_model_id,
+            base_url: self.base_url,
+            zdr: false,
+            caps: self
+                .caps
+                .unwrap_or_else(|| DEFAULT_CAPS.iter().map(|c| c.to_string()).collect()),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewModel {
+    slug: String,
+    display_name: String,
+    providers: Vec<Deployment>,
+    context_window: Option<u64>,
+    max_input_tokens: Option<u64>,
+    max_output_tokens: Option<u64>,
+    modalities: Option<Vec<String>>,
+    supported_params: Option<Vec<String>>,
+    category: Option<String>,
+}
+
+fn invalid(field: &'static str, why: String) -> Failure {
+    let param = match field {
+        "provider" | "provider_model_id" | "base_url" | "caps" => "providers",
+        f => f,
+    };
+    Failure(ApiError::invalid_parameter(param, why))
+}
+
+async fn store(state: &Shared, org_id: &str, spec: &ModelSpec, new: bool) -> Result<(), Failure> {
+    let text = serde_json::to_string(spec).map_err(|_| Failure(ApiError::internal()))?;
+    let now = now_ms();
+    let q = if new {
+        "INSERT INTO models (owner, slug, spec, created_at, updated_at) VALUES ($1, $2, $3, $4, $4)"
+    } else {
+        "UPDATE models SET spec = $3, updated_at = $4 WHERE owner = $1 AND slug = $2"
+    };
+    sqlx::query(q)
+        .bind(org_id)
+        .bind(&spec.slug)
+        .bind(text)
+        .bind(now)
+        .execute(&state.db.pool)
+        .await
+        .map_err(|e| match e {
+            sqlx::Error::Database(d) if d.is_unique_violation() => {
+                Failure(ApiError::invalid_parameter(
+                    "slug",
+                    "this organization already has a model with this slug",
+                ))
+            }
+            e => Failure(db_error(e)),
+        })?;
+    if let Err(e) = state.catalog.reload(&state.db).await {
+        tracing::warn!(error = %e, "catalog reload after a model write failed; the poll will catch up");
+    }
+    Ok(())
+}
+
+pub async fn create(Authed(c): Authed, State(state): State<Shared>, body: Bytes) -> ApiResult {
+    let m: NewModel = parse_body(&body)?;
+    let context_window = m.context_window.unwrap_or(128_000);
+    let spec = ModelSpec {
+        slug: m.slug,
+        display_name: m.display_name,
+        kind: ModelKind::Chat,
+        owned_by: c.org.id.clone(),
+        context_window,
+        max_input_tokens: m.max_input_tokens.unwrap_or(context_window),
+        modalities: m.modalities.unwrap_or_else(|| vec!["text".into()]),
+        supported_params: m.supported_params.unwrap_or_default(),
+        pinned: Default::default(),
+        price: Price::default(),
+        category: m.category.unwrap_or_else(|| "custom".into()),
+        max_output_tokens: m.max_output_tokens.unwrap_or(4_096),
+        regions: vec!["*".into()],
+        restricted: false,
+        requires: Requires::None,
+        free: FreeAllowance::default(),
+        rungs: m.providers.into_iter().map(Deployment::rung).collect(),
+    };
+    spec.validate().map_err(|(f, why)| invalid(f, why))?;
+    if state.catalog.snapshot().public.contains_key(&spec.slug) {
+        return Err(Failure(ApiError::invalid_parameter(
+            "slug",
+            "this slug belongs to a catalog model; choose another",
+        )));
+    }
+    store(&state, &c.org.id, &spec, true).await?;
+    let catalog = state.catalog.snapshot();
+    let row = catalog
+        .lookup(Some(&c.org.id), &spec.slug)
+        .map(|m| m.row_json())
+        .unwrap_or_default();
+    Ok(json(StatusCode::CREATED, &row))
+}
+
+/// Adds a deployment (an endpoint, or a local variant) to one of the org's models.
+pub async fn add_deployment(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    Path(slug): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let d: Deployment = parse_body(&body)?;
+    let mut spec = {
+        let catalog = state.catalog.snapshot();
+        match catalog.lookup(Some(&c.org.id), &slug) {
+            Some(m) if m.owner.as_deref() == Some(c.org.id.as_str()) => m.spec.clone(),
+            Some(_) => {
+                return Err(Failure(ApiError::invalid_parameter(
+                    "slug",
+                    "deployments are added to the organization's own models; a catalog model takes your provider connections through its waterfall",
+                )))
+            }
+            None => {
+                return Err(Failure(ApiError::new(
+                    ErrorCode::NotFound,
+                    format!("No model with slug {:?}.", slug.chars().take(128).collect::<String>()),
+                )))
+            }
+        }
+    };
+    let rung = d.rung();
+    if spec
+        .rungs
+        .iter()
+        .any(|r| r.id() == rung.id() && r.base_url == rung.base_url)
+    {
+        return Err(Failure(ApiError::invalid_parameter(
+            "provider_model_id",
+            "the model already has this deployment",
+        )));
+    }
+    spec.rungs.push(rung);
+    spec.validate().map_err(|(f, why)| invalid(f, why))?;
+    store(&state, &c.org.id, &spec, false).await?;
+    let catalog = state.catalog.snapshot();
+    let row = catalog
+        .lookup(Some(&c.org.id), &slug)
+        .map(|m| m.row_json())
+        .unwrap_or_default();
+    Ok(json(StatusCode::CREATED, &row))
+}

@@ -1,0 +1,738 @@
+//! Bring your own keys and the org's own routing: provider connections (sealed at
+//! rest, never read back), org waterfalls with `byok:` rungs on the pass-through
+//! lane, custom models and per-request route selection, the retention verdict and
+//! the require-ZDR policy, and cache affinity (warm conversations stay put).
+
+mod harness;
+
+use harness::{assert_error, repo_path, Backend, Opts, Sluice};
+use serde_json::{json, Value};
+use sluice_mock::{Mock, Step};
+use std::time::Duration;
+
+fn opts(mock: &Mock) -> Opts {
+    Opts::default()
+        .catalog(repo_path("tests/fixtures/byok.toml"))
+        .env(
+            "SLUICE_PROVIDERS__OPENAI__BASE_URL",
+            format!("{}/v1", mock.base_url()),
+        )
+        .env(
+            "SLUICE_PROVIDERS__MISTRAL__BASE_URL",
+            format!("{}/v1", mock.base_url()),
+        )
+        .env(
+            "SLUICE_PROVIDERS__OPENROUTER__BASE_URL",
+            format!("{}/v1", mock.base_url()),
+        )
+        .env("OPENAI_API_KEY", "sk-platform-openai")
+        .env("MISTRAL_API_KEY", "sk-platform-mistral")
+}
+
+async fn send(
+    s: &Sluice,
+    method: reqwest::Method,
+    path: &str,
+    key: &str,
+    body: Option<Value>,
+) -> (u16, String) {
+    let mut req = s
+        .http
+        .request(method, format!("{}{path}", s.gateway))
+        .bearer_auth(key);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let r = req.send().await.unwrap();
+    let st = r.status().as_u16();
+    (st, r.text().await.unwrap())
+}
+
+fn parsed(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+async fn chat(s: &Sluice, key: &str, model: &str, content: &str) -> (u16, Value) {
+    s.post(
+        "/v1/chat/completions",
+        Some(key),
+        &json!({"model": model, "max_tokens": 20,
+                "messages": [{"role": "user", "content": content}]}),
+    )
+    .await
+}
+
+async fn connect(
+    s: &Sluice,
+    org: &str,
+    key: &str,
+    provider: &str,
+    alias: &str,
+    secret: &str,
+    config: Value,
+) -> Value {
+    let (st, text) = send(
+        s,
+        reqwest::Method::POST,
+        &format!("/api/orgs/{org}/provider-connections/{provider}"),
+        key,
+        Some(json!({"setup_alias": alias, "secret": secret, "config": config})),
+    )
+    .await;
+    assert_eq!(st, 201, "{text}");
+    assert!(!text.contains(secret), "no secret in a response: {text}");
+    parsed(&text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_sealed_listed_rotated_checked_and_deleted() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (org, _, key) = s.org_and_key().await;
+    let (other_org, _, _) = s.org_and_key().await;
+    let base = format!("/api/orgs/{org}/provider-connections");
+
+    let c = connect(
+        &s,
+        &org,
+        &key,
+        "openrouter",
+        "main",
+        "sk-or-secret-1",
+        json!({}),
+    )
+    .await;
+    assert_eq!(c["setup_alias"], "main");
+    assert_eq!(c["provider"], "openrouter");
+    assert!(c["id"].as_str().unwrap().starts_with("conn_"));
+    // Never overwritten: the same alias again is 409.
+    let (st, text) = send(
+        &s,
+        reqwest::Method::POST,
+        &format!("{base}/openrouter"),
+        &key,
+        Some(json!({"setup_alias": "main", "secret": "sk-or-other"})),
+    )
+    .await;
+    assert_error(st, &parsed(&text), 409, "account_exists");
+    // local and hosted take no connections; a foreign org path is 404.
+    for p in ["local", "hosted", "nope"] {
+        let (st, text) = send(
+            &s,
+            reqwest::Method::POST,
+            &format!("{base}/{p}"),
+            &key,
+            Some(json!({"setup_alias": "a", "secret": "x"})),
+        )
+        .await;
+        let v = parsed(&text);
+        assert_error(st, &v, 400, "invalid_parameter");
+        assert_eq!(v["error"]["param"], "provider");
+    }
+    let (st, text) = send(
+        &s,
+        reqwest::Method::GET,
+        &format!("/api/orgs/{other_org}/provider-connections"),
+        &key,
+        None,
+    )
+    .await;
+    assert_error(st, &parsed(&text), 404, "not_found");
+
+    // Sealed at rest: the database holds no plaintext.
+    {
+        use sqlx::{Connection, Row};
+        sqlx::any::install_default_drivers();
+        let mut db = sqlx::AnyConnection::connect(&b.database_url).await.unwrap();
+        let rows = sqlx::query("SELECT sealed_secret FROM provider_connections")
+            .fetch_all(&mut db)
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1);
+        let sealed: String = rows[0].get("sealed_secret");
+        assert!(sealed.starts_with("v1:") && !sealed.contains("sk-or-secret-1"));
+    }
+
+    // Check: a working key, then a refused one after rotation (the PUT saves the
+    // key and says why the spend could not be read).
+    let (st, text) = send(
+        &s,
+        reqwest::Method::POST,
+        &format!("{base}/openrouter/check?setup_alias=main"),
+        &key,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, parsed(&text)["status"].clone()),
+        (200, json!("ok")),
+        "{text}"
+    );
+    let (st, text) = send(
+        &s,
+        reqwest::Method::PUT,
+        &format!("{base}/openrouter"),
+        &key,
+        Some(json!({"setup_alias": "main", "secret": "bad-rotated"})),
+    )
+    .await;
+    assert_eq!(st, 200, "{text}");
+    let v = parsed(&text);
+    assert!(v["spend_error"].as_str().unwrap().contains("401"), "{v}");
+    assert!(!text.contains("bad-rotated"));
+    let (_, text) = send(
+        &s,
+        reqwest::Method::POST,
+        &format!("{base}/openrouter/check?setup_alias=main"),
+        &key,
+        None,
+    )
+    .await;
+    assert_eq!(parsed(&text)["status"], "failed", "{text}");
+    // Rotating to a good key reads the spend; PUT of an unknown alias is 404.
+    let (st, text) = send(
+        &s,
+        reqwest::Method::PUT,
+        &format!("{base}/openrouter"),
+        &key,
+        Some(json!({"setup_alias": "main", "secret": "sk-or-secret-2"})),
+    )
+    .await;
+    assert_eq!(st, 200, "{text}");
+    assert_eq!(parsed(&text)["spend_usd"], 12.5, "{text}");
+    let (st, text) = send(
+        &s,
+        reqwest::Method::PUT,
+        &format!("{base}/openrouter"),
+        &key,
+        Some(json!({"setup_alias": "nope", "secret": "x"})),
+    )
+    .await;
+    assert_error(st, &parsed(&text), 404, "not_found");
+
+    // Spend refresh where the provider reports it, and a clear error where not.
+    connect(
+        &s,
+        &org,
+        &key,
+        "openai",
+        "proj",
+        "sk-openai-own",
+        json!({"base_url": format!("{}/v1", mock.base_url())}),
+    )
+    .await;
+    let (st, text) = send(
+        &s,
+        reqwest::Method::POST,
+        &format!("{base}/openrouter/spend-refresh?setup_alias=main"),
+        &key,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, parsed(&text)["spend_usd"].clone()),
+        (200, json!(12.5)),
+        "{text}"
+    );
+    let (st, text) = send(
+        &s,
+        reqwest::Method::POST,
+        &format!("{base}/openai/spend-refresh?setup_alias=proj"),
+        &key,
+        None,
+    )
+    .await;
+    assert_eq!(st, 200);
+    assert!(parsed(&text)["spend_error"].is_string(), "{text}");
+    let (st, text) = send(
+        &s,
+        reqwest::Method::POST,
+        &format!("{base}/openai/check?setup_alias=proj"),
+        &key,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, parsed(&text)["status"].clone()),
+        (200, json!("ok")),
+        "{text}"
+    );
+
+    // The list: both accounts, spend shown, no secret.
+    let (st, text) = send(&s, reqwest::Method::GET, &base, &key, None).await;
+    assert_eq!(st, 200);
+    assert!(!text.contains("sk-or-secret") && !text.contains("sk-openai-own"));
+    let list = parsed(&text)["data"].as_array().unwrap().clone();
+    assert_eq!(list.len(), 2);
+    let or = list.iter().find(|c| c["provider"] == "openrouter").unwrap();
+    assert_eq!(or["spend_usd"], 12.5);
+
+    // Delete removes only the named account.
+    let (st, _) = send(
+        &s,
+        reqwest::Method::DELETE,
+        &format!("{base}/openrouter?setup_alias=main"),
+        &key,
+        None,
+    )
+    .await;
+    assert_eq!(st, 204);
+    let (st, text) = send(
+        &s,
+        reqwest::Method::DELETE,
+        &format!("{base}/openrouter?setup_alias=main"),
+        &key,
+        None,
+    )
+    .await;
+    assert_error(st, &parsed(&text), 404, "not_found");
+    let (_, text) = send(&s, reqwest::Method::GET, &base, &key, None).await;
+    assert_eq!(parsed(&text)["data"].as_array().unwrap().len(), 1);
+}
+
+async fn balance(s: &Sluice, org: &str) -> f64 {
+    let (_, v) = s
+        .admin(reqwest::Method::GET, &format!("/admin/orgs/{org}"), None)
+        .await;
+    v["balance_usd"].as_f64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_org_waterfall_routes_its_own_rungs_on_the_pass_through_lane() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let other = match b.redis_url {
+        Some(_) => Some(Sluice::start(&b, opts(&mock)).await),
+        None => None,
+    };
+    let (org, _, key) = s.org_and_key().await;
+    let c = connect(
+        &s,
+        &org,
+        &key,
+        "openai",
+        "own",
+        "sk-org-own",
+        json!({"base_url": format!("{}/v1", mock.base_url())}),
+    )
+    .await;
+    let byok = format!("byok:{}", c["id"].as_str().unwrap());
+    let wf = "/api/models/b-shared/waterfall";
+
+    // Validation: a shared model needs one of the org's connections; platform rungs
+    // keep their order; unknown ids name the field.
+    for (ids, why) in [
+        (json!(["openai:o1"]), "own connections"),
+        (json!([byok, "mistral:m1", "openai:o1"]), "default order"),
+        (json!([byok, "openai:nope"]), "not a rung"),
+        (json!(["byok:conn_foreign"]), "not a connection"),
+    ] {
+        let (st, text) = send(
+            &s,
+            reqwest::Method::PUT,
+            wf,
+            &key,
+            Some(json!({"model_provider_ids": ids})),
+        )
+        .await;
+        let v = parsed(&text);
+        assert_error(st, &v, 400, "invalid_parameter");
+        assert_eq!(v["error"]["param"], "model_provider_ids");
+        assert!(text.contains(why), "{text}");
+    }
+    let (st, text) = send(
+        &s,
+        reqwest::Method::PUT,
+        wf,
+        &key,
+        Some(json!({"model_provider_ids": [byok, "openai:o1"]})),
+    )
+    .await;
+    assert_eq!(st, 200, "{text}");
+    let v = parsed(&text);
+    assert_eq!(v["default"], json!(["openai:o1", "mistral:m1"]));
+    assert_eq!(v["override"], json!([byok, "openai:o1"]));
+    assert_eq!(v["effective"], json!([byok, "openai:o1"]));
+    let (_, text) = send(&s, reqwest::Method::GET, wf, &key, None).await;
+    assert_eq!(parsed(&text), v);
+
+    // Served by the org's own key, at no cost to its balance.
+    let before = balance(&s, &org).await;
+    let (st, v) = chat(&s, &key, "b-shared", "hi").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["provider"], json!(byok));
+    assert_eq!(v["usage"]["cost"], 0.0);
+    let last = mock.requests_for("o1").pop().unwrap();
+    assert_eq!(last.header("authorization"), Some("Bearer sk-org-own"));
+    // The usage event records the lane; nothing is drawn.
+    let event = loop {
+        let (_, v) = s.get("/api/gateway/usage/events?limit=1", Some(&key)).await;
+        if let Some(e) = v["data"].as_array().and_then(|d| d.first()).cloned() {
+            break e;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(event["lane"], "pass_through", "{event}");
+    assert_eq!(event["provider"], json!(byok));
+    assert_eq!(balance(&s, &org).await, before);
+
+    // When the org's key fails, the platform rung takes over (and is billed).
+    mock.script("o1", vec![Step::Status(401)]);
+    let (st, v) = chat(&s, &key, "b-shared", "hi").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["provider"], "openai:o1");
+    assert!(v["usage"]["cost"].as_f64().unwrap() > 0.0);
+    let last = mock.requests_for("o1").pop().unwrap();
+    assert_eq!(
+        last.header("authorization"),
+        Some("Bearer sk-platform-openai")
+    );
+
+    // Another instance routes the new chain too (each try a new conversation: a
+    // conversation served before the chain arrived stays warm where it was).
+    if let Some(o) = &other {
+        let mut seen = Value::Null;
+        for i in 0..40 {
+            let (st, v) = chat(o, &key, "b-shared", &format!("from the other instance {i}")).await;
+            if st == 200 && v["provider"] == json!(byok) {
+                seen = v;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            seen["provider"],
+            json!(byok),
+            "the second instance follows the org's chain"
+        );
+    }
+
+    // An org whose platform gates refuse (no credits, unverified email) is still
+    // served on its own key; platform credits are never touched.
+    let (st, o) = s
+        .admin(
+            reqwest::Method::POST,
+            "/admin/orgs",
+            Some(json!({"name": "byok-only", "tier": 3})),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let poor = o["org_id"].as_str().unwrap().to_string();
+    let (_, k) = s
+        .admin(
+            reqwest::Method::POST,
+            &format!("/admin/orgs/{poor}/keys"),
+            Some(json!({})),
+        )
+        .await;
+    let poor_key = k["api_key"].as_str().unwrap().to_string();
+    let (st, v) = chat(&s, &poor_key, "b-shared", "hi").await;
+    assert_error(st, &v, 429, "insufficient_quota");
+    let c = connect(
+        &s,
+        &poor,
+        &poor_key,
+        "openai",
+        "own",
+        "sk-poor-own",
+        json!({"base_url": format!("{}/v1", mock.base_url())}),
+    )
+    .await;
+    let poor_byok = format!("byok:{}", c["id"].as_str().unwrap());
+    let (st, _) = send(
+        &s,
+        reqwest::Method::PUT,
+        wf,
+        &poor_key,
+        Some(json!({"model_provider_ids": ["openai:o1", poor_byok]})),
+    )
+    .await;
+    assert_eq!(st, 200);
+    let (st, v) = chat(&s, &poor_key, "b-shared", "hi").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["provider"], json!(poor_byok));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_models_serve_the_orgs_deployments_and_routes_select_one_rung() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (_, _, key) = s.org_and_key().await;
+    let (_, _, stranger) = s.org_and_key().await;
+    let local = format!("{}/v1", mock.base_url());
+    let create = |body: Value| send(&s, reqwest::Method::POST, "/api/models", &key, Some(body));
+
+    for (body, param) in [
+        (
+            json!({"slug": "Bad Slug", "display_name": "x", "providers": [{"provider": "local", "provider_model_id": "o1"}]}),
+            "slug",
+        ),
+        (
+            json!({"slug": "acme-1", "display_name": "x", "providers": []}),
+            "providers",
+        ),
+        (
+            json!({"slug": "acme-1", "display_name": "x", "context_window": 1000, "max_input_tokens": 2000,
+                "providers": [{"provider": "local", "provider_model_id": "o1"}]}),
+            "max_input_tokens",
+        ),
+        (
+            json!({"slug": "b-shared", "display_name": "x", "providers": [{"provider": "local", "provider_model_id": "o1"}]}),
+            "slug",
+        ),
+    ] {
+        let (st, text) = create(body).await;
+        let v = parsed(&text);
+        assert_error(st, &v, 400, "invalid_parameter");
+        assert_eq!(v["error"]["param"], param, "{text}");
+    }
+    let (st, text) = create(json!({"slug": "acme-1", "display_name": "Acme 1",
+        "providers": [{"provider": "local", "provider_model_id": "o1", "base_url": local}]}))
+    .await;
+    assert_eq!(st, 201, "{text}");
+    assert_eq!(parsed(&text)["retention"], Value::Null);
+
+    // Visible to the org only.
+    let ids = |v: Value| -> Vec<String> {
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(ids(s.get("/v1/models", Some(&key)).await.1).contains(&"acme-1".to_string()));
+    assert!(!ids(s.get("/v1/models", Some(&stranger)).await.1).contains(&"acme-1".to_string()));
+    let (st, v) = chat(&s, &stranger, "acme-1", "hi").await;
+    assert_error(st, &v, 403, "model_not_granted");
+
+    // Served by its deployment, at no cost.
+    let (st, v) = chat(&s, &key, "acme-1", "hi").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["provider"], "local:o1");
+    assert_eq!(v["usage"]["cost"], 0.0);
+
+    // A second deployment; route handles select one rung per request.
+    let (st, text) = send(
+        &s,
+        reqwest::Method::POST,
+        "/api/models/acme-1/providers",
+        &key,
+        Some(json!({"provider": "openai", "provider_model_id": "o2", "base_url": local})),
+    )
+    .await;
+    assert_eq!(st, 201, "{text}");
+    let (st, v) = s.get("/api/models/acme-1/providers", Some(&key)).await;
+    assert_eq!(st, 200);
+    let route_of = |v: &Value, rung: &str| -> String {
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["rung_id"] == rung)
+            .unwrap()["route_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let o2 = route_of(&v, "openai:o2");
+    let r = s
+        .http
+        .post(format!("{}/v1/chat/completions", s.gateway))
+        .bearer_auth(&key)
+        .header("x-gateway-route", &o2)
+        .json(&json!({"model": "acme-1", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["provider"], "openai:o2");
+    // The org's own endpoint never receives the platform's key.
+    let sent = mock.requests_for("o2").pop().unwrap();
+    assert_eq!(sent.header("authorization"), None);
+
+    // Unknown handles, and handles of another org, are refused.
+    let (_, sv) = s
+        .get("/api/models/b-shared/providers", Some(&stranger))
+        .await;
+    let foreign = route_of(&sv, "openai:o1");
+    for handle in ["rt_nope", foreign.as_str()] {
+        let r = s
+            .http
+            .post(format!("{}/v1/chat/completions", s.gateway))
+            .bearer_auth(&key)
+            .header("x-gateway-route", handle)
+            .json(&json!({"model": "b-shared", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        let st = r.status().as_u16();
+        let v: Value = r.json().await.unwrap();
+        assert_error(st, &v, 400, "invalid_parameter");
+        assert_eq!(v["error"]["param"], "x-gateway-route");
+    }
+    // Keyless reads show no handles.
+    let (_, v) = s.get("/api/models/b-shared/providers", None).await;
+    assert!(v["data"][0].get("route_id").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retention_verdict_and_require_zdr_keep_fail_over_on_zero_retention_rungs() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (org, _, key) = s.org_and_key().await;
+    let (other_org, _, _) = s.org_and_key().await;
+    let (_, v) = s.get("/api/models/b-shared", None).await;
+    assert_eq!(v["retention"], "zdr_enforceable");
+    let slugs = |v: Value| -> Vec<String> {
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["slug"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(
+        slugs(s.get("/api/models?retention=zdr_enforceable", None).await.1)
+            .contains(&"b-shared".into())
+    );
+    assert!(
+        !slugs(s.get("/api/models?retention=zdr_all_rungs", None).await.1)
+            .contains(&"b-shared".into())
+    );
+
+    // Without the policy, a failing ZDR rung fails over to the other.
+    mock.script("o1", vec![Step::Status(500)]);
+    let (st, v) = chat(&s, &key, "b-shared", "one").await;
+    assert_eq!(
+        (st, v["provider"].clone()),
+        (200, json!("mistral:m1")),
+        "{v}"
+    );
+
+    let policy = format!("/api/orgs/{org}/policy");
+    let (st, text) = send(
+        &s,
+        reqwest::Method::PUT,
+        &policy,
+        &key,
+        Some(json!({"require_zdr": true})),
+    )
+    .await;
+    assert_eq!(
+        (st, parsed(&text)["require_zdr"].clone()),
+        (200, json!(true)),
+        "{text}"
+    );
+    let (_, text) = send(&s, reqwest::Method::GET, &policy, &key, None).await;
+    assert_eq!(parsed(&text)["require_zdr"], true);
+    let (st, text) = send(
+        &s,
+        reqwest::Method::GET,
+        &format!("/api/orgs/{other_org}/policy"),
+        &key,
+        None,
+    )
+    .await;
+    assert_error(st, &parsed(&text), 404, "not_found");
+    let (_, v) = s.get("/api/models/b-shared", Some(&key)).await;
+    assert_eq!(v["retention"], "zdr_all_rungs");
+    assert_eq!(v["waterfall"], json!(["openai:o1"]));
+
+    let before = mock.count("m1");
+    mock.script("o1", vec![Step::Status(500)]);
+    let (st, v) = chat(&s, &key, "b-shared", "two").await;
+    assert_error(st, &v, 502, "all_routes_failed");
+    assert_eq!(mock.count("m1"), before, "never a non-ZDR rung");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_conversation_stays_on_its_rung_and_a_cold_one_fails_over() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (_, _, key) = s.org_and_key().await;
+    let convo = |first: &str, more: bool| {
+        let mut m = vec![json!({"role": "user", "content": first})];
+        if more {
+            m.push(json!({"role": "assistant", "content": "sure"}));
+            m.push(json!({"role": "user", "content": "and then?"}));
+        }
+        json!({"model": "b-shared", "max_tokens": 20, "messages": m})
+    };
+    // The first turn lands on o1, which now holds the conversation's cache.
+    let (st, v) = s
+        .post(
+            "/v1/chat/completions",
+            Some(&key),
+            &convo("plan a trip", false),
+        )
+        .await;
+    assert_eq!((st, v["provider"].clone()), (200, json!("openai:o1")));
+    // o1 throttles: the warm conversation gets the 429, not a cold rung.
+    mock.script("o1", vec![Step::Status(429)]);
+    let (st, v) = s
+        .post(
+            "/v1/chat/completions",
+            Some(&key),
+            &convo("plan a trip", true),
+        )
+        .await;
+    assert_error(st, &v, 429, "unavailable_route");
+    assert_eq!(mock.count("m1"), 0);
+    // A cold conversation fails over.
+    mock.script("o1", vec![Step::Status(429)]);
+    let (st, v) = s
+        .post(
+            "/v1/chat/completions",
+            Some(&key),
+            &convo("write a poem", false),
+        )
+        .await;
+    assert_eq!(
+        (st, v["provider"].clone()),
+        (200, json!("mistral:m1")),
+        "{v}"
+    );
+    // ...and stays where its cache now is, even when o1 is healthy again.
+    let (st, v) = s
+        .post(
+            "/v1/chat/completions",
+            Some(&key),
+            &convo("write a poem", true),
+        )
+        .await;
+    assert_eq!(
+        (st, v["provider"].clone()),
+        (200, json!("mistral:m1")),
+        "{v}"
+    );
+
+    // prompt_cache_key routes: o1 (a cache_key_routing rung) gets a stable derived
+    // value, never the client's.
+    let body = json!({"model": "b-shared", "max_tokens": 20, "prompt_cache_key": "client-key-1",
+                      "messages": [{"role": "user", "content": "keyed"}]});
+    for _ in 0..2 {
+        let (st, _) = s.post("/v1/chat/completions", Some(&key), &body).await;
+        assert_eq!(st, 200);
+    }
+    let sent: Vec<Value> = mock
+        .requests_for("o1")
+        .iter()
+        .rev()
+        .take(2)
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    let routed = sent[0]["prompt_cache_key"].as_str().unwrap().to_string();
+    assert!(routed.starts_with("sl-") && !routed.contains("client-key-1"));
+    assert_eq!(
+        sent[1]["prompt_cache_key"],
+        json!(routed),
+        "stable across requests"
+    );
+}
