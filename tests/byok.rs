@@ -657,8 +657,10 @@ async fn a_warm_conversation_stays_on_its_rung_and_a_cold_one_fails_over() {
     let b = Backend::fresh().await;
     let s = Sluice::start(&b, opts(&mock)).await;
     let (_, _, key) = s.org_and_key().await;
+    // Long enough for a provider to cache (about 1,024 tokens and more).
+    let context = "Background for the whole conversation. ".repeat(120);
     let convo = |first: &str, more: bool| {
-        let mut m = vec![json!({"role": "user", "content": first})];
+        let mut m = vec![json!({"role": "user", "content": format!("{first}\n{context}")})];
         if more {
             m.push(json!({"role": "assistant", "content": "sure"}));
             m.push(json!({"role": "user", "content": "and then?"}));

@@ -192,6 +192,7 @@ pub async fn handle(
                 long_context: wanted.long_context,
                 rungs,
                 org_id: org.id.clone(),
+                cacheable: body.len() >= waterfall::CACHEABLE_BYTES,
             };
             Box::pin(waterfall::serve(gw, session, &mut ex, &model, job)).await
         }

@@ -39,7 +39,13 @@ pub struct Job {
     /// The active route for the org, in order, each rung with its lane.
     pub rungs: Vec<RouteRung>,
     pub org_id: String,
+    /// The request is long enough for a provider to cache its prefix.
+    pub cacheable: bool,
 }
+
+/// Providers cache prompt prefixes of about 1,024 tokens and more; a shorter
+/// conversation has no cache to stay near (about 4 bytes per token of JSON).
+pub const CACHEABLE_BYTES: usize = 4_096;
 
 /// How long a conversation stays with the rung that served it (provider prompt
 /// caches live minutes).
@@ -174,7 +180,8 @@ pub async fn serve(
         Err(e) => return Outcome::Error(e),
     };
     // A conversation whose prompt cache is warm on a rung goes there first.
-    let affinity = if legs.len() > 1 {
+    let keyed = job.req.prompt_cache_key.is_some();
+    let affinity = if legs.len() > 1 && (job.cacheable || keyed) {
         job.affinity_key()
     } else {
         None
