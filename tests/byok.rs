@@ -643,6 +643,15 @@ async fn the_retention_verdict_and_require_zdr_keep_fail_over_on_zero_retention_
     let (_, v) = s.get("/api/models/b-shared", Some(&key)).await;
     assert_eq!(v["retention"], "zdr_all_rungs");
     assert_eq!(v["waterfall"], json!(["openai:o1"]));
+    // The list filters by the org's verdict too; keyless reads keep the default.
+    let (_, v) = s
+        .get("/api/models?retention=zdr_all_rungs", Some(&key))
+        .await;
+    assert!(slugs(v).contains(&"b-shared".into()));
+    assert!(
+        !slugs(s.get("/api/models?retention=zdr_all_rungs", None).await.1)
+            .contains(&"b-shared".into())
+    );
 
     let before = mock.count("m1");
     mock.script("o1", vec![Step::Status(500)]);

@@ -20,8 +20,21 @@ pub async fn list(
     let query = ListQuery::parse(&q)?;
     let catalog = state.catalog.snapshot();
     let org = caller.as_ref().map(|c| c.org.id.as_str());
-    let (page, total) = query.apply(catalog.visible(org));
-    let data: Vec<_> = page.iter().map(|m| m.row_json()).collect();
+    // With a key, the verdict is the org's: its own order and its ZDR policy.
+    let routing = state.byok.snapshot();
+    let verdict = |m: &crate::catalog::Model| match &caller {
+        Some(c) => org_verdict(m, &c.org, &routing),
+        None => m.retention,
+    };
+    let (page, total) = query.apply(catalog.visible(org), &verdict);
+    let data: Vec<_> = page
+        .iter()
+        .map(|m| {
+            let mut row = m.row_json();
+            row["retention"] = json!(verdict(m).map(Retention::as_str));
+            row
+        })
+        .collect();
     Ok(json(
         StatusCode::OK,
         &json!({
@@ -32,6 +45,20 @@ pub async fn list(
             "offset": query.offset,
         }),
     ))
+}
+
+/// The retention verdict over the platform rungs of the org's active route
+/// (`None` for the org's own models, which have none).
+fn org_verdict(
+    m: &crate::catalog::Model,
+    org: &crate::accounts::OrgRecord,
+    routing: &crate::byok::Routing,
+) -> Option<Retention> {
+    if m.owner.is_some() {
+        return None;
+    }
+    let active = route::effective(m, org, routing);
+    retention::verdict(active.iter().filter(|r| r.is_platform()).map(|r| &r.spec))
 }
 
 fn unknown_model(slug: &str) -> Failure {
@@ -58,12 +85,7 @@ pub async fn one(
         // The verdict of the org's active route: its order and its ZDR policy.
         let routing = state.byok.snapshot();
         let active = route::effective(model, &c.org, &routing);
-        let verdict = if model.owner.is_some() {
-            None
-        } else {
-            retention::verdict(active.iter().filter(|r| r.is_platform()).map(|r| &r.spec))
-        };
-        row["retention"] = json!(verdict.map(Retention::as_str));
+        row["retention"] = json!(org_verdict(model, &c.org, &routing).map(Retention::as_str));
         row["waterfall"] = json!(active.iter().map(|r| r.id.as_str()).collect::<Vec<_>>());
     }
     Ok(json(StatusCode::OK, &row))

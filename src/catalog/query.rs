@@ -115,7 +115,7 @@ impl ListQuery {
         Ok(out)
     }
 
-    fn matches(&self, m: &Model) -> bool {
+    fn matches(&self, m: &Model, verdict: &dyn Fn(&Model) -> Option<Retention>) -> bool {
         let s = &m.spec;
         self.modality
             .as_ref()
@@ -131,12 +131,20 @@ impl ListQuery {
             && self.max_output_price.is_none_or(|n| s.price.output <= n)
             && self
                 .retention
-                .is_none_or(|bar| m.retention.is_some_and(|r| r.meets(bar)))
+                .is_none_or(|bar| verdict(m).is_some_and(|r| r.meets(bar)))
     }
 
-    /// The page of matching models and the total count of matches.
-    pub fn apply<'a>(&self, models: Vec<&'a Arc<Model>>) -> (Vec<&'a Arc<Model>>, usize) {
-        let mut hits: Vec<&Arc<Model>> = models.into_iter().filter(|m| self.matches(m)).collect();
+    /// The page of matching models and the total count of matches; `verdict` is
+    /// each model's retention as the caller's active route has it.
+    pub fn apply<'a>(
+        &self,
+        models: Vec<&'a Arc<Model>>,
+        verdict: &dyn Fn(&Model) -> Option<Retention>,
+    ) -> (Vec<&'a Arc<Model>>, usize) {
+        let mut hits: Vec<&Arc<Model>> = models
+            .into_iter()
+            .filter(|m| self.matches(m, verdict))
+            .collect();
         if let Some((key, desc)) = self.sort {
             hits.sort_by(|a, b| {
                 let o = match key {
