@@ -747,3 +747,84 @@ async fn a_warm_conversation_stays_on_its_rung_and_a_cold_one_fails_over() {
         "stable across requests"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_cloud_deployments_fail_over_in_order_and_never_fall_to_platform_credit() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (org, _, key) = s.org_and_key().await;
+    let base = mock.base_url();
+    // Two Azure resources, each mapping the model to its deployment, then the
+    // org's own maker key last.
+    let east = connect(
+        &s,
+        &org,
+        &key,
+        "azure",
+        "east",
+        "az-key-east",
+        json!({"base_url": base, "models": {"b-shared": "dep-east"}}),
+    )
+    .await;
+    let west = connect(
+        &s,
+        &org,
+        &key,
+        "azure",
+        "west",
+        "az-key-west",
+        json!({"base_url": base, "models": {"b-shared": "dep-west"}}),
+    )
+    .await;
+    let maker = connect(
+        &s,
+        &org,
+        &key,
+        "openai",
+        "maker",
+        "sk-maker",
+        json!({"base_url": format!("{base}/v1")}),
+    )
+    .await;
+    let id = |c: &Value| format!("byok:{}", c["id"].as_str().unwrap());
+    let chain = json!([id(&east), id(&west), id(&maker)]);
+    let (st, text) = send(
+        &s,
+        reqwest::Method::PUT,
+        "/api/models/b-shared/waterfall",
+        &key,
+        Some(json!({"model_provider_ids": chain})),
+    )
+    .await;
+    assert_eq!(st, 200, "{text}");
+
+    let (st, v) = chat(&s, &key, "b-shared", "one").await;
+    assert_eq!((st, v["provider"].clone()), (200, json!(id(&east))), "{v}");
+    let sent = mock.requests_for("dep-east").pop().unwrap();
+    assert!(sent
+        .path
+        .starts_with("/openai/deployments/dep-east/chat/completions"));
+    assert_eq!(sent.header("api-key"), Some("az-key-east"));
+    // An exhausted quota moves on to the next account, in order.
+    mock.script("dep-east", vec![Step::Status(429)]);
+    let (st, v) = chat(&s, &key, "b-shared", "two").await;
+    assert_eq!((st, v["provider"].clone()), (200, json!(id(&west))), "{v}");
+    // Every account failing is all_routes_failed: never the platform's credit.
+    mock.script("dep-east", vec![Step::Status(500)]);
+    mock.script("dep-west", vec![Step::Status(500)]);
+    mock.script("o1", vec![Step::Status(500)]);
+    let platform_before = mock
+        .requests_for("o1")
+        .iter()
+        .filter(|r| r.header("authorization") == Some("Bearer sk-platform-openai"))
+        .count();
+    let (st, v) = chat(&s, &key, "b-shared", "three").await;
+    assert_error(st, &v, 502, "all_routes_failed");
+    let platform_after = mock
+        .requests_for("o1")
+        .iter()
+        .filter(|r| r.header("authorization") == Some("Bearer sk-platform-openai"))
+        .count();
+    assert_eq!(platform_after, platform_before);
+}
