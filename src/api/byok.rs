@@ -220,7 +220,8 @@ fn waterfall_json(state: &Shared, c: &super::Caller, slug: &str) -> Result<Value
         .lookup(Some(&c.org.id), slug)
         .ok_or_else(|| unknown_model(slug))?;
     let routing = state.byok.snapshot();
-    let ids = |r: Vec<route::RouteRung>| r.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    let ids =
+        |r: Vec<route::RouteRung>| r.into_iter().map(|r| r.id.to_string()).collect::<Vec<_>>();
     Ok(j!({
         "slug": model.spec.slug,
         "default": ids(route::default_rungs(model, &c.org.id, &routing)),

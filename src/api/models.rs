@@ -58,7 +58,12 @@ fn org_verdict(
         return None;
     }
     let active = route::effective(m, org, routing);
-    retention::verdict(active.iter().filter(|r| r.is_platform()).map(|r| &r.spec))
+    retention::verdict(
+        active
+            .iter()
+            .filter(|r| r.is_platform())
+            .map(|r| r.spec.as_ref()),
+    )
 }
 
 fn unknown_model(slug: &str) -> Failure {
@@ -86,7 +91,7 @@ pub async fn one(
         let routing = state.byok.snapshot();
         let active = route::effective(model, &c.org, &routing);
         row["retention"] = json!(org_verdict(model, &c.org, &routing).map(Retention::as_str));
-        row["waterfall"] = json!(active.iter().map(|r| r.id.as_str()).collect::<Vec<_>>());
+        row["waterfall"] = json!(active.iter().map(|r| r.id.as_ref()).collect::<Vec<&str>>());
     }
     Ok(json(StatusCode::OK, &row))
 }
@@ -110,7 +115,7 @@ pub async fn providers(
                 .iter()
                 .map(|r| {
                     let mut v = model.deployment_json(&r.spec);
-                    v["rung_id"] = json!(r.id);
+                    v["rung_id"] = json!(r.id.as_ref());
                     v["lane"] = json!(r.lane.as_str());
                     v["route_id"] = json!(route::route_id(&c.org.id, &model.spec.slug, &r.id));
                     v

@@ -33,8 +33,8 @@ impl Lane {
 #[derive(Clone, Debug)]
 pub struct RouteRung {
     /// The rung id clients see: `<provider>:<model id>` or `byok:<connection_id>`.
-    pub id: String,
-    pub spec: RungSpec,
+    pub id: Arc<str>,
+    pub spec: Arc<RungSpec>,
     pub lane: Lane,
     /// The org's account that authenticates the call (BYOK and org deployments);
     /// `None` on a platform rung, or an org deployment that needs no key.
@@ -63,14 +63,14 @@ pub fn byok_rung(model: &Model, live: &Arc<Live>) -> Option<RouteRung> {
         .map(|r| r.caps.clone())
         .unwrap_or_default();
     Some(RouteRung {
-        id: format!("{BYOK}{}", c.id),
-        spec: RungSpec {
+        id: Arc::from(format!("{BYOK}{}", c.id)),
+        spec: Arc::new(RungSpec {
             provider: c.provider.clone(),
             provider_model_id: model_id,
             base_url: c.base_url().to_string(),
             zdr: false,
             caps,
-        },
+        }),
         lane: Lane::PassThrough,
         account: Some(live.clone()),
     })
@@ -81,11 +81,10 @@ pub fn byok_rung(model: &Model, live: &Arc<Live>) -> Option<RouteRung> {
 pub fn default_rungs(model: &Model, org_id: &str, routing: &Routing) -> Vec<RouteRung> {
     let own = model.owner.as_deref() == Some(org_id);
     model
-        .spec
-        .rungs
+        .shared_rungs
         .iter()
-        .map(|r| RouteRung {
-            id: r.id(),
+        .map(|(id, r)| RouteRung {
+            id: id.clone(),
             spec: r.clone(),
             lane: if own {
                 Lane::PassThrough
@@ -120,7 +119,7 @@ fn resolve(
 ) -> Option<RouteRung> {
     match id.strip_prefix(BYOK) {
         Some(conn) => byok_rung(model, routing.connection(org_id, conn)?),
-        None => defaults.iter().find(|r| r.id == id).cloned(),
+        None => defaults.iter().find(|r| &*r.id == id).cloned(),
     }
 }
 
@@ -189,7 +188,7 @@ pub fn check_chain(
             own += 1;
             continue;
         }
-        let Some(pos) = defaults.iter().position(|r| r.id == *id) else {
+        let Some(pos) = defaults.iter().position(|r| *r.id == **id) else {
             return Err(ApiError::invalid_parameter(
                 param,
                 format!("{id:?} is not a rung of {}", model.spec.slug),

@@ -29,8 +29,8 @@ impl std::fmt::Debug for Live {
 #[derive(Default, Debug)]
 pub struct Routing {
     pub connections: HashMap<String, Arc<Live>>,
-    /// (org, slug) -> the org's chain of rung ids.
-    pub waterfalls: HashMap<(String, String), Arc<Vec<String>>>,
+    /// org -> slug -> the org's chain of rung ids.
+    pub waterfalls: HashMap<String, HashMap<String, Arc<Vec<String>>>>,
 }
 
 impl Routing {
@@ -48,7 +48,7 @@ impl Routing {
     }
 
     pub fn waterfall(&self, org_id: &str, slug: &str) -> Option<&Arc<Vec<String>>> {
-        self.waterfalls.get(&(org_id.to_string(), slug.to_string()))
+        self.waterfalls.get(org_id)?.get(slug)
     }
 }
 
@@ -123,7 +123,9 @@ impl ByokStore {
                 serde_json::from_str(&r.get::<String, _>("chain")).unwrap_or_default();
             routing
                 .waterfalls
-                .insert((r.get("org_id"), r.get("slug")), Arc::new(chain));
+                .entry(r.get("org_id"))
+                .or_default()
+                .insert(r.get("slug"), Arc::new(chain));
         }
         self.current.store(Arc::new(routing));
         self.stamp.store(conn_stamp + wf_stamp, Ordering::Relaxed);

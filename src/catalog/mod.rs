@@ -32,6 +32,9 @@ pub struct Model {
     /// Unix seconds of first appearance (the `created` of model listings).
     pub created: i64,
     pub retention: Option<Retention>,
+    /// Each rung with its id, shared: a request's route takes these without
+    /// copying the rung.
+    pub shared_rungs: Vec<(Arc<str>, Arc<RungSpec>)>,
 }
 
 impl Model {
@@ -42,7 +45,13 @@ impl Model {
         } else {
             None
         };
+        let shared_rungs = spec
+            .rungs
+            .iter()
+            .map(|r| (Arc::from(r.id()), Arc::new(r.clone())))
+            .collect();
         Model {
+            shared_rungs,
             spec,
             owner: (owner != PUBLIC).then(|| owner.to_string()),
             created: created_ms / 1000,
