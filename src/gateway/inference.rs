@@ -161,8 +161,13 @@ pub async fn handle(
             if inbound != Inbound::Messages {
                 if let Some(k) = idempotency::key_of(session)? {
                     let label = route.label();
-                    match idempotency::claim(state, &org.id, &k, label, &body, ex.deadline).await? {
-                        Claim::Replay(tape) => return Ok(idempotency::replay(session, tape).await),
+                    // Rare paths are boxed: inline, their database futures would
+                    // enlarge every request's state.
+                    let claim = idempotency::claim(state, &org.id, &k, label, &body, ex.deadline);
+                    match Box::pin(claim).await? {
+                        Claim::Replay(tape) => {
+                            return Ok(Box::pin(idempotency::replay(session, tape)).await)
+                        }
                         Claim::Fresh(t) => {
                             ex.tape = Some(Box::default());
                             ticket = Some(t);
@@ -176,7 +181,7 @@ pub async fn handle(
                 Ok(a) => a,
                 Err(e) => {
                     if let Some(t) = ticket {
-                        idempotency::finish(state, t, &ex, e.status).await;
+                        Box::pin(idempotency::finish(state, t, &ex, e.status)).await;
                     }
                     return Err(e);
                 }
@@ -259,7 +264,7 @@ pub async fn handle(
         }
     };
     if let Some(t) = ticket {
-        idempotency::finish(state, t, &ex, status).await;
+        Box::pin(idempotency::finish(state, t, &ex, status)).await;
     }
     record(
         state,

@@ -452,8 +452,10 @@ impl Upstreams {
         stream: bool,
         extra: &[(&'static str, &'static str)],
     ) -> Result<Call<'_>, Failure> {
-        self.send("POST", t, path, body, stream, "application/json", extra)
-            .await
+        // Boxed here, once: the connect-and-send state machine is about 10 KB, and
+        // every async layer above that held it inline would grow by a copy of it
+        // (and be memmoved whole each time it is boxed or polled into place).
+        Box::pin(self.send("POST", t, path, body, stream, "application/json", extra)).await
     }
 
     /// Sends a GET and reads the whole answer (at most 1 MB): status and body.
