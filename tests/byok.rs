@@ -828,3 +828,131 @@ async fn own_cloud_deployments_fail_over_in_order_and_never_fall_to_platform_cre
         .count();
     assert_eq!(platform_after, platform_before);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orgs_own_bedrock_keys_and_vertex_account_serve_cloud_rungs() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (org, _, key) = s.org_and_key().await;
+    let base = mock.base_url();
+    let conns = format!("/api/orgs/{org}/provider-connections");
+    // Each cloud's own validation.
+    let (st, text) = send(
+        &s,
+        reqwest::Method::POST,
+        &format!("{conns}/bedrock"),
+        &key,
+        Some(json!({"setup_alias": "aws", "secret": "s", "config": {}})),
+    )
+    .await;
+    let v = parsed(&text);
+    assert_error(st, &v, 400, "invalid_parameter");
+    assert_eq!(v["error"]["param"], "config.access_key_id");
+    let (st, text) = send(
+        &s,
+        reqwest::Method::POST,
+        &format!("{conns}/vertex"),
+        &key,
+        Some(json!({"setup_alias": "gcp", "secret": "/etc/passwd"})),
+    )
+    .await;
+    let v = parsed(&text);
+    assert_error(st, &v, 400, "invalid_parameter");
+    assert_eq!(v["error"]["param"], "secret");
+
+    let bed = connect(
+        &s,
+        &org,
+        &key,
+        "bedrock",
+        "aws",
+        "own-aws-secret",
+        json!({"access_key_id": "AKIAOWNKEY", "base_url": base}),
+    )
+    .await;
+    let sa = {
+        let text =
+            std::fs::read_to_string(repo_path("tests/fixtures/vertex-test-sa.json")).unwrap();
+        let mut sa: Value = serde_json::from_str(&text).unwrap();
+        sa["token_uri"] = json!(format!("{base}/token"));
+        sa.to_string()
+    };
+    let (st, text) = send(
+        &s,
+        reqwest::Method::POST,
+        &format!("{conns}/vertex"),
+        &key,
+        Some(json!({"setup_alias": "gcp", "secret": sa, "config": {"base_url": base}})),
+    )
+    .await;
+    assert_eq!(st, 201, "{text}");
+    assert!(!text.contains("PRIVATE KEY"));
+    let vtx = parsed(&text);
+    let id = |c: &Value| format!("byok:{}", c["id"].as_str().unwrap());
+    let (st, text) = send(
+        &s,
+        reqwest::Method::PUT,
+        "/api/models/b-claude/waterfall",
+        &key,
+        Some(json!({"model_provider_ids": [id(&bed), id(&vtx)]})),
+    )
+    .await;
+    assert_eq!(st, 200, "{text}");
+
+    // Bedrock, signed with the org's keys.
+    let (st, v) = chat(&s, &key, "b-claude", "hi").await;
+    assert_eq!((st, v["provider"].clone()), (200, json!(id(&bed))), "{v}");
+    let sent = mock
+        .requests_for("anthropic.claude-sonnet-4-5")
+        .pop()
+        .unwrap();
+    let auth = sent.header("authorization").unwrap();
+    assert!(
+        auth.starts_with("AWS4-HMAC-SHA256 Credential=AKIAOWNKEY/"),
+        "{auth}"
+    );
+    assert!(!auth.contains("own-aws-secret"));
+    // Bedrock failing, Vertex serves with a token minted for the org's account.
+    mock.script("anthropic.claude-sonnet-4-5", vec![Step::Status(500)]);
+    let (st, v) = chat(&s, &key, "b-claude", "hi again").await;
+    assert_eq!((st, v["provider"].clone()), (200, json!(id(&vtx))), "{v}");
+    let sent = mock.requests_for("claude-sonnet-4-5").pop().unwrap();
+    assert!(
+        sent.path.contains("/projects/sluice-test-project/"),
+        "{}",
+        sent.path
+    );
+    assert!(sent
+        .header("authorization")
+        .unwrap()
+        .starts_with("Bearer mock-token-"));
+
+    // Checks: Vertex mints a token; Bedrock has no cheap read and says so.
+    let (st, text) = send(
+        &s,
+        reqwest::Method::POST,
+        &format!("{conns}/vertex/check?setup_alias=gcp"),
+        &key,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, parsed(&text)["status"].clone()),
+        (200, json!("ok")),
+        "{text}"
+    );
+    let (st, text) = send(
+        &s,
+        reqwest::Method::POST,
+        &format!("{conns}/bedrock/check?setup_alias=aws"),
+        &key,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, parsed(&text)["status"].clone()),
+        (200, json!("unchecked")),
+        "{text}"
+    );
+}

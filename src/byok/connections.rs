@@ -114,6 +114,32 @@ pub fn validate(provider: &str, alias: &str, secret: &str, config: &Value) -> Re
             ));
         }
     }
+    match provider {
+        "bedrock"
+            if obj
+                .get("access_key_id")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty) =>
+        {
+            return Err(ApiError::invalid_parameter(
+                "config.access_key_id",
+                "a bedrock account needs config.access_key_id (the secret is its secret access key)",
+            ));
+        }
+        "vertex" => {
+            // Only key JSON: a path would read the gateway's own files.
+            if !secret.trim_start().starts_with('{') {
+                return Err(ApiError::invalid_parameter(
+                    "secret",
+                    "a vertex account's secret is its service-account key JSON",
+                ));
+            }
+            if let Err(why) = crate::gateway::auth::google::ServiceAccount::from_json(secret) {
+                return Err(ApiError::invalid_parameter("secret", why));
+            }
+        }
+        _ => {}
+    }
     if let Some(m) = obj.get("models") {
         let ok = m.as_object().is_some_and(|m| {
             m.values()

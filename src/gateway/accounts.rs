@@ -25,18 +25,30 @@ fn target(up: &Upstreams, live: &Live) -> Option<Arc<Target>> {
         zdr: false,
         caps: Vec::new(),
     };
-    up.own_target(&rung, &format!("byok:{}", c.id), Some(live.secret.clone()))
+    up.own_target(&rung, &format!("byok:{}", c.id), Some(live))
 }
 
 /// Lists the provider's models with the account's key: a 2xx means it works.
 pub async fn check(config: &Config, live: &Live) -> Checked {
     let provider = live.conn.provider.as_str();
     let up = Upstreams::new(config);
+    if provider == "bedrock" {
+        return Checked::Unsupported(
+            "bedrock has no cheap read on its runtime endpoint; the keys are stored and used on the next request".into(),
+        );
+    }
     let Some(t) = target(&up, live) else {
-        return Checked::Unsupported(format!(
-            "checking {provider} accounts is not supported yet; the key is stored"
-        ));
+        return Checked::Failed(format!("the {provider} account's settings are incomplete"));
     };
+    if provider == "vertex" {
+        return match up.check_own_vertex(&t).await {
+            Ok(()) => Checked::Ok("vertex issued an access token for the service account".into()),
+            Err(f) => Checked::Failed(format!(
+                "vertex refused the service account ({})",
+                f.label()
+            )),
+        };
+    }
     let path = match provider {
         "anthropic" => t.under_base("/v1/models"),
         "google" => t.under_base("/v1beta/models"),

@@ -51,6 +51,25 @@ pub struct Target {
     pub breaker_key: String,
     /// Bedrock and Vertex: the cloud region the base URL names.
     region: String,
+    /// An org's own cloud account (BYOK on Bedrock or Vertex), in place of the
+    /// platform's.
+    own_cloud: Option<OwnCloud>,
+}
+
+/// An org's own Bedrock keys or Vertex service account.
+#[derive(Clone)]
+enum OwnCloud {
+    Aws(Arc<sigv4::AwsCredentials>),
+    Vertex(Arc<Vertex>),
+}
+
+impl std::fmt::Debug for OwnCloud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OwnCloud::Aws(_) => "OwnCloud::Aws(..)",
+            OwnCloud::Vertex(_) => "OwnCloud::Vertex(..)",
+        })
+    }
 }
 
 impl Target {
@@ -215,7 +234,9 @@ pub struct Upstreams {
     /// Bedrock: AWS keys from the standard variables; requests are SigV4-signed.
     aws: Option<sigv4::AwsCredentials>,
     /// Vertex: the service account and its cached access token.
-    vertex: Option<Vertex>,
+    vertex: Option<Arc<Vertex>>,
+    /// Org Vertex accounts with their token caches, by connection id and stamp.
+    own_vertex: Mutex<HashMap<String, Arc<Vertex>>>,
 }
 
 /// A Vertex AI service account and its access token.
@@ -244,11 +265,11 @@ impl Upstreams {
             .and_then(|p| std::env::var(&p.api_key_env).ok())
             .filter(|v| !v.is_empty())
             .and_then(|v| match google::ServiceAccount::load(&v) {
-                Ok(account) => Some(Vertex {
+                Ok(account) => Some(Arc::new(Vertex {
                     account,
                     tokens: google::TokenCache::new(),
                     refresh: tokio::sync::Mutex::new(()),
-                }),
+                })),
                 Err(e) => {
                     tracing::warn!("vertex service account not usable: {e}");
                     None
@@ -262,6 +283,7 @@ impl Upstreams {
             providers: config.providers.clone().into_iter().collect(),
             aws: sigv4::AwsCredentials::from_env(),
             vertex,
+            own_vertex: Mutex::new(HashMap::new()),
         }
     }
 
@@ -287,20 +309,66 @@ impl Upstreams {
 
     /// Where and how a rung of the org's own is reached: a BYOK connection or an
     /// org deployment, authenticated with the org's secret (or nothing), never with
-    /// a platform credential. Bedrock and Vertex accounts are not routed yet.
+    /// a platform credential. Bedrock takes the account's keys
+    /// (`config.access_key_id` + the secret), Vertex its service-account JSON.
     pub fn own_target(
         &self,
         rung: &RungSpec,
         rung_id: &str,
-        secret: Option<Arc<str>>,
+        account: Option<&crate::byok::Live>,
     ) -> Option<Arc<Target>> {
-        if matches!(rung.provider.as_str(), "bedrock" | "vertex") {
-            return None;
-        }
-        let mut t = self.build_target(rung, Some(secret))?;
+        let own_cloud = match rung.provider.as_str() {
+            "bedrock" => {
+                let a = account?;
+                let key_id = a.conn.config.get("access_key_id")?.as_str()?;
+                Some(OwnCloud::Aws(Arc::new(sigv4::AwsCredentials {
+                    access_key_id: key_id.to_string(),
+                    secret_access_key: a.secret.to_string(),
+                    session_token: None,
+                })))
+            }
+            "vertex" => Some(OwnCloud::Vertex(self.own_vertex(account?)?)),
+            _ => None,
+        };
+        // The breaker and the Vertex path see the account's public name, not its secret.
+        let credential: Option<Arc<str>> = match &own_cloud {
+            Some(OwnCloud::Aws(c)) => Some(Arc::from(c.access_key_id.as_str())),
+            Some(OwnCloud::Vertex(v)) => Some(Arc::from(v.account.project_id.as_str())),
+            None => account.map(|a| a.secret.clone()),
+        };
+        let mut t = self.build_target(rung, Some(credential))?;
         t.breaker_key = format!("{rung_id}|{}", t.breaker_key);
         t.rung_id = rung_id.to_string();
+        t.own_cloud = own_cloud;
         Some(Arc::new(t))
+    }
+
+    /// Mints an access token for an org's Vertex account: the cheap real call that
+    /// checks the service account.
+    pub async fn check_own_vertex(&self, t: &Target) -> Result<(), Failure> {
+        match &t.own_cloud {
+            Some(OwnCloud::Vertex(v)) => Box::pin(self.vertex_token(v)).await.map(|_| ()),
+            _ => Err(Failure::Connect("not a vertex account".into())),
+        }
+    }
+
+    /// An org Vertex account, loaded once per version of its connection (the token
+    /// cache lives with it). Only key JSON is accepted, never a path.
+    fn own_vertex(&self, a: &crate::byok::Live) -> Option<Arc<Vertex>> {
+        let key = format!("{}:{}", a.conn.id, a.conn.updated_at);
+        let mut cache = self.own_vertex.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = cache.get(&key) {
+            return Some(v.clone());
+        }
+        let account = google::ServiceAccount::from_json(&a.secret).ok()?;
+        let v = Arc::new(Vertex {
+            account,
+            tokens: google::TokenCache::new(),
+            refresh: tokio::sync::Mutex::new(()),
+        });
+        cache.retain(|k, _| !k.starts_with(&format!("{}:", a.conn.id)));
+        cache.insert(key, v.clone());
+        Some(v)
     }
 
     /// `own`: the org's credential (`Some(None)`: none at all); `None`: the
@@ -350,6 +418,7 @@ impl Upstreams {
             header_timeout: Duration::from_millis(p.header_timeout_ms),
             first_token_timeout: Duration::from_millis(p.first_token_timeout_ms),
             region,
+            own_cloud: None,
         })
     }
 
@@ -376,11 +445,7 @@ impl Upstreams {
 
     /// A Vertex access token: the cached one, or a fresh one from the account's
     /// token endpoint (one refresh at a time).
-    async fn vertex_token(&self) -> Result<String, Failure> {
-        let v = self
-            .vertex
-            .as_ref()
-            .ok_or_else(|| Failure::Connect("no vertex account".into()))?;
+    async fn vertex_token(&self, v: &Vertex) -> Result<String, Failure> {
         let now = crate::store::now_ms() / 1000;
         if let Some(t) = v.tokens.get(now as u64) {
             return Ok(t);
@@ -409,6 +474,7 @@ impl Upstreams {
             rung_base: String::new(),
             breaker_key: String::new(),
             region: String::new(),
+            own_cloud: None,
         };
         let path = if path.is_empty() {
             "/".to_string()
@@ -507,10 +573,13 @@ impl Upstreams {
         }
         match t.provider.as_str() {
             "bedrock" => {
-                let creds = self
-                    .aws
-                    .as_ref()
-                    .ok_or_else(|| Failure::Connect("no aws keys".into()))?;
+                let creds = match &t.own_cloud {
+                    Some(OwnCloud::Aws(c)) => c.as_ref(),
+                    _ => self
+                        .aws
+                        .as_ref()
+                        .ok_or_else(|| Failure::Connect("no aws keys".into()))?,
+                };
                 let signed = sigv4::sign(
                     creds,
                     &t.region,
@@ -527,7 +596,14 @@ impl Upstreams {
                 }
             }
             "vertex" => {
-                let token = self.vertex_token().await?;
+                let v = match &t.own_cloud {
+                    Some(OwnCloud::Vertex(v)) => v.clone(),
+                    _ => self
+                        .vertex
+                        .clone()
+                        .ok_or_else(|| Failure::Connect("no vertex account".into()))?,
+                };
+                let token = Box::pin(self.vertex_token(&v)).await?;
                 let _ = req.insert_header(http::header::AUTHORIZATION, format!("Bearer {token}"));
             }
             _ => {}

@@ -115,8 +115,8 @@ fn plan(gw: &Gateway, model: &Model, job: &Job) -> Result<Vec<Leg>, ApiError> {
         let target = if rung.is_platform() {
             gw.upstreams.target(r)
         } else {
-            let secret = rung.account.as_ref().map(|a| a.secret.clone());
-            gw.upstreams.own_target(r, &rung.id, secret)
+            gw.upstreams
+                .own_target(r, &rung.id, rung.account.as_deref())
         };
         let Some(target) = target else {
             continue;
