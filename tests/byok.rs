@@ -956,3 +956,51 @@ async fn an_orgs_own_bedrock_keys_and_vertex_account_serve_cloud_rungs() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embeddings_follow_the_orgs_waterfall_too() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (org, _, key) = s.org_and_key().await;
+    let c = connect(
+        &s,
+        &org,
+        &key,
+        "openai",
+        "own",
+        "sk-org-embed",
+        json!({"base_url": format!("{}/v1", mock.base_url())}),
+    )
+    .await;
+    let byok = format!("byok:{}", c["id"].as_str().unwrap());
+    let (st, text) = send(
+        &s,
+        reqwest::Method::PUT,
+        "/api/models/b-embed/waterfall",
+        &key,
+        Some(json!({"model_provider_ids": [byok, "openai:te1"]})),
+    )
+    .await;
+    assert_eq!(st, 200, "{text}");
+    let body = json!({"model": "b-embed", "input": ["one", "two"]});
+    let (st, v) = s.post("/v1/embeddings", Some(&key), &body).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["provider"], json!(byok));
+    assert_eq!(v["usage"]["cost"], 0.0);
+    let sent = mock.requests_for("te1").pop().unwrap();
+    assert_eq!(sent.header("authorization"), Some("Bearer sk-org-embed"));
+    // The org's key failing, the platform rung serves and is billed.
+    mock.script("te1", vec![Step::Status(401)]);
+    let (st, v) = s.post("/v1/embeddings", Some(&key), &body).await;
+    assert_eq!(
+        (st, v["provider"].clone()),
+        (200, json!("openai:te1")),
+        "{v}"
+    );
+    let sent = mock.requests_for("te1").pop().unwrap();
+    assert_eq!(
+        sent.header("authorization"),
+        Some("Bearer sk-platform-openai")
+    );
+}

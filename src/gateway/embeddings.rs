@@ -9,7 +9,7 @@ use super::breaker::Admit;
 use super::exchange::{Exchange, Outcome};
 use super::upstream::{Failure, Target};
 use super::Gateway;
-use crate::catalog::Model;
+use crate::byok::{Lane, RouteRung};
 use bytes::Bytes;
 use pingora::proxy::Session;
 use sluice_filters::inbound::embeddings::{render, EmbedRequest, Input};
@@ -21,16 +21,23 @@ use std::time::Instant;
 /// The rungs that can serve this request, or the 400 that says why none can.
 fn legs(
     gw: &Gateway,
-    model: &Model,
+    rungs: &[RouteRung],
     req: &EmbedRequest,
-) -> Result<Vec<(Arc<Target>, EmbedWire)>, ApiError> {
+) -> Result<Vec<(Arc<Target>, EmbedWire, Lane)>, ApiError> {
     let tokens = matches!(req.input, Input::Tokens(_));
     let mut out = Vec::new();
     let (mut no_dims, mut no_tokens) = (false, false);
-    for r in &model.spec.rungs {
+    for rung in rungs {
+        let r = &rung.spec;
+        let target = if rung.is_platform() {
+            gw.upstreams.target(r)
+        } else {
+            gw.upstreams
+                .own_target(r, &rung.id, rung.account.as_deref())
+        };
         let (Some(wire), Some(t)) = (
             EmbedWire::for_rung(&r.provider, &r.provider_model_id),
-            gw.upstreams.target(r),
+            target,
         ) else {
             continue;
         };
@@ -42,7 +49,7 @@ fn legs(
             no_tokens = true;
             continue;
         }
-        out.push((t, wire));
+        out.push((t, wire, rung.lane));
     }
     if out.is_empty() {
         if no_dims {
@@ -150,18 +157,24 @@ pub async fn serve(
     gw: &Gateway,
     session: &mut Session,
     ex: &mut Exchange,
-    model: &Model,
+    rungs: &[RouteRung],
     req: EmbedRequest,
 ) -> Outcome {
-    let legs = match legs(gw, model, &req) {
+    let legs = match legs(gw, rungs, &req) {
         Ok(l) => l,
         Err(e) => return Outcome::Error(e),
     };
     let mut reasons = Vec::new();
-    for (t, wire) in &legs {
+    for (t, wire, lane) in &legs {
         if gw.breaker.admit(&t.breaker_key) == Admit::No {
             continue;
         }
+        // Only a platform rung draws credits; the org's own account costs nothing here.
+        ex.price = match lane {
+            Lane::Platform => ex.platform_price,
+            Lane::PassThrough => Default::default(),
+        };
+        ex.lane = *lane;
         if !reasons.is_empty() {
             gw.state
                 .metrics

@@ -127,10 +127,6 @@ pub async fn handle(
     }
 
     let mut rungs = active_route(state, session, &org, &model)?;
-    if wants_embedding {
-        // Embeddings are served on platform rungs only.
-        rungs.retain(RouteRung::is_platform);
-    }
 
     let mut ex = Exchange::new(
         started,
@@ -205,12 +201,10 @@ pub async fn handle(
             let req = sluice_filters::inbound::embeddings::parse(&body)?;
             let worst = gate::worst_case(&model.spec.price, body.len(), 0);
             admission = admit_lanes(state, &mut rungs, |p| ask(worst, p)).await?;
-            ex.price = if admission.free {
-                Default::default()
-            } else {
-                model.spec.price
-            };
-            Box::pin(super::embeddings::serve(gw, session, &mut ex, &model, req)).await
+            if admission.free {
+                ex.platform_price = Default::default();
+            }
+            Box::pin(super::embeddings::serve(gw, session, &mut ex, &rungs, req)).await
         }
     };
     let list = &model.spec.price;
