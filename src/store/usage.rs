@@ -89,14 +89,29 @@ pub fn spawn_writer(db: Db, spool: PathBuf) -> UsageSink {
     sink
 }
 
+/// Splits a batch into chunks of a few fixed sizes: each size is one statement the
+/// database prepares once and caches, instead of a new one for every odd batch.
+fn chunks(events: &[UsageEvent]) -> Vec<&[UsageEvent]> {
+    const SIZES: [usize; 8] = [128, 64, 32, 16, 8, 4, 2, 1];
+    let mut out = Vec::new();
+    let mut rest = events;
+    while !rest.is_empty() {
+        let n = SIZES.into_iter().find(|&n| n <= rest.len()).unwrap_or(1);
+        let (head, tail) = rest.split_at(n);
+        out.push(head);
+        rest = tail;
+    }
+    out
+}
+
 /// Writes events in chunks; a chunk that fails twice goes to the spool.
 async fn write_or_spool(db: &Db, spool: &Path, events: &[UsageEvent]) {
-    for part in events.chunks(200) {
-        if insert(db, part).await.is_ok() {
+    for part in chunks(events) {
+        if insert(db, part, true).await.is_ok() {
             continue;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-        if let Err(e) = insert(db, part).await {
+        if let Err(e) = insert(db, part, false).await {
             tracing::error!(error = %e, events = part.len(), "usage events spooled until the database answers");
             if let Err(e) = append_spool(spool, part) {
                 tracing::error!(error = %e, events = part.len(), path = %spool.display(), "usage events lost: the spool is not writable");
@@ -133,8 +148,8 @@ async fn replay(db: &Db, spool: &Path) {
         .filter(|l| !l.trim().is_empty())
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
-    for part in events.chunks(200) {
-        if insert(db, part).await.is_err() {
+    for part in chunks(&events) {
+        if insert(db, part, false).await.is_err() {
             return;
         }
     }
@@ -147,7 +162,13 @@ async fn replay(db: &Db, spool: &Path) {
 /// Inserts a batch with one multi-row statement and draws each org's platform-funded
 /// cost from its balance, in one transaction: a retried batch can neither lose an
 /// event nor charge it twice.
-async fn insert(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
+///
+/// A `fresh` batch (ids minted for this write) is charged from the events
+/// themselves once every row went in; only if one did not (an id already stored)
+/// is the transaction dropped and the batch written the careful way, charging just
+/// the rows the database reports inserted. Decoding those rows is most of a
+/// write's cost, and a fresh batch never needs them.
+async fn insert(db: &Db, events: &[UsageEvent], fresh: bool) -> anyhow::Result<()> {
     if events.is_empty() {
         return Ok(());
     }
@@ -176,7 +197,10 @@ async fn insert(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
         sql.push(')');
     }
     // Only ids not stored yet are inserted, and only those are charged.
-    sql.push_str(" ON CONFLICT (id) DO NOTHING RETURNING org_id, lane, cost_micro_usd");
+    sql.push_str(" ON CONFLICT (id) DO NOTHING");
+    if !fresh {
+        sql.push_str(" RETURNING org_id, lane, cost_micro_usd");
+    }
     let now = now_ms();
     let mut q = sqlx::query(&sql);
     for e in events {
@@ -207,20 +231,29 @@ async fn insert(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
             .bind(now);
     }
     let mut tx = db.pool.begin().await?;
-    let inserted = q.fetch_all(&mut *tx).await?;
     let mut charges: Vec<(String, i64)> = Vec::new();
-    for row in &inserted {
-        let (org, lane, cost): (String, String, i64) = (
-            row.get("org_id"),
-            row.get("lane"),
-            row.get("cost_micro_usd"),
-        );
+    let mut charge = |org: &str, lane: &str, cost: i64| {
         if cost <= 0 || lane != "platform_funded" {
-            continue;
+            return;
         }
-        match charges.iter_mut().find(|(o, _)| *o == org) {
+        match charges.iter_mut().find(|(o, _)| o == org) {
             Some((_, sum)) => *sum += cost,
-            None => charges.push((org, cost)),
+            None => charges.push((org.to_string(), cost)),
+        }
+    };
+    if fresh {
+        let n = q.execute(&mut *tx).await?.rows_affected();
+        if n != events.len() as u64 {
+            drop(tx);
+            return Box::pin(insert(db, events, false)).await;
+        }
+        for e in events {
+            charge(&e.org_id, &e.lane, e.cost_micro_usd);
+        }
+    } else {
+        for row in &q.fetch_all(&mut *tx).await? {
+            let (org, lane): (String, String) = (row.get("org_id"), row.get("lane"));
+            charge(&org, &lane, row.get("cost_micro_usd"));
         }
     }
     for (org, sum) in charges {
@@ -288,9 +321,22 @@ mod tests {
     async fn a_batch_written_twice_is_stored_and_charged_once() {
         let (db, _dir) = db().await;
         let batch = [event("ue_1", 300), event("ue_2", 200), event("ue_3", 0)];
-        insert(&db, &batch).await.unwrap();
-        insert(&db, &batch).await.unwrap();
+        insert(&db, &batch, true).await.unwrap();
+        insert(&db, &batch, true).await.unwrap();
+        insert(&db, &batch, false).await.unwrap();
         assert_eq!(state(&db).await, (3, 1_000_000 - 500));
+        // A batch partly stored already charges only its new rows.
+        let mixed = [event("ue_2", 200), event("ue_4", 40)];
+        insert(&db, &mixed, true).await.unwrap();
+        assert_eq!(state(&db).await, (4, 1_000_000 - 540));
+    }
+
+    #[test]
+    fn batches_split_into_few_statement_sizes() {
+        let evs: Vec<UsageEvent> = (0..173).map(|i| event(&format!("ue_{i}"), 1)).collect();
+        let sizes: Vec<usize> = chunks(&evs).iter().map(|c| c.len()).collect();
+        assert_eq!(sizes, vec![128, 32, 8, 4, 1]);
+        assert_eq!(sizes.iter().sum::<usize>(), 173);
     }
 
     #[tokio::test]
