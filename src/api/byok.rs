@@ -4,7 +4,7 @@
 
 use super::respond::{json, parse_body, ApiResult, Failure};
 use super::{Authed, Shared};
-use crate::byok::{connections, route, waterfalls};
+use crate::byok::{connections, route, waterfalls, Live};
 use crate::gateway::accounts::{self, Checked};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::{json as j, Value};
 use sluice_filters::{ApiError, ErrorCode};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 fn own(org_id: &str, caller: &str) -> Result<(), Failure> {
     if org_id == caller {
@@ -106,26 +107,52 @@ pub async fn rotate(
         a.config.as_ref(),
     )
     .await?;
-    reload(&state).await;
     let mut out = conn.to_json();
-    if let Some(live) = live(&state, &conn.id) {
-        match accounts::spend(&state.config, &live).await {
-            Ok(micro) => {
-                connections::set_spend(&state.db, &conn.id, micro).await?;
-                out["spend_usd"] = j!(crate::accounts::micro_to_usd(micro));
-            }
-            Err(why) if live.conn.provider == "openrouter" => {
-                out["spend_error"] = j!(why);
-            }
-            Err(_) => {}
+    let live = Live {
+        conn,
+        secret: Arc::from(a.secret.as_str()),
+    };
+    match accounts::spend(&state.config, &live).await {
+        Ok(micro) => {
+            connections::set_spend(&state.db, &live.conn.id, micro).await?;
+            out["spend_usd"] = j!(crate::accounts::micro_to_usd(micro));
         }
+        Err(why) if live.conn.provider == "openrouter" => {
+            out["spend_error"] = j!(why);
+        }
+        Err(_) => {}
     }
     reload(&state).await;
     Ok(json(StatusCode::OK, &out))
 }
 
-fn live(state: &Shared, id: &str) -> Option<std::sync::Arc<crate::byok::Live>> {
-    state.byok.snapshot().connections.get(id).cloned()
+/// An account with its secret opened for one call, read from the database (the
+/// routing snapshot may not have a connection another instance made a moment ago).
+fn opened(state: &Shared, conn: connections::Connection, sealed: &str) -> Result<Live, Failure> {
+    match state.byok.sealer.open(sealed, &conn.id) {
+        Ok(secret) => Ok(Live {
+            conn,
+            secret: Arc::from(secret),
+        }),
+        Err(e) => {
+            tracing::error!(connection = %conn.id, error = %e, "a connection's secret does not open");
+            Err(Failure(ApiError::internal()))
+        }
+    }
+}
+
+/// The named account of the caller's org (`?setup_alias=`), secret opened.
+async fn account(
+    state: &Shared,
+    caller_org: &str,
+    org_id: &str,
+    provider: &str,
+    q: &HashMap<String, String>,
+) -> Result<Live, Failure> {
+    own(org_id, caller_org)?;
+    let alias = alias_of(q)?;
+    let (conn, sealed) = connections::require(&state.db, org_id, provider, alias).await?;
+    opened(state, conn, &sealed)
 }
 
 async fn reload(state: &Shared) {
@@ -140,10 +167,8 @@ pub async fn check(
     Path((org_id, provider)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult {
-    own(&org_id, &c.org.id)?;
-    let alias = alias_of(&q)?;
-    let (conn, _) = connections::require(&state.db, &org_id, &provider, alias).await?;
-    let live = live(&state, &conn.id).ok_or_else(|| Failure(ApiError::internal()))?;
+    let live = account(&state, &c.org.id, &org_id, &provider, &q).await?;
+    let conn = &live.conn;
     let (status, detail) = match accounts::check(&state.config, &live).await {
         Checked::Ok(d) => {
             connections::set_status(&state.db, &conn.id, true, &d).await?;
@@ -169,15 +194,13 @@ pub async fn spend_refresh(
     Path((org_id, provider)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult {
-    own(&org_id, &c.org.id)?;
-    let alias = alias_of(&q)?;
-    let (conn, _) = connections::require(&state.db, &org_id, &provider, alias).await?;
-    let live = live(&state, &conn.id).ok_or_else(|| Failure(ApiError::internal()))?;
+    let live = account(&state, &c.org.id, &org_id, &provider, &q).await?;
+    let conn = &live.conn;
     let mut out = match accounts::spend(&state.config, &live).await {
         Ok(micro) => {
             connections::set_spend(&state.db, &conn.id, micro).await?;
             reload(&state).await;
-            connections::find(&state.db, &org_id, &provider, alias)
+            connections::find(&state.db, &org_id, &provider, &conn.setup_alias)
                 .await?
                 .map(|c| c.to_json())
                 .unwrap_or_default()
