@@ -106,12 +106,15 @@ fn chunks(events: &[UsageEvent]) -> Vec<&[UsageEvent]> {
 
 /// Writes events in chunks; a chunk that fails twice goes to the spool.
 async fn write_or_spool(db: &Db, spool: &Path, events: &[UsageEvent]) {
+    if events.is_empty() || insert_fresh(db, events).await.is_ok() {
+        return;
+    }
     for part in chunks(events) {
-        if insert(db, part, true).await.is_ok() {
+        if insert(db, part).await.is_ok() {
             continue;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-        if let Err(e) = insert(db, part, false).await {
+        if let Err(e) = insert(db, part).await {
             tracing::error!(error = %e, events = part.len(), "usage events spooled until the database answers");
             if let Err(e) = append_spool(spool, part) {
                 tracing::error!(error = %e, events = part.len(), path = %spool.display(), "usage events lost: the spool is not writable");
@@ -149,7 +152,7 @@ async fn replay(db: &Db, spool: &Path) {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     for part in chunks(&events) {
-        if insert(db, part, false).await.is_err() {
+        if insert(db, part).await.is_err() {
             return;
         }
     }
@@ -159,26 +162,17 @@ async fn replay(db: &Db, spool: &Path) {
     }
 }
 
-/// Inserts a batch with one multi-row statement and draws each org's platform-funded
-/// cost from its balance, in one transaction: a retried batch can neither lose an
-/// event nor charge it twice.
-///
-/// A `fresh` batch (ids minted for this write) is charged from the events
-/// themselves once every row went in; only if one did not (an id already stored)
-/// is the transaction dropped and the batch written the careful way, charging just
-/// the rows the database reports inserted. Decoding those rows is most of a
-/// write's cost, and a fresh batch never needs them.
-async fn insert(db: &Db, events: &[UsageEvent], fresh: bool) -> anyhow::Result<()> {
-    if events.is_empty() {
-        return Ok(());
-    }
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+
+/// The multi-row insert of `n` events; only ids not stored yet go in.
+fn insert_sql(engine: Engine, n: usize, returning: bool) -> String {
     const COLS: usize = 19;
     let mut sql = String::from(
         "INSERT INTO usage_events (id, org_id, key_id, route, model, rung, lane, input_tokens, \
          cached_tokens, output_tokens, reasoning_tokens, cost_micro_usd, status, error_class, \
          incomplete, attempts, empty_attempts, latency_ms, created_at) VALUES ",
     );
-    for i in 0..events.len() {
+    for i in 0..n {
         if i > 0 {
             sql.push(',');
         }
@@ -189,20 +183,21 @@ async fn insert(db: &Db, events: &[UsageEvent], fresh: bool) -> anyhow::Result<(
             }
             // SQLite binds anonymous `?` in order at no cost; its lookup of
             // numbered names is linear per parameter, quadratic per statement.
-            match db.engine {
+            match engine {
                 Engine::Sqlite => sql.push('?'),
                 Engine::Postgres => sql.push_str(&format!("${}", i * COLS + c + 1)),
             }
         }
         sql.push(')');
     }
-    // Only ids not stored yet are inserted, and only those are charged.
     sql.push_str(" ON CONFLICT (id) DO NOTHING");
-    if !fresh {
+    if returning {
         sql.push_str(" RETURNING org_id, lane, cost_micro_usd");
     }
-    let now = now_ms();
-    let mut q = sqlx::query(&sql);
+    sql
+}
+
+fn bind_events<'q>(mut q: AnyQuery<'q>, events: &[UsageEvent], now: i64) -> AnyQuery<'q> {
     for e in events {
         let id = if e.id.is_empty() {
             new_ordered_id("ue")
@@ -230,41 +225,79 @@ async fn insert(db: &Db, events: &[UsageEvent], fresh: bool) -> anyhow::Result<(
             .bind(e.latency_ms as i64)
             .bind(now);
     }
-    let mut tx = db.pool.begin().await?;
-    let mut charges: Vec<(String, i64)> = Vec::new();
-    let mut charge = |org: &str, lane: &str, cost: i64| {
+    q
+}
+
+/// Each org's platform-funded total.
+#[derive(Default)]
+struct Charges(Vec<(String, i64)>);
+
+impl Charges {
+    fn add(&mut self, org: &str, lane: &str, cost: i64) {
         if cost <= 0 || lane != "platform_funded" {
             return;
         }
-        match charges.iter_mut().find(|(o, _)| o == org) {
+        match self.0.iter_mut().find(|(o, _)| o == org) {
             Some((_, sum)) => *sum += cost,
-            None => charges.push((org.to_string(), cost)),
-        }
-    };
-    if fresh {
-        let n = q.execute(&mut *tx).await?.rows_affected();
-        if n != events.len() as u64 {
-            drop(tx);
-            return Box::pin(insert(db, events, false)).await;
-        }
-        for e in events {
-            charge(&e.org_id, &e.lane, e.cost_micro_usd);
-        }
-    } else {
-        for row in &q.fetch_all(&mut *tx).await? {
-            let (org, lane): (String, String) = (row.get("org_id"), row.get("lane"));
-            charge(&org, &lane, row.get("cost_micro_usd"));
+            None => self.0.push((org.to_string(), cost)),
         }
     }
-    for (org, sum) in charges {
-        // updated_at is left alone: the balance is not part of the org snapshot
-        // every instance polls for.
-        sqlx::query("UPDATE orgs SET balance_micro_usd = balance_micro_usd - $1 WHERE id = $2")
-            .bind(sum)
-            .bind(&org)
+
+    async fn apply(self, tx: &mut sqlx::Transaction<'_, sqlx::Any>) -> anyhow::Result<()> {
+        for (org, sum) in self.0 {
+            // updated_at is left alone: the balance is not part of the org snapshot
+            // every instance polls for.
+            sqlx::query("UPDATE orgs SET balance_micro_usd = balance_micro_usd - $1 WHERE id = $2")
+                .bind(sum)
+                .bind(&org)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// A fresh batch (ids minted for this write), all of it in one transaction: every
+/// chunk must go in whole, then the events themselves say what to charge. Any id
+/// already stored fails the whole write, which is then made the careful way.
+async fn insert_fresh(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
+    let now = now_ms();
+    let mut tx = db.pool.begin().await?;
+    for part in chunks(events) {
+        let sql = insert_sql(db.engine, part.len(), false);
+        let n = bind_events(sqlx::query(&sql), part, now)
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected();
+        if n != part.len() as u64 {
+            anyhow::bail!("an id of a fresh usage batch is already stored");
+        }
     }
+    let mut charges = Charges::default();
+    for e in events {
+        charges.add(&e.org_id, &e.lane, e.cost_micro_usd);
+    }
+    charges.apply(&mut tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Inserts a chunk and draws each org's platform-funded cost of the rows the
+/// database reports inserted, in one transaction: a retried or replayed chunk can
+/// neither lose an event nor charge it twice.
+async fn insert(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let sql = insert_sql(db.engine, events.len(), true);
+    let q = bind_events(sqlx::query(&sql), events, now_ms());
+    let mut tx = db.pool.begin().await?;
+    let mut charges = Charges::default();
+    for row in &q.fetch_all(&mut *tx).await? {
+        let (org, lane): (String, String) = (row.get("org_id"), row.get("lane"));
+        charges.add(&org, &lane, row.get("cost_micro_usd"));
+    }
+    charges.apply(&mut tx).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -321,14 +354,21 @@ mod tests {
     async fn a_batch_written_twice_is_stored_and_charged_once() {
         let (db, _dir) = db().await;
         let batch = [event("ue_1", 300), event("ue_2", 200), event("ue_3", 0)];
-        insert(&db, &batch, true).await.unwrap();
-        insert(&db, &batch, true).await.unwrap();
-        insert(&db, &batch, false).await.unwrap();
+        insert_fresh(&db, &batch).await.unwrap();
+        assert!(
+            insert_fresh(&db, &batch).await.is_err(),
+            "stored ids fail a fresh write"
+        );
+        insert(&db, &batch).await.unwrap();
         assert_eq!(state(&db).await, (3, 1_000_000 - 500));
-        // A batch partly stored already charges only its new rows.
+        // A batch partly stored already charges only its new rows, whichever way
+        // the writer takes.
+        let dir = tempfile::tempdir().unwrap();
+        let spool = dir.path().join("s.jsonl");
         let mixed = [event("ue_2", 200), event("ue_4", 40)];
-        insert(&db, &mixed, true).await.unwrap();
+        write_or_spool(&db, &spool, &mixed).await;
         assert_eq!(state(&db).await, (4, 1_000_000 - 540));
+        assert!(!spool.exists());
     }
 
     #[test]
