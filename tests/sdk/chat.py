@@ -34,6 +34,20 @@ assert text == "Hello from mock a1.", text
 assert usage is not None and usage.total_tokens > 0, usage
 assert providers == {"openai:a1"}, providers
 
+# An exact retry with the same Idempotency-Key replays the first answer.
+keyed = dict(model="chat-a", messages=[{"role": "user", "content": "once"}],
+             extra_headers={"Idempotency-Key": "sdk-retry-1"})
+first = client.chat.completions.with_raw_response.create(**keyed)
+again = client.chat.completions.with_raw_response.create(**keyed)
+assert again.headers.get("idempotent-replayed") == "true", dict(again.headers)
+assert again.parse().id == first.parse().id
+try:
+    client.chat.completions.create(model="chat-a", messages=[{"role": "user", "content": "other"}],
+                                   extra_headers={"Idempotency-Key": "sdk-retry-1"})
+    sys.exit("expected a 409")
+except openai.ConflictError as e:
+    assert e.code == "idempotency_conflict", e.code
+
 try:
     client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "hi"}])
     sys.exit("expected a 403")
