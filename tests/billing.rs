@@ -17,13 +17,6 @@ fn expected_cost(input: u64, cached: u64, output: u64) -> f64 {
     micro as f64 / 1e6
 }
 
-async fn balance(s: &Sluice, org: &str) -> f64 {
-    let (_, v) = s
-        .admin(reqwest::Method::GET, &format!("/admin/orgs/{org}"), None)
-        .await;
-    v["balance_usd"].as_f64().unwrap_or_else(|| panic!("{v}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_answer_carries_its_cost_and_the_balance_pays_it_exactly_once() {
     let mock = Mock::start().await;
@@ -40,7 +33,7 @@ async fn every_answer_carries_its_cost_and_the_balance_pays_it_exactly_once() {
     )
     .await;
     let (org, _, key) = s.org_and_key().await;
-    let start = balance(&s, &org).await;
+    let start = s.balance_usd(&org).await;
     let mut spent = 0.0;
     let post = |path: &'static str, body: Value| {
         let req = s
@@ -155,7 +148,7 @@ async fn every_answer_carries_its_cost_and_the_balance_pays_it_exactly_once() {
     let want = ((start - spent) * 1e6).round() / 1e6;
     let mut now = 0.0;
     for _ in 0..50 {
-        now = balance(&s, &org).await;
+        now = s.balance_usd(&org).await;
         if (now - want).abs() < 1e-9 {
             break;
         }
@@ -167,7 +160,7 @@ async fn every_answer_carries_its_cost_and_the_balance_pays_it_exactly_once() {
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
-        (balance(&s, &org).await - want).abs() < 1e-9,
+        (s.balance_usd(&org).await - want).abs() < 1e-9,
         "charged twice"
     );
 }

@@ -291,13 +291,6 @@ async fn connections_are_sealed_listed_rotated_checked_and_deleted() {
     assert_eq!(parsed(&text)["data"].as_array().unwrap().len(), 1);
 }
 
-async fn balance(s: &Sluice, org: &str) -> f64 {
-    let (_, v) = s
-        .admin(reqwest::Method::GET, &format!("/admin/orgs/{org}"), None)
-        .await;
-    v["balance_usd"].as_f64().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_org_waterfall_routes_its_own_rungs_on_the_pass_through_lane() {
     let mock = Mock::start().await;
@@ -359,7 +352,7 @@ async fn an_org_waterfall_routes_its_own_rungs_on_the_pass_through_lane() {
     assert_eq!(parsed(&text), v);
 
     // Served by the org's own key, at no cost to its balance.
-    let before = balance(&s, &org).await;
+    let before = s.balance_usd(&org).await;
     let (st, v) = chat(&s, &key, "b-shared", "hi").await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["provider"], json!(byok));
@@ -376,7 +369,7 @@ async fn an_org_waterfall_routes_its_own_rungs_on_the_pass_through_lane() {
     };
     assert_eq!(event["lane"], "pass_through", "{event}");
     assert_eq!(event["provider"], json!(byok));
-    assert_eq!(balance(&s, &org).await, before);
+    assert_eq!(s.balance_usd(&org).await, before);
 
     // When the org's key fails, the platform rung takes over (and is billed).
     mock.script("o1", vec![Step::Status(401)]);
@@ -411,23 +404,7 @@ async fn an_org_waterfall_routes_its_own_rungs_on_the_pass_through_lane() {
 
     // An org whose platform gates refuse (no credits, unverified email) is still
     // served on its own key; platform credits are never touched.
-    let (st, o) = s
-        .admin(
-            reqwest::Method::POST,
-            "/admin/orgs",
-            Some(json!({"name": "byok-only", "tier": 3})),
-        )
-        .await;
-    assert_eq!(st, 201);
-    let poor = o["org_id"].as_str().unwrap().to_string();
-    let (_, k) = s
-        .admin(
-            reqwest::Method::POST,
-            &format!("/admin/orgs/{poor}/keys"),
-            Some(json!({})),
-        )
-        .await;
-    let poor_key = k["api_key"].as_str().unwrap().to_string();
+    let (poor, poor_key) = s.org_with(json!({"name": "byok-only", "tier": 3})).await;
     let (st, v) = chat(&s, &poor_key, "b-shared", "hi").await;
     assert_error(st, &v, 429, "insufficient_quota");
     let c = connect(

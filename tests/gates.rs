@@ -20,24 +20,6 @@ fn opts(mock: &Mock) -> Opts {
         .env("OPENAI_API_KEY", "sk-openai")
 }
 
-/// A new org from the admin body, with one key; returns (org_id, key).
-async fn org(s: &Sluice, body: Value) -> (String, String) {
-    let (st, o) = s
-        .admin(reqwest::Method::POST, "/admin/orgs", Some(body))
-        .await;
-    assert_eq!(st, 201, "{o}");
-    let id = o["org_id"].as_str().unwrap().to_string();
-    let (st, k) = s
-        .admin(
-            reqwest::Method::POST,
-            &format!("/admin/orgs/{id}/keys"),
-            Some(json!({})),
-        )
-        .await;
-    assert_eq!(st, 201, "{k}");
-    (id, k["api_key"].as_str().unwrap().to_string())
-}
-
 async fn chat(s: &Sluice, key: &str, model: &str, max_tokens: Option<u64>) -> (u16, Value) {
     let mut body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
     if let Some(n) = max_tokens {
@@ -72,11 +54,9 @@ async fn the_balance_must_cover_the_worst_case_and_grants_reach_it_at_once() {
     let mock = Mock::start().await;
     let b = Backend::fresh().await;
     let s = Sluice::start(&b, opts(&mock)).await;
-    let (org_id, key) = org(
-        &s,
-        json!({"name": "thin", "email_verified": true, "credits_usd": 0.01, "tier": 3}),
-    )
-    .await;
+    let (org_id, key) = s
+        .org_with(json!({"name": "thin", "email_verified": true, "credits_usd": 0.01, "tier": 3}))
+        .await;
     // No max_tokens: 8,192 tokens at $5/M is $0.041 of worst case, past $0.01.
     let (st, v) = chat(&s, &key, "g-std", None).await;
     assert_quota(st, &v, "insufficient_credits", "insufficient_credits");
@@ -138,19 +118,13 @@ async fn concurrent_requests_on_every_instance_never_overdraw_the_balance() {
         None => None,
     };
     let grant = 0.05;
-    let (org_id, key) = org(
-        &first,
-        json!({"name": "hammer", "email_verified": true, "credits_usd": grant, "tier": 3}),
-    )
-    .await;
+    let (org_id, key) = first
+        .org_with(
+            json!({"name": "hammer", "email_verified": true, "credits_usd": grant, "tier": 3}),
+        )
+        .await;
     if let Some(second) = &second {
-        // The org and key reach the second instance within its sync interval.
-        for _ in 0..50 {
-            if second.get("/v1/models", Some(&key)).await.0 == 200 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        second.wait_for_key(&key).await;
     }
     // A 600-token budget: about $0.003 of worst case per request, so roughly 17
     // requests fit in $0.05; send 60 at once.
@@ -193,11 +167,7 @@ async fn concurrent_requests_on_every_instance_never_overdraw_the_balance() {
         "{served} served, {refused} refused"
     );
     let costs = recorded_costs(&first, &key, served).await;
-    let balance = (admin_org(&first, &org_id).await["balance_usd"]
-        .as_f64()
-        .unwrap()
-        * 1e6)
-        .round() as i64;
+    let balance = (first.balance_usd(&org_id).await * 1e6).round() as i64;
     assert!(balance >= -worst_micro, "overdrawn: {balance} micro-USD");
     assert_eq!(
         balance,
@@ -217,11 +187,9 @@ async fn org_tier_windows_count_platform_requests_and_tokens_across_keys() {
     let b = Backend::fresh().await;
     let tiers = "[{requests_per_minute=2}, {tokens_per_minute=1000}, {tokens_per_hour=1000}, {tokens_per_day=1000}, {}]";
     let s = Sluice::start(&b, opts(&mock).env("SLUICE_BILLING__TIERS", tiers)).await;
-    let (org_id, key) = org(
-        &s,
-        json!({"name": "t0", "email_verified": true, "credits_usd": 5, "tier": 0}),
-    )
-    .await;
+    let (org_id, key) = s
+        .org_with(json!({"name": "t0", "email_verified": true, "credits_usd": 5, "tier": 0}))
+        .await;
     let (_, k2) = s
         .admin(
             reqwest::Method::POST,
@@ -236,11 +204,9 @@ async fn org_tier_windows_count_platform_requests_and_tokens_across_keys() {
     let (st, v) = chat(&s, &key, "g-std", Some(10)).await;
     assert_quota(st, &v, "org_rate_limit", "org_rate_limit");
     // Another org is not affected.
-    let (_, other) = org(
-        &s,
-        json!({"name": "t0b", "email_verified": true, "credits_usd": 5, "tier": 0}),
-    )
-    .await;
+    let (_, other) = s
+        .org_with(json!({"name": "t0b", "email_verified": true, "credits_usd": 5, "tier": 0}))
+        .await;
     assert_eq!(chat(&s, &other, "g-std", Some(10)).await.0, 200);
     // Token windows per minute, hour and day: a 2,000-token budget is past 1,000.
     for (tier, prefix) in [
@@ -279,22 +245,20 @@ async fn a_free_allowance_serves_free_then_refuses_or_overflows_to_credits() {
     let b = Backend::fresh().await;
     let s = Sluice::start(&b, opts(&mock)).await;
     // g-free: 400 tokens an hour, card on file needed.
-    let (_, no_card) = org(
-        &s,
-        json!({"name": "nocard", "email_verified": true, "credits_usd": 5, "tier": 3}),
-    )
-    .await;
+    let (_, no_card) = s
+        .org_with(json!({"name": "nocard", "email_verified": true, "credits_usd": 5, "tier": 3}))
+        .await;
     let (st, v) = chat(&s, &no_card, "g-free", Some(50)).await;
     assert_quota(st, &v, "free_tier_requires_payment", "card_required");
     assert!(v["error"]["message"].as_str().unwrap().contains("card"));
 
-    let (org_id, key) = org(
-        &s,
-        json!({"name": "card", "email_verified": true, "card_verified": true,
+    let (org_id, key) = s
+        .org_with(
+            json!({"name": "card", "email_verified": true, "card_verified": true,
                "credits_usd": 5, "tier": 3}),
-    )
-    .await;
-    let before = admin_org(&s, &org_id).await["balance_usd"].clone();
+        )
+        .await;
+    let before = s.balance_usd(&org_id).await;
     let (st, v) = chat(&s, &key, "g-free", Some(50)).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["usage"]["cost"].as_f64(), Some(0.0), "{v}");
@@ -316,28 +280,24 @@ async fn a_free_allowance_serves_free_then_refuses_or_overflows_to_credits() {
     let cost = v["usage"]["cost"].as_f64().unwrap();
     assert!(cost > 0.0, "{v}");
     for _ in 0..50 {
-        let now = admin_org(&s, &org_id).await["balance_usd"]
-            .as_f64()
-            .unwrap();
-        if (before.as_f64().unwrap() - now - cost).abs() < 1e-9 {
+        let now = s.balance_usd(&org_id).await;
+        if (before - now - cost).abs() < 1e-9 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let now = admin_org(&s, &org_id).await["balance_usd"]
-        .as_f64()
-        .unwrap();
+    let now = s.balance_usd(&org_id).await;
     assert!(
-        (before.as_f64().unwrap() - now - cost).abs() < 1e-9,
+        (before - now - cost).abs() < 1e-9,
         "only the overflow call was billed"
     );
 
     // Overflow on, but no credits to cover the rest: promo_byok_only.
-    let (broke_id, broke) = org(
-        &s,
-        json!({"name": "broke", "email_verified": true, "card_verified": true, "tier": 3}),
-    )
-    .await;
+    let (broke_id, broke) = s
+        .org_with(
+            json!({"name": "broke", "email_verified": true, "card_verified": true, "tier": 3}),
+        )
+        .await;
     let (st, _) = s
         .post("/api/credits-overflow", Some(&broke), &json!({}))
         .await;
@@ -352,7 +312,9 @@ async fn credits_overflow_needs_a_verified_org() {
     let mock = Mock::start().await;
     let b = Backend::fresh().await;
     let s = Sluice::start(&b, opts(&mock)).await;
-    let (org_id, key) = org(&s, json!({"name": "u", "email_verified": true})).await;
+    let (org_id, key) = s
+        .org_with(json!({"name": "u", "email_verified": true}))
+        .await;
     let (st, v) = s
         .post("/api/credits-overflow", Some(&key), &json!({}))
         .await;
@@ -375,11 +337,9 @@ async fn payment_requirements_purchases_tiers_and_payment_reviews() {
     let mock = Mock::start().await;
     let b = Backend::fresh().await;
     let s = Sluice::start(&b, opts(&mock)).await;
-    let (org_id, key) = org(
-        &s,
-        json!({"name": "p", "email_verified": true, "credits_usd": 5, "tier": 0}),
-    )
-    .await;
+    let (org_id, key) = s
+        .org_with(json!({"name": "p", "email_verified": true, "credits_usd": 5, "tier": 0}))
+        .await;
     let (st, v) = chat(&s, &key, "g-pay", Some(10)).await;
     assert_quota(st, &v, "model_requires_payment", "model_requires_payment");
     let (st, v) = chat(&s, &key, "g-buy", Some(10)).await;
@@ -452,11 +412,9 @@ async fn platform_default_guardrails_apply_to_keys_that_set_none() {
     let mock = Mock::start().await;
     let b = Backend::fresh().await;
     let s = Sluice::start(&b, opts(&mock).env("SLUICE_BILLING__KEY_DEFAULTS__RPM", 2)).await;
-    let (org_id, key) = org(
-        &s,
-        json!({"name": "d", "email_verified": true, "credits_usd": 5, "tier": 3}),
-    )
-    .await;
+    let (org_id, key) = s
+        .org_with(json!({"name": "d", "email_verified": true, "credits_usd": 5, "tier": 3}))
+        .await;
     let (_, own) = s
         .admin(
             reqwest::Method::POST,

@@ -64,25 +64,6 @@ fn chat(stream: bool, content: &str) -> Value {
            "messages": [{"role": "user", "content": content}]})
 }
 
-/// Waits until a second instance knows the key (its directory syncs on an interval).
-async fn known(s: Option<&Sluice>, key: &str) {
-    let Some(s) = s else { return };
-    for _ in 0..50 {
-        if s.get("/v1/models", Some(key)).await.0 == 200 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the second instance never learned the key");
-}
-
-async fn balance(s: &Sluice, org: &str) -> f64 {
-    let (_, v) = s
-        .admin(reqwest::Method::GET, &format!("/admin/orgs/{org}"), None)
-        .await;
-    v["balance_usd"].as_f64().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exact_retry_replays_the_first_answer_without_a_second_call() {
     let mock = Mock::start().await;
@@ -93,7 +74,9 @@ async fn an_exact_retry_replays_the_first_answer_without_a_second_call() {
         None => None,
     };
     let (org, _, key) = s.org_and_key().await;
-    known(other.as_ref(), &key).await;
+    if let Some(o) = &other {
+        o.wait_for_key(&key).await;
+    }
     let path = "/v1/chat/completions";
 
     // Whole answers.
@@ -146,7 +129,7 @@ async fn an_exact_retry_replays_the_first_answer_without_a_second_call() {
         .await;
     assert_eq!(v["data"].as_array().unwrap().len(), events);
     assert_eq!(events, 3, "replays are not recorded or billed");
-    assert!(balance(&s, &org).await < 10.0);
+    assert!(s.balance_usd(&org).await < 10.0);
 
     // The same key with another body is a conflict; keys are per org.
     let other_body = send(&s, &key, path, Some("k-whole"), &chat(false, "bye")).await;
@@ -185,7 +168,9 @@ async fn concurrent_duplicates_wait_for_the_first_and_refusals_release_the_key()
         None => None,
     };
     let (_, _, key) = s.org_and_key().await;
-    known(other.as_ref(), &key).await;
+    if let Some(o) = &other {
+        o.wait_for_key(&key).await;
+    }
     let second_gateway = other
         .as_ref()
         .map_or(s.gateway.clone(), |o| o.gateway.clone());

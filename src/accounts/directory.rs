@@ -117,15 +117,9 @@ impl Directory {
     /// Polls forever on the current runtime.
     pub fn spawn_sync(self: &Arc<Self>, db: Db) {
         let dir = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SYNC_INTERVAL);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                if let Err(e) = dir.sync(&db).await {
-                    tracing::warn!(error = %e, "directory sync failed; serving the last snapshot");
-                }
-            }
+        crate::store::spawn_poll(SYNC_INTERVAL, "directory", move || {
+            let (dir, db) = (dir.clone(), db.clone());
+            async move { dir.sync(&db).await }
         });
     }
 }

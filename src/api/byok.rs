@@ -35,6 +35,14 @@ pub struct Account {
     config: Option<Value>,
 }
 
+/// A create or rotate body, checked; `config` defaults to `{}`.
+fn account_body(provider: &str, body: &[u8]) -> Result<(Account, Value), Failure> {
+    let a: Account = parse_body(body)?;
+    let config = a.config.clone().unwrap_or_else(|| j!({}));
+    connections::validate(provider, &a.setup_alias, &a.secret, &config)?;
+    Ok((a, config))
+}
+
 fn alias_of(q: &HashMap<String, String>) -> Result<&str, Failure> {
     q.get("setup_alias").map(String::as_str).ok_or_else(|| {
         Failure(
@@ -66,13 +74,10 @@ pub async fn create(
     body: Bytes,
 ) -> ApiResult {
     own(&org_id, &c.org.id)?;
-    let a: Account = parse_body(&body)?;
-    let config = a.config.unwrap_or_else(|| j!({}));
-    connections::validate(&provider, &a.setup_alias, &a.secret, &config)?;
-    let sealer = &state.byok.sealer;
+    let (a, config) = account_body(&provider, &body)?;
     let conn = connections::create(
         &state.db,
-        sealer,
+        &state.byok.sealer,
         &org_id,
         &provider,
         &a.setup_alias,
@@ -94,9 +99,7 @@ pub async fn rotate(
     body: Bytes,
 ) -> ApiResult {
     own(&org_id, &c.org.id)?;
-    let a: Account = parse_body(&body)?;
-    let config = a.config.clone().unwrap_or_else(|| j!({}));
-    connections::validate(&provider, &a.setup_alias, &a.secret, &config)?;
+    let (a, _) = account_body(&provider, &body)?;
     let conn = connections::rotate(
         &state.db,
         &state.byok.sealer,

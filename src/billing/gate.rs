@@ -423,59 +423,50 @@ fn free_windows(ask: &Ask<'_>, now: u64) -> Vec<Window> {
     let f = &ask.model.free;
     let base = format!("free:{}:{}", ask.org.id, ask.model.slug);
     let w = ask.worst;
+    let tokens = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let micro = |usd: f64| crate::accounts::usd_to_micro(usd).unwrap_or(i64::MAX);
-    let mut out = Vec::new();
-    if f.tokens_per_hour > 0 {
-        let limit = i64::try_from(f.tokens_per_hour).unwrap_or(i64::MAX);
-        let k = format!("{base}:h");
-        out.push(window(
-            k,
+    // The monthly cap counts a calendar month (UTC), named in the counter.
+    let month = &crate::api::usage::day_string((now / DAY) as i64)[..7];
+    [
+        (
+            tokens(f.tokens_per_hour),
             HOUR,
-            w.tokens,
-            limit,
+            "h".to_string(),
             Limit::FreeHour,
             Measure::Tokens,
-        ));
-    }
-    if f.tokens_per_day > 0 {
-        let limit = i64::try_from(f.tokens_per_day).unwrap_or(i64::MAX);
-        let k = format!("{base}:d");
-        out.push(window(
-            k,
-            DAY,
             w.tokens,
-            limit,
+        ),
+        (
+            tokens(f.tokens_per_day),
+            DAY,
+            "d".to_string(),
             Limit::FreeDay,
             Measure::Tokens,
-        ));
-    }
-    if f.usd_per_month > 0.0 {
-        // A calendar month (UTC) named in the counter.
-        let month = &crate::api::usage::day_string((now / DAY) as i64)[..7];
-        let k = format!("{base}:m:{month}");
-        let l = micro(f.usd_per_month);
-        out.push(window(
-            k,
+            w.tokens,
+        ),
+        (
+            micro(f.usd_per_month),
             0,
-            w.micro_usd,
-            l,
+            format!("m:{month}"),
             Limit::FreeMonth,
             Measure::ListCost,
-        ));
-    }
-    if f.usd_lifetime > 0.0 {
-        let k = format!("{base}:life");
-        let l = micro(f.usd_lifetime);
-        out.push(window(
-            k,
-            0,
             w.micro_usd,
-            l,
+        ),
+        (
+            micro(f.usd_lifetime),
+            0,
+            "life".to_string(),
             Limit::FreeLifetime,
             Measure::ListCost,
-        ));
-    }
-    out
+            w.micro_usd,
+        ),
+    ]
+    .into_iter()
+    .filter(|(limit, ..)| *limit > 0)
+    .map(|(limit, secs, name, l, m, amount)| {
+        window(format!("{base}:{name}"), secs, amount, limit, l, m)
+    })
+    .collect()
 }
 
 /// The model's payment requirement, judged over the lanes the org can reach (the

@@ -248,9 +248,7 @@ pub async fn rotate(
     secret: &str,
     config: Option<&Value>,
 ) -> Result<Connection, ApiError> {
-    let current = find(db, org_id, provider, alias)
-        .await?
-        .ok_or_else(|| no_account(alias))?;
+    let (current, _) = require(db, org_id, provider, alias).await?;
     let config = config.unwrap_or(&current.config);
     sqlx::query(
         "UPDATE provider_connections SET sealed_secret = $1, config = $2, status = 'unchecked', \

@@ -52,6 +52,9 @@ impl Routing {
     }
 }
 
+/// How often the snapshot checks the database for changes.
+const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
 pub struct ByokStore {
     current: ArcSwap<Routing>,
     pub sealer: Sealer,
@@ -136,15 +139,9 @@ impl ByokStore {
 
     pub fn spawn_refresh(self: &Arc<Self>, db: Db) {
         let store = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                if let Err(e) = store.refresh(&db).await {
-                    tracing::warn!(error = %e, "routing refresh failed; serving the last snapshot");
-                }
-            }
+        crate::store::spawn_poll(REFRESH_EVERY, "routing", move || {
+            let (store, db) = (store.clone(), db.clone());
+            async move { store.refresh(&db).await }
         });
     }
 }

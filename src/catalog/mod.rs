@@ -215,6 +215,9 @@ pub async fn upsert_public(db: &Db, specs: &[ModelSpec]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How often the snapshot checks the database for changes.
+const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The catalog snapshot and its refresher.
 #[derive(Default)]
 pub struct CatalogStore {
@@ -290,15 +293,9 @@ impl CatalogStore {
 
     pub fn spawn_refresh(self: &Arc<Self>, db: Db) {
         let store = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                if let Err(e) = store.refresh(&db).await {
-                    tracing::warn!(error = %e, "catalog refresh failed; serving the last snapshot");
-                }
-            }
+        crate::store::spawn_poll(REFRESH_EVERY, "catalog", move || {
+            let (store, db) = (store.clone(), db.clone());
+            async move { store.refresh(&db).await }
         });
     }
 }

@@ -8,6 +8,26 @@ pub mod usage;
 pub use counters::Counters;
 pub use db::Db;
 
+/// Runs `step` every `period` on the current runtime, for the pollers that keep an
+/// in-process snapshot in step with the database; a failed step is logged and the
+/// snapshot keeps serving until the next tick succeeds.
+pub fn spawn_poll<F, Fut>(period: std::time::Duration, what: &'static str, mut step: F)
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = step().await {
+                tracing::warn!(error = %e, "{what} refresh failed; serving the last snapshot");
+            }
+        }
+    });
+}
+
 /// Now, in Unix milliseconds: the time unit of every stored timestamp.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

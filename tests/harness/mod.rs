@@ -234,6 +234,45 @@ impl Sluice {
         )
     }
 
+    /// A new org from an admin `POST /admin/orgs` body, with one key; returns
+    /// (org_id, key).
+    pub async fn org_with(&self, body: Value) -> (String, String) {
+        let (st, o) = self
+            .admin(reqwest::Method::POST, "/admin/orgs", Some(body))
+            .await;
+        assert_eq!(st, 201, "{o}");
+        let id = o["org_id"].as_str().unwrap().to_string();
+        let (st, k) = self
+            .admin(
+                reqwest::Method::POST,
+                &format!("/admin/orgs/{id}/keys"),
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(st, 201, "{k}");
+        (id, k["api_key"].as_str().unwrap().to_string())
+    }
+
+    /// The org's balance as the admin API reads it, in USD.
+    pub async fn balance_usd(&self, org: &str) -> f64 {
+        let (_, v) = self
+            .admin(reqwest::Method::GET, &format!("/admin/orgs/{org}"), None)
+            .await;
+        v["balance_usd"].as_f64().unwrap_or_else(|| panic!("{v}"))
+    }
+
+    /// Waits until this instance knows a key another instance minted (the
+    /// directory syncs on an interval).
+    pub async fn wait_for_key(&self, key: &str) {
+        for _ in 0..50 {
+            if self.get("/v1/models", Some(key)).await.0 == 200 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("this instance never learned the key");
+    }
+
     /// GET on the gateway with a key; returns status, headers and JSON body.
     pub async fn get(&self, path: &str, key: Option<&str>) -> (u16, Value) {
         let mut req = self.http.get(format!("{}{path}", self.gateway));

@@ -140,23 +140,6 @@ impl Counters for MemoryCounters {
         Ok(v)
     }
 
-    async fn reserve(&self, key: &str, amount: i64, floor: i64) -> anyhow::Result<Option<i64>> {
-        let now = Instant::now();
-        let mut map = self.lock();
-        let v = int_of(&map, key, now).unwrap_or(0) - amount;
-        if v < floor {
-            return Ok(None);
-        }
-        map.insert(
-            key.to_string(),
-            Entry {
-                value: Value::Int(v),
-                expires: None,
-            },
-        );
-        Ok(Some(v))
-    }
-
     async fn get(&self, key: &str) -> anyhow::Result<Option<i64>> {
         Ok(int_of(&self.lock(), key, Instant::now()))
     }

@@ -65,10 +65,6 @@ pub trait Counters: Send + Sync {
         balance: Option<&BalanceReq>,
     ) -> anyhow::Result<WindowOutcome>;
 
-    async fn check_and_add(&self, windows: &[WindowReq]) -> anyhow::Result<WindowOutcome> {
-        self.take(windows, None).await
-    }
-
     /// The current total of a window (0 when absent).
     async fn window_total(&self, key: &str, window_secs: u64) -> anyhow::Result<i64>;
 
@@ -82,10 +78,6 @@ pub trait Counters: Send + Sync {
         }
         Ok(())
     }
-
-    /// Subtracts `amount` from a plain counter only if the result stays at or above
-    /// `floor`; returns the new value, or `None` (and changes nothing) otherwise.
-    async fn reserve(&self, key: &str, amount: i64, floor: i64) -> anyhow::Result<Option<i64>>;
 
     /// The value of a plain counter (`None` when absent).
     async fn get(&self, key: &str) -> anyhow::Result<Option<i64>>;
@@ -154,13 +146,13 @@ pub(crate) mod contract {
             limit,
         };
         assert_eq!(
-            c.check_and_add(&[w("a", 3, 5), w("b", 10, 100)])
+            c.take(&[w("a", 3, 5), w("b", 10, 100)], None)
                 .await
                 .unwrap(),
             WindowOutcome::Added
         );
         assert_eq!(
-            c.check_and_add(&[w("b", 10, 100), w("a", 3, 5)])
+            c.take(&[w("b", 10, 100), w("a", 3, 5)], None)
                 .await
                 .unwrap(),
             WindowOutcome::Refused {
@@ -240,14 +232,12 @@ pub(crate) mod contract {
         c.add_many(&[(k("org"), 5), (k("other"), 2)]).await.unwrap();
         assert_eq!(c.get(&k("org")).await.unwrap(), Some(15));
         assert_eq!(c.get(&k("other")).await.unwrap(), Some(2));
-        // Plain counters and reservations.
+        // Plain counters.
         assert_eq!(c.get(&k("bal")).await.unwrap(), None);
         c.set(&k("bal"), 100).await.unwrap();
-        assert_eq!(c.reserve(&k("bal"), 60, 0).await.unwrap(), Some(40));
-        assert_eq!(c.reserve(&k("bal"), 60, 0).await.unwrap(), None);
-        assert_eq!(c.get(&k("bal")).await.unwrap(), Some(40));
-        assert_eq!(c.reserve(&k("bal"), 60, -50).await.unwrap(), Some(-20));
+        assert_eq!(c.add(&k("bal"), -120).await.unwrap(), -20);
         assert_eq!(c.add(&k("bal"), 20).await.unwrap(), 0);
+        assert_eq!(c.get(&k("bal")).await.unwrap(), Some(0));
         // Markers.
         assert!(c
             .put_marker(&k("m"), "one", Duration::from_secs(30), true)

@@ -66,22 +66,10 @@ end
 return {0, 0}
 "#;
 
-/// Subtracts ARGV[1] from KEYS[1] if the result stays >= ARGV[2].
-const RESERVE: &str = r#"
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
-local v = cur - tonumber(ARGV[1])
-if v < tonumber(ARGV[2]) then
-  return {0, cur}
-end
-redis.call('SET', KEYS[1], v)
-return {1, v}
-"#;
-
 pub struct RedisCounters {
     conn: ConnectionManager,
     prefix: String,
     take: Script,
-    reserve: Script,
 }
 
 impl RedisCounters {
@@ -94,7 +82,6 @@ impl RedisCounters {
             conn,
             prefix: "sluice:".into(),
             take: Script::new(TAKE),
-            reserve: Script::new(RESERVE),
         })
     }
 
@@ -169,18 +156,6 @@ impl Counters for RedisCounters {
     async fn add(&self, key: &str, amount: i64) -> anyhow::Result<i64> {
         let mut conn = self.conn.clone();
         Ok(conn.incr(self.k(key), amount).await?)
-    }
-
-    async fn reserve(&self, key: &str, amount: i64, floor: i64) -> anyhow::Result<Option<i64>> {
-        let mut conn = self.conn.clone();
-        let (ok, v): (i64, i64) = self
-            .reserve
-            .key(self.k(key))
-            .arg(amount)
-            .arg(floor)
-            .invoke_async(&mut conn)
-            .await?;
-        Ok((ok == 1).then_some(v))
     }
 
     async fn get(&self, key: &str) -> anyhow::Result<Option<i64>> {
