@@ -80,35 +80,25 @@ impl Directory {
         let changed_keys = keys::changed_since(db, since).await?;
         let changed_orgs = orgs::changed_since(db, since).await?;
         let mut max = self.watermark.load(Ordering::Relaxed);
+        for (_, t) in &changed_keys {
+            max = max.max(*t);
+        }
+        for (_, t) in &changed_orgs {
+            max = max.max(*t);
+        }
+        // Merged into the newest map (rcu), never swapped over it: a key or org a
+        // local write put in while this poll was reading stays in.
         if !changed_keys.is_empty() {
-            let current = self.keys.load();
-            let mut next = HashMap::clone(&current);
-            let mut differs = false;
-            for (k, t) in changed_keys {
-                max = max.max(t);
-                if current.get(&k.hash).map(|c| c.as_ref()) != Some(&k) {
-                    differs = true;
-                    next.insert(k.hash.clone(), Arc::new(k));
-                }
-            }
-            if differs {
-                self.keys.store(Arc::new(next));
-            }
+            let changed: Vec<Arc<KeyRecord>> =
+                changed_keys.into_iter().map(|(k, _)| Arc::new(k)).collect();
+            self.keys
+                .rcu(|current| merged(current, &changed, |k| k.hash.clone()));
         }
         if !changed_orgs.is_empty() {
-            let current = self.orgs.load();
-            let mut next = HashMap::clone(&current);
-            let mut differs = false;
-            for (o, t) in changed_orgs {
-                max = max.max(t);
-                if current.get(&o.id).map(|c| c.as_ref()) != Some(&o) {
-                    differs = true;
-                    next.insert(o.id.clone(), Arc::new(o));
-                }
-            }
-            if differs {
-                self.orgs.store(Arc::new(next));
-            }
+            let changed: Vec<Arc<OrgRecord>> =
+                changed_orgs.into_iter().map(|(o, _)| Arc::new(o)).collect();
+            self.orgs
+                .rcu(|current| merged(current, &changed, |o| o.id.clone()));
         }
         self.watermark.store(max.max(0), Ordering::Relaxed);
         Ok(())
@@ -122,4 +112,23 @@ impl Directory {
             async move { dir.sync(&db).await }
         });
     }
+}
+
+/// `current` with the changed records in (a copy only when one differs).
+fn merged<T: PartialEq>(
+    current: &Arc<HashMap<String, Arc<T>>>,
+    changed: &[Arc<T>],
+    key: impl Fn(&T) -> String,
+) -> Arc<HashMap<String, Arc<T>>> {
+    let differs = changed
+        .iter()
+        .any(|c| current.get(&key(c)).map(|x| x.as_ref()) != Some(c.as_ref()));
+    if !differs {
+        return Arc::clone(current);
+    }
+    let mut next = HashMap::clone(current);
+    for c in changed {
+        next.insert(key(c), Arc::clone(c));
+    }
+    Arc::new(next)
 }
