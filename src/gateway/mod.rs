@@ -17,6 +17,7 @@ mod inference;
 mod management;
 mod models;
 mod native;
+mod pool;
 pub mod probe;
 mod respond;
 mod translated;

@@ -4,6 +4,7 @@
 //! read body pieces, and give the connection back only when the answer was whole.
 
 use super::auth::{google, sigv4};
+use super::pool::IdlePool;
 use crate::catalog::RungSpec;
 use crate::config::{Config, ProviderConfig};
 use bytes::Bytes;
@@ -13,6 +14,7 @@ use pingora::prelude::HttpPeer;
 use pingora::protocols::http::client::HttpSession;
 use pingora::protocols::http::v1::client::{http_req_header_to_wire, HttpSession as H1Session};
 use pingora::time::fast_timeout::fast_timeout;
+use pingora::upstreams::peer::Peer;
 use sluice_filters::policy::Wire;
 use sluice_filters::upstream::{bedrock, gemini};
 use std::collections::HashMap;
@@ -224,7 +226,9 @@ impl Failure {
 }
 
 pub struct Upstreams {
+    /// Opens connections (and keeps HTTP/2 ones); idle HTTP/1.1 ones wait in `idle`.
     connector: Connector,
+    idle: IdlePool,
     /// Targets built once per rung (provider, model id, base URL).
     targets: Mutex<HashMap<u64, Arc<Target>>>,
     dns: Mutex<HashMap<(String, u16), (SocketAddr, Instant)>>,
@@ -277,6 +281,7 @@ impl Upstreams {
             });
         Upstreams {
             connector: Connector::new(None),
+            idle: IdlePool::new(POOL_IDLE),
             targets: Mutex::new(HashMap::new()),
             dns: Mutex::new(HashMap::new()),
             credentials,
@@ -557,11 +562,20 @@ impl Upstreams {
         let mut peer = HttpPeer::new(addr, t.tls, t.host.clone());
         peer.options.connection_timeout = Some(t.connect_timeout);
         peer.options.total_connection_timeout = Some(t.connect_timeout);
-        let (session, _reused) = self
-            .connector
-            .get_http_session(&peer)
-            .await
-            .map_err(|e| Failure::Connect(e.etype().as_str().to_string()))?;
+        let reuse_key = peer.reuse_hash();
+        let conn = match self.idle.take(reuse_key) {
+            Some(stream) => Conn::H1(stream),
+            None => match self
+                .connector
+                .get_http_session(&peer)
+                .await
+                .map_err(|e| Failure::Connect(e.etype().as_str().to_string()))?
+                .0
+            {
+                HttpSession::H1(h1) => Conn::H1(h1.into_inner()),
+                other => Conn::Other(Box::new(other)),
+            },
+        };
         let mut req = RequestHeader::build_no_case(method, path.as_bytes(), Some(6))
             .map_err(|_| Failure::Connect("bad request line".into()))?;
         let _ = req.insert_header(http::header::HOST, t.authority());
@@ -636,18 +650,17 @@ impl Upstreams {
         }
         // Writing may block on a stalled peer: it counts against the header wait.
         let started = Instant::now();
-        let session = match session {
+        let session = match conn {
             // HTTP/1.1: header and body leave in one write. Pingora's client flushes
             // the header on its own, which costs a second send per request; its
             // session only needs the request for HEAD and upgrade handling, neither
             // of which a POST here is.
-            HttpSession::H1(h1) => {
+            Conn::H1(mut stream) => {
                 let mut wire = match http_req_header_to_wire(&req) {
                     Some(w) => w,
                     None => return Err(Failure::Connect("bad request header".into())),
                 };
                 wire.extend_from_slice(&body);
-                let mut stream = h1.into_inner();
                 let sent = async {
                     stream.write_all(&wire).await?;
                     stream.flush().await
@@ -659,7 +672,7 @@ impl Upstreams {
                 }
                 HttpSession::H1(H1Session::new_with_options(stream, &peer))
             }
-            mut other => {
+            Conn::Other(mut other) => {
                 let sent = async {
                     other.write_request_header(Box::new(req)).await?;
                     other.write_request_body(body, true).await?;
@@ -670,7 +683,7 @@ impl Upstreams {
                     Ok(Err(e)) => return Err(Failure::Connect(e.etype().as_str().to_string())),
                     Err(_) => return Err(Failure::HeaderTimeout),
                 }
-                other
+                *other
             }
         };
         let mut session = session;
@@ -684,8 +697,16 @@ impl Upstreams {
             upstreams: self,
             session: Some(session),
             peer,
+            reuse_key,
         })
     }
+}
+
+/// A connection about to carry a request: a bare HTTP/1.1 stream (from the idle
+/// pool or just opened) or a session of another protocol.
+enum Conn {
+    H1(pingora::protocols::Stream),
+    Other(Box<HttpSession>),
 }
 
 /// One upstream exchange after its header arrived.
@@ -693,6 +714,7 @@ pub struct Call<'a> {
     upstreams: &'a Upstreams,
     session: Option<HttpSession>,
     peer: HttpPeer,
+    reuse_key: u64,
 }
 
 impl Call<'_> {
@@ -717,10 +739,20 @@ impl Call<'_> {
     pub async fn finish(mut self) {
         if let Some(mut s) = self.session.take() {
             if s.response_done() {
-                self.upstreams
-                    .connector
-                    .release_http_session(s, &self.peer, Some(POOL_IDLE))
-                    .await;
+                match s {
+                    HttpSession::H1(mut h1) => {
+                        h1.respect_keepalive();
+                        if let Some(stream) = h1.reuse().await {
+                            self.upstreams.idle.put(self.reuse_key, stream);
+                        }
+                    }
+                    other => {
+                        self.upstreams
+                            .connector
+                            .release_http_session(other, &self.peer, Some(POOL_IDLE))
+                            .await
+                    }
+                }
             }
         }
     }
