@@ -55,7 +55,10 @@ pub fn well_formed(key: &str) -> bool {
 }
 
 pub fn hash(key: &str) -> String {
-    hex::encode(Sha256::digest(key.as_bytes()))
+    // Every request hashes its key: hex into a buffer, not char by char.
+    let mut out = [0u8; 64];
+    hex::encode_to_slice(Sha256::digest(key.as_bytes()), &mut out).expect("32 bytes fill 64");
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Limits and expiry of a new key.

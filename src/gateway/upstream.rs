@@ -12,7 +12,7 @@ use pingora::connectors::http::Connector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::HttpPeer;
 use pingora::protocols::http::client::HttpSession;
-use pingora::protocols::http::v1::client::{http_req_header_to_wire, HttpSession as H1Session};
+use pingora::protocols::http::v1::client::HttpSession as H1Session;
 use pingora::time::fast_timeout::fast_timeout;
 use pingora::upstreams::peer::Peer;
 use sluice_filters::policy::Wire;
@@ -56,6 +56,20 @@ pub struct Target {
     /// An org's own cloud account (BYOK on Bedrock or Vertex), in place of the
     /// platform's.
     own_cloud: Option<OwnCloud>,
+    /// `host[:port]` for the Host header and signing.
+    authority: String,
+    peer: PeerCache,
+}
+
+/// The peer for the last address the host resolved to, built once: a peer owns
+/// its name and options, and its reuse hash walks them.
+#[derive(Clone, Default)]
+struct PeerCache(Arc<Mutex<Option<(SocketAddr, Arc<HttpPeer>, u64)>>>);
+
+impl std::fmt::Debug for PeerCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerCache")
+    }
 }
 
 /// An org's own Bedrock keys or Vertex service account.
@@ -161,13 +175,30 @@ impl Target {
         )
     }
 
-    fn authority(&self) -> String {
-        let default_port = if self.tls { 443 } else { 80 };
-        if self.port == default_port {
-            self.host.clone()
+    fn authority(tls: bool, host: &str, port: u16) -> String {
+        let default_port = if tls { 443 } else { 80 };
+        if port == default_port {
+            host.to_string()
         } else {
-            format!("{}:{}", self.host, self.port)
+            format!("{host}:{port}")
         }
+    }
+
+    /// The peer at `addr` and its pool key.
+    fn peer(&self, addr: SocketAddr) -> (Arc<HttpPeer>, u64) {
+        let mut cached = self.peer.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((a, peer, key)) = cached.as_ref() {
+            if *a == addr {
+                return (peer.clone(), *key);
+            }
+        }
+        let mut peer = HttpPeer::new(addr, self.tls, self.host.clone());
+        peer.options.connection_timeout = Some(self.connect_timeout);
+        peer.options.total_connection_timeout = Some(self.connect_timeout);
+        let key = peer.reuse_hash();
+        let peer = Arc::new(peer);
+        *cached = Some((addr, peer.clone(), key));
+        (peer, key)
     }
 }
 
@@ -414,6 +445,8 @@ impl Upstreams {
                 "{}|{}|{}|{}",
                 rung.provider, rung.provider_model_id, base, cred_tag
             ),
+            authority: Target::authority(tls, &host, port),
+            peer: PeerCache::default(),
             tls,
             host,
             port,
@@ -465,6 +498,8 @@ impl Upstreams {
         let (tls, host, port, path) = parse_base(&v.account.token_uri)
             .ok_or_else(|| Failure::Connect("vertex token: bad token_uri".into()))?;
         let token_target = Target {
+            authority: Target::authority(tls, &host, port),
+            peer: PeerCache::default(),
             rung_id: String::new(),
             provider: "oauth".into(),
             model_id: String::new(),
@@ -559,15 +594,12 @@ impl Upstreams {
         extra: &[(&'static str, &'static str)],
     ) -> Result<Call<'_>, Failure> {
         let addr = self.resolve(&t.host, t.port).await?;
-        let mut peer = HttpPeer::new(addr, t.tls, t.host.clone());
-        peer.options.connection_timeout = Some(t.connect_timeout);
-        peer.options.total_connection_timeout = Some(t.connect_timeout);
-        let reuse_key = peer.reuse_hash();
+        let (peer, reuse_key) = t.peer(addr);
         let conn = match self.idle.take(reuse_key) {
             Some(stream) => Conn::H1(stream),
             None => match self
                 .connector
-                .get_http_session(&peer)
+                .get_http_session(&*peer)
                 .await
                 .map_err(|e| Failure::Connect(e.etype().as_str().to_string()))?
                 .0
@@ -576,15 +608,17 @@ impl Upstreams {
                 other => Conn::Other(Box::new(other)),
             },
         };
-        let mut req = RequestHeader::build_no_case(method, path.as_bytes(), Some(6))
-            .map_err(|_| Failure::Connect("bad request line".into()))?;
-        let _ = req.insert_header(http::header::HOST, t.authority());
-        let _ = req.insert_header(http::header::CONTENT_TYPE, content_type);
-        let _ = req.insert_header(http::header::CONTENT_LENGTH, body.len());
-        let _ = req.insert_header(http::header::USER_AGENT, "sluice/0.1");
+        let authority = t.authority.as_str();
+        let mut head = Head::new(method, path);
+        head.field("Host", Val::Str(authority));
+        head.field("Content-Type", Val::Str(content_type));
+        head.field("Content-Length", Val::Len(body.len()));
+        head.field("User-Agent", Val::Str("sluice/0.1"));
         if stream {
-            let _ = req.insert_header(http::header::ACCEPT, "text/event-stream");
+            head.field("Accept", Val::Str("text/event-stream"));
         }
+        let signed;
+        let token;
         match t.provider.as_str() {
             "bedrock" => {
                 let creds = match &t.own_cloud {
@@ -594,19 +628,19 @@ impl Upstreams {
                         .as_ref()
                         .ok_or_else(|| Failure::Connect("no aws keys".into()))?,
                 };
-                let signed = sigv4::sign(
+                signed = sigv4::sign(
                     creds,
                     &t.region,
                     method,
-                    &t.authority(),
+                    authority,
                     path,
                     &[("content-type", "application/json")],
                     &body,
                     std::time::SystemTime::now(),
                 )
                 .map_err(|e| Failure::Connect(format!("sigv4: {e}")))?;
-                for (name, value) in signed {
-                    let _ = req.insert_header(name, value);
+                for (name, value) in &signed {
+                    head.field(name, Val::Str(value));
                 }
             }
             "vertex" => {
@@ -617,8 +651,8 @@ impl Upstreams {
                         .clone()
                         .ok_or_else(|| Failure::Connect("no vertex account".into()))?,
                 };
-                let token = Box::pin(self.vertex_token(&v)).await?;
-                let _ = req.insert_header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+                token = Box::pin(self.vertex_token(&v)).await?;
+                head.field("Authorization", Val::Bearer(&token));
             }
             _ => {}
         }
@@ -628,25 +662,17 @@ impl Upstreams {
             .filter(|_| !matches!(t.provider.as_str(), "bedrock" | "vertex"))
         {
             match t.provider.as_str() {
-                "azure" => {
-                    let _ = req.insert_header("api-key", c.as_ref());
-                }
-                "anthropic" => {
-                    let _ = req.insert_header("x-api-key", c.as_ref());
-                }
-                "google" => {
-                    let _ = req.insert_header("x-goog-api-key", c.as_ref());
-                }
-                _ => {
-                    let _ = req.insert_header(http::header::AUTHORIZATION, format!("Bearer {c}"));
-                }
+                "azure" => head.field("api-key", Val::Str(c)),
+                "anthropic" => head.field("x-api-key", Val::Str(c)),
+                "google" => head.field("x-goog-api-key", Val::Str(c)),
+                _ => head.field("Authorization", Val::Bearer(c)),
             }
         }
         if t.provider == "anthropic" {
-            let _ = req.insert_header("anthropic-version", ANTHROPIC_VERSION);
+            head.field("anthropic-version", Val::Str(ANTHROPIC_VERSION));
         }
         for (name, value) in extra {
-            let _ = req.insert_header(*name, *value);
+            head.field(name, Val::Str(value));
         }
         // Writing may block on a stalled peer: it counts against the header wait.
         let started = Instant::now();
@@ -656,11 +682,9 @@ impl Upstreams {
             // session only needs the request for HEAD and upgrade handling, neither
             // of which a POST here is.
             Conn::H1(mut stream) => {
-                let mut wire = match http_req_header_to_wire(&req) {
-                    Some(w) => w,
-                    None => return Err(Failure::Connect("bad request header".into())),
-                };
-                wire.extend_from_slice(&body);
+                let wire = head
+                    .to_h1(&body)
+                    .ok_or_else(|| Failure::Connect("bad request header".into()))?;
                 let sent = async {
                     stream.write_all(&wire).await?;
                     stream.flush().await
@@ -670,9 +694,12 @@ impl Upstreams {
                     Ok(Err(e)) => return Err(Failure::Connect(e.kind().to_string())),
                     Err(_) => return Err(Failure::HeaderTimeout),
                 }
-                HttpSession::H1(H1Session::new_with_options(stream, &peer))
+                HttpSession::H1(H1Session::new_with_options(stream, &*peer))
             }
             Conn::Other(mut other) => {
+                let req = head
+                    .to_request_header()
+                    .ok_or_else(|| Failure::Connect("bad request header".into()))?;
                 let sent = async {
                     other.write_request_header(Box::new(req)).await?;
                     other.write_request_body(body, true).await?;
@@ -702,6 +729,115 @@ impl Upstreams {
     }
 }
 
+/// A header value of an upstream request.
+enum Val<'a> {
+    Str(&'a str),
+    /// `Bearer <token>`, written without formatting a string first.
+    Bearer(&'a str),
+    Len(usize),
+}
+
+/// An upstream request head. HTTP/1.1 writes it straight to bytes, with the body
+/// (one send, no header map built and dropped per request); only an HTTP/2
+/// connection needs Pingora's `RequestHeader`.
+struct Head<'a> {
+    method: &'static str,
+    path: &'a str,
+    fields: Vec<(&'a str, Val<'a>)>,
+}
+
+impl<'a> Head<'a> {
+    fn new(method: &'static str, path: &'a str) -> Head<'a> {
+        Head {
+            method,
+            path,
+            fields: Vec::with_capacity(8),
+        }
+    }
+
+    fn field(&mut self, name: &'a str, value: Val<'a>) {
+        self.fields.push((name, value));
+    }
+
+    /// The request as HTTP/1.1 bytes followed by the body; `None` when a name or
+    /// value could break the framing (a credential with a line break, say).
+    fn to_h1(&self, body: &[u8]) -> Option<Vec<u8>> {
+        if !self.path.bytes().all(|b| b.is_ascii_graphic()) {
+            return None;
+        }
+        let mut out = Vec::with_capacity(256 + body.len());
+        out.extend_from_slice(self.method.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.path.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        for (name, value) in &self.fields {
+            if name.is_empty() || !name.bytes().all(is_token) {
+                return None;
+            }
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            match value {
+                Val::Str(v) => push_value(&mut out, v)?,
+                Val::Bearer(v) => {
+                    out.extend_from_slice(b"Bearer ");
+                    push_value(&mut out, v)?;
+                }
+                Val::Len(n) => push_decimal(&mut out, *n),
+            }
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(body);
+        Some(out)
+    }
+
+    fn to_request_header(&self) -> Option<RequestHeader> {
+        let mut req = RequestHeader::build_no_case(
+            self.method,
+            self.path.as_bytes(),
+            Some(self.fields.len()),
+        )
+        .ok()?;
+        for (name, value) in &self.fields {
+            let value = match value {
+                Val::Str(v) => v.to_string(),
+                Val::Bearer(v) => format!("Bearer {v}"),
+                Val::Len(n) => n.to_string(),
+            };
+            req.insert_header(name.to_ascii_lowercase(), value).ok()?;
+        }
+        Some(req)
+    }
+}
+
+fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// RFC 9110 token characters (header names).
+fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// A field value: visible characters, spaces and tabs only.
+fn push_value(out: &mut Vec<u8>, v: &str) -> Option<()> {
+    if v.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+        return None;
+    }
+    out.extend_from_slice(v.as_bytes());
+    Some(())
+}
+
 /// A connection about to carry a request: a bare HTTP/1.1 stream (from the idle
 /// pool or just opened) or a session of another protocol.
 enum Conn {
@@ -713,7 +849,7 @@ enum Conn {
 pub struct Call<'a> {
     upstreams: &'a Upstreams,
     session: Option<HttpSession>,
-    peer: HttpPeer,
+    peer: Arc<HttpPeer>,
     reuse_key: u64,
 }
 
@@ -749,7 +885,7 @@ impl Call<'_> {
                     other => {
                         self.upstreams
                             .connector
-                            .release_http_session(other, &self.peer, Some(POOL_IDLE))
+                            .release_http_session(other, &*self.peer, Some(POOL_IDLE))
                             .await
                     }
                 }
@@ -761,6 +897,29 @@ impl Call<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_heads_are_written_once_and_refuse_line_breaks() {
+        let mut head = Head::new("POST", "/v1/chat/completions");
+        head.field("Host", Val::Str("api.example.com"));
+        head.field("Content-Length", Val::Len(1024));
+        head.field("Authorization", Val::Bearer("sk-1"));
+        assert_eq!(
+            head.to_h1(b"{}").unwrap(),
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 1024\r\nAuthorization: Bearer sk-1\r\n\r\n{}"
+        );
+        let req = head.to_request_header().unwrap();
+        assert_eq!(req.headers.get("authorization").unwrap(), "Bearer sk-1");
+        assert_eq!(req.headers.get("content-length").unwrap(), "1024");
+        // A secret with a line break would smuggle a header: never written.
+        head.field("api-key", Val::Str("k\r\nX-Evil: 1"));
+        assert!(head.to_h1(b"").is_none());
+        assert!(head.to_request_header().is_none());
+        let mut bad_name = Head::new("POST", "/");
+        bad_name.field("a b", Val::Str("x"));
+        assert!(bad_name.to_h1(b"").is_none());
+        assert!(Head::new("POST", "/a b").to_h1(b"").is_none());
+    }
 
     #[test]
     fn base_urls() {

@@ -46,5 +46,11 @@ pub fn new_id(prefix: &str) -> String {
 /// inserts (usage events) cheap.
 pub fn new_ordered_id(prefix: &str) -> String {
     let bytes: [u8; 6] = rand::random();
-    format!("{prefix}_{:012x}{}", now_ms(), hex::encode(bytes))
+    let mut tail = [0u8; 12];
+    hex::encode_to_slice(bytes, &mut tail).expect("6 bytes fill 12");
+    format!(
+        "{prefix}_{:012x}{}",
+        now_ms(),
+        std::str::from_utf8(&tail).unwrap_or_default()
+    )
 }
