@@ -64,7 +64,10 @@ pub struct Target {
 /// The peer for the last address the host resolved to, built once: a peer owns
 /// its name and options, and its reuse hash walks them.
 #[derive(Clone, Default)]
-struct PeerCache(Arc<Mutex<Option<(SocketAddr, Arc<HttpPeer>, u64)>>>);
+struct PeerCache(Arc<Mutex<Option<CachedPeer>>>);
+
+/// A resolved address, its peer and the peer's pool key.
+type CachedPeer = (SocketAddr, Arc<HttpPeer>, u64);
 
 impl std::fmt::Debug for PeerCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
