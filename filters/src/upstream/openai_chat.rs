@@ -11,6 +11,7 @@ use crate::upstream::Rendered;
 use crate::usage::Usage;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// A JSON object whose values stay unparsed: forwarded fields are never
@@ -117,8 +118,8 @@ struct Message<'a> {
     content: Option<&'a RawValue>,
     #[serde(default)]
     tool_calls: Option<Vec<serde::de::IgnoredAny>>,
-    #[serde(default)]
-    refusal: Option<String>,
+    #[serde(borrow, default)]
+    refusal: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -127,8 +128,8 @@ struct Choice<'a> {
     message: Option<Message<'a>>,
     #[serde(borrow, default)]
     delta: Option<Message<'a>>,
-    #[serde(default)]
-    finish_reason: Option<String>,
+    #[serde(borrow, default)]
+    finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -139,10 +140,10 @@ struct Answer<'a> {
     usage: Option<WireUsage>,
     #[serde(default)]
     error: Option<&'a RawValue>,
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    model: Option<String>,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
     #[serde(default)]
     created: Option<i64>,
 }
@@ -170,8 +171,12 @@ fn text_len(content: Option<&RawValue>) -> usize {
     let Some(raw) = content else { return 0 };
     let text = raw.get();
     if text.starts_with('"') {
-        // The common case: a plain string, read without building a Value.
-        return serde_json::from_str::<std::borrow::Cow<str>>(text).map_or(0, |s| s.len());
+        // The common case: a plain string. Without escapes its length is the raw
+        // length less the quotes; with them it is read without building a Value.
+        if !text.contains('\\') {
+            return text.len().saturating_sub(2);
+        }
+        return serde_json::from_str::<Cow<str>>(text).map_or(0, |s| s.len());
     }
     // Content parts: count the text parts.
     match serde_json::from_str::<serde_json::Value>(text) {
@@ -192,8 +197,8 @@ pub fn inspect(json: &[u8]) -> Option<Inspection> {
         usage: a.usage.as_ref().map(WireUsage::to_usage),
         error: a.error.map(|e| e.get().to_string()),
         usage_only: a.choices.is_empty() && a.usage.is_some(),
-        id: a.id,
-        model: a.model,
+        id: a.id.map(Cow::into_owned),
+        model: a.model.map(Cow::into_owned),
         created: a.created,
         ..Inspection::default()
     };
@@ -209,8 +214,8 @@ pub fn inspect(json: &[u8]) -> Option<Inspection> {
                 out.refusal.get_or_insert_with(String::new).push_str(r);
             }
         }
-        if c.finish_reason.is_some() {
-            out.finish_reason.clone_from(&c.finish_reason);
+        if let Some(f) = &c.finish_reason {
+            out.finish_reason = Some(f.to_string());
         }
     }
     Some(out)
