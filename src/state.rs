@@ -45,7 +45,11 @@ impl AppState {
             Arc::new(RedisCounters::connect(&config.storage.redis_url).await?)
         };
         let directory = Arc::new(Directory::load(&db).await?);
-        let usage = spawn_writer(db.clone(), config.storage.usage_spool.clone().into());
+        let usage = spawn_writer(
+            db.clone(),
+            &config.storage.database_url,
+            config.storage.usage_spool.clone().into(),
+        );
         let catalog = Arc::new(CatalogStore::load(&db).await?);
         let sealer =
             crate::byok::secrets::Sealer::load(&config.secrets.key, &config.secrets.key_file)?;

@@ -60,6 +60,11 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
 
 impl Db {
     pub async fn connect(url: &str) -> anyhow::Result<Db> {
+        Db::connect_with(url, None).await
+    }
+
+    /// `max`: the pool's connection limit (default: 4 for SQLite, 16 for PostgreSQL).
+    pub async fn connect_with(url: &str, max: Option<u32>) -> anyhow::Result<Db> {
         sqlx::any::install_default_drivers();
         let engine = if url.starts_with("sqlite:") {
             Engine::Sqlite
@@ -86,7 +91,7 @@ impl Db {
                 });
             }
         }
-        let max = if engine == Engine::Sqlite { 4 } else { 16 };
+        let max = max.unwrap_or(if engine == Engine::Sqlite { 4 } else { 16 });
         let pool = AnyPoolOptions::new()
             .max_connections(max)
             .acquire_timeout(std::time::Duration::from_secs(10))
