@@ -159,10 +159,18 @@ pub async fn handle(
                     let label = route.label();
                     // Rare paths are boxed: inline, their database futures would
                     // enlarge every request's state.
-                    let claim = idempotency::claim(state, &org.id, &k, label, &body, ex.deadline);
-                    match Box::pin(claim).await? {
+                    let claim = Box::pin(idempotency::claim(
+                        state,
+                        &org.id,
+                        &k,
+                        label,
+                        &body,
+                        ex.deadline,
+                    ));
+                    match claim.await? {
                         Claim::Replay(tape) => {
-                            return Ok(Box::pin(idempotency::replay(session, tape)).await)
+                            let replay = Box::pin(idempotency::replay(session, tape));
+                            return Ok(replay.await);
                         }
                         Claim::Fresh(t) => {
                             ex.tape = Some(Box::default());
@@ -177,7 +185,8 @@ pub async fn handle(
                 Ok(a) => a,
                 Err(e) => {
                     if let Some(t) = ticket {
-                        Box::pin(idempotency::finish(state, t, &ex, e.status)).await;
+                        let finish = Box::pin(idempotency::finish(state, t, &ex, e.status));
+                        finish.await;
                     }
                     return Err(e);
                 }
@@ -195,7 +204,8 @@ pub async fn handle(
                 org_id: org.id.clone(),
                 cacheable: body.len() >= waterfall::CACHEABLE_BYTES,
             };
-            Box::pin(waterfall::serve(gw, session, &mut ex, &model, job)).await
+            let serve = Box::pin(waterfall::serve(gw, session, &mut ex, &model, job));
+            serve.await
         }
         None => {
             let req = sluice_filters::inbound::embeddings::parse(&body)?;
@@ -204,7 +214,8 @@ pub async fn handle(
             if admission.free {
                 ex.platform_price = Default::default();
             }
-            Box::pin(super::embeddings::serve(gw, session, &mut ex, &rungs, req)).await
+            let serve = Box::pin(super::embeddings::serve(gw, session, &mut ex, &rungs, req));
+            serve.await
         }
     };
     let list = &model.spec.price;
@@ -258,7 +269,8 @@ pub async fn handle(
         }
     };
     if let Some(t) = ticket {
-        Box::pin(idempotency::finish(state, t, &ex, status)).await;
+        let finish = Box::pin(idempotency::finish(state, t, &ex, status));
+        finish.await;
     }
     record(
         state,

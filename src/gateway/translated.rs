@@ -33,9 +33,11 @@ pub async fn run(
     body: Bytes,
 ) -> Attempt {
     if job.stream {
-        Box::pin(stream(gw, session, ex, leg, job, body)).await
+        let run = Box::pin(stream(gw, session, ex, leg, job, body));
+        run.await
     } else {
-        Box::pin(plain(gw, session, ex, leg, job, body)).await
+        let run = Box::pin(plain(gw, session, ex, leg, job, body));
+        run.await
     }
 }
 

@@ -564,7 +564,10 @@ impl Upstreams {
         // Boxed here, once: the connect-and-send state machine is about 10 KB, and
         // every async layer above that held it inline would grow by a copy of it
         // (and be memmoved whole each time it is boxed or polled into place).
-        Box::pin(self.send("POST", t, path, body, stream, "application/json", extra)).await
+        // In a statement of its own: a temporary of the awaiting statement (the
+        // unboxed future) would stay in this future's state until the await ends.
+        let send = Box::pin(self.send("POST", t, path, body, stream, "application/json", extra));
+        send.await
     }
 
     /// Sends a GET and reads the whole answer (at most 1 MB): status and body.
@@ -654,7 +657,8 @@ impl Upstreams {
                         .clone()
                         .ok_or_else(|| Failure::Connect("no vertex account".into()))?,
                 };
-                token = Box::pin(self.vertex_token(&v)).await?;
+                let minted = Box::pin(self.vertex_token(&v));
+                token = minted.await?;
                 head.field("Authorization", Val::Bearer(&token));
             }
             _ => {}
@@ -885,11 +889,15 @@ impl Call<'_> {
                             self.upstreams.idle.put(self.reuse_key, stream);
                         }
                     }
+                    // Boxed: Pingora's release future is several KB, and inline it
+                    // would enlarge (and be copied with) every attempt's state.
                     other => {
-                        self.upstreams
-                            .connector
-                            .release_http_session(other, &*self.peer, Some(POOL_IDLE))
-                            .await
+                        let release = Box::pin(self.upstreams.connector.release_http_session(
+                            other,
+                            &*self.peer,
+                            Some(POOL_IDLE),
+                        ));
+                        release.await
                     }
                 }
             }

@@ -397,17 +397,18 @@ async fn attempt(
             )));
             return if job.stream {
                 let wants_usage = job.req.include_usage;
-                Box::pin(super::chat::stream_attempt(
+                let run = Box::pin(super::chat::stream_attempt(
                     gw,
                     session,
                     ex,
                     t,
                     body,
                     wants_usage,
-                ))
-                .await
+                ));
+                run.await
             } else {
-                Box::pin(super::chat::plain_attempt(gw, session, ex, t, body)).await
+                let run = Box::pin(super::chat::plain_attempt(gw, session, ex, t, body));
+                run.await
             };
         }
         let body = with_routing(super::native::render(
