@@ -49,7 +49,7 @@ impl AppState {
             db.clone(),
             &config.storage.database_url,
             config.storage.usage_spool.clone().into(),
-        );
+        )?;
         let catalog = Arc::new(CatalogStore::load(&db).await?);
         let sealer =
             crate::byok::secrets::Sealer::load(&config.secrets.key, &config.secrets.key_file)?;

@@ -52,8 +52,10 @@ impl IdlePool {
                 let list = inner.peers.get_mut(&key)?;
                 let got = list.pop()?;
                 if now.duration_since(got.0) > self.idle {
-                    // Everything below is older still.
-                    list.clear();
+                    // Everything below is older still; closed outside the lock.
+                    let stale = std::mem::take(list);
+                    drop(inner);
+                    drop((got, stale));
                     return None;
                 }
                 got

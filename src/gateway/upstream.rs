@@ -600,20 +600,6 @@ impl Upstreams {
         extra: &[(&'static str, &'static str)],
     ) -> Result<Call<'_>, Failure> {
         let addr = self.resolve(&t.host, t.port).await?;
-        let (peer, reuse_key) = t.peer(addr);
-        let conn = match self.idle.take(reuse_key) {
-            Some(stream) => Conn::H1(stream),
-            None => match self
-                .connector
-                .get_http_session(&*peer)
-                .await
-                .map_err(|e| Failure::Connect(e.etype().as_str().to_string()))?
-                .0
-            {
-                HttpSession::H1(h1) => Conn::H1(h1.into_inner()),
-                other => Conn::Other(Box::new(other)),
-            },
-        };
         let authority = t.authority.as_str();
         let mut head = Head::new(method, path);
         head.field("Host", Val::Str(authority));
@@ -681,6 +667,21 @@ impl Upstreams {
         for (name, value) in extra {
             head.field(name, Val::Str(value));
         }
+        // The connection last: none is held while a token is minted.
+        let (peer, reuse_key) = t.peer(addr);
+        let conn = match self.idle.take(reuse_key) {
+            Some(stream) => Conn::H1(stream),
+            None => match self
+                .connector
+                .get_http_session(&*peer)
+                .await
+                .map_err(|e| Failure::Connect(e.etype().as_str().to_string()))?
+                .0
+            {
+                HttpSession::H1(h1) => Conn::H1(h1.into_inner()),
+                other => Conn::Other(Box::new(other)),
+            },
+        };
         // Writing may block on a stalled peer: it counts against the header wait.
         let started = Instant::now();
         let session = match conn {
@@ -789,7 +790,7 @@ impl<'a> Head<'a> {
                     out.extend_from_slice(b"Bearer ");
                     push_value(&mut out, v)?;
                 }
-                Val::Len(n) => push_decimal(&mut out, *n),
+                Val::Len(n) => out.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes()),
             }
             out.extend_from_slice(b"\r\n");
         }
@@ -815,20 +816,6 @@ impl<'a> Head<'a> {
         }
         Some(req)
     }
-}
-
-fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
 }
 
 /// RFC 9110 token characters (header names).

@@ -76,25 +76,19 @@ impl UsageSink {
 /// level with 40,000 requests a second; at 10 its backlog grew RSS to 126 MB over a
 /// 10-second burst at concurrency 64. Its own small pool keeps the database work
 /// (SQLite's worker threads, PostgreSQL's sockets) at that priority too; `db` is
-/// used when that pool cannot open, and for in-memory SQLite.
-pub fn spawn_writer(db: Db, url: &str, spool: PathBuf) -> UsageSink {
+/// used when that pool cannot open, and for in-memory SQLite. A writer that cannot
+/// start fails the start of the service: events would otherwise only pile up.
+pub fn spawn_writer(db: Db, url: &str, spool: PathBuf) -> anyhow::Result<UsageSink> {
     let sink = UsageSink::default();
     let drained = sink.clone();
     let url = url.to_string();
-    let started = std::thread::Builder::new()
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
         .name("sluice-usage".into())
         .spawn(move || {
             lower_priority();
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!(error = %e, "usage writer: no runtime");
-                    return;
-                }
-            };
             rt.block_on(async move {
                 let db = if url.contains(":memory:") {
                     db
@@ -109,11 +103,8 @@ pub fn spawn_writer(db: Db, url: &str, spool: PathBuf) -> UsageSink {
                 };
                 write_loop(db, spool, drained).await
             })
-        });
-    if let Err(e) = started {
-        tracing::error!(error = %e, "usage writer thread not started");
-    }
-    sink
+        })?;
+    Ok(sink)
 }
 
 async fn write_loop(db: Db, spool: PathBuf, drained: UsageSink) {
