@@ -108,6 +108,10 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         threads: config.gateway_threads(),
         grace_period_seconds: Some(config.server.grace_period_seconds),
         graceful_shutdown_timeout_seconds: Some(1),
+        // One single-threaded runtime per worker thread (as nginx runs one event
+        // loop per worker): a connection stays on the thread that accepted it, and
+        // no wake pays for a work-stealing scheduler's shared queues.
+        work_stealing: false,
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);

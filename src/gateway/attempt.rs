@@ -70,17 +70,14 @@ pub fn refusal(reason: RefusalReason) -> ApiError {
 /// Waits for `fut` until `deadline`. Pingora's fast timeout: coarse (10 ms) and
 /// free of the per-timer driver wake-ups of Tokio's, which cost a syscall each
 /// on this path.
-pub async fn until<F: std::future::Future>(
+pub fn until<F: std::future::Future>(
     deadline: Instant,
     fut: F,
-) -> Result<F::Output, Elapsed> {
+) -> impl std::future::Future<Output = Result<F::Output, pingora::time::Elapsed>> {
+    // Not an async fn: that would move `fut` into its own state and then again
+    // into the timeout's, a copy of the whole future each time.
     fast_timeout(deadline.saturating_duration_since(Instant::now()), fut)
-        .await
-        .map_err(|_| Elapsed)
 }
-
-/// A wait that ran out.
-pub struct Elapsed;
 
 /// Polls a future once: its output if it is ready now, else `None` (and the future
 /// is dropped). Used only on reads that are safe to abandon while pending.

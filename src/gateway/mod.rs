@@ -12,6 +12,7 @@ mod breaker;
 mod chat;
 mod embeddings;
 mod exchange;
+mod h1;
 pub mod idempotency;
 mod inference;
 mod management;

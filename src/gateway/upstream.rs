@@ -4,15 +4,15 @@
 //! read body pieces, and give the connection back only when the answer was whole.
 
 use super::auth::{google, sigv4};
+use super::h1;
 use super::pool::IdlePool;
 use crate::catalog::RungSpec;
 use crate::config::{Config, ProviderConfig};
 use bytes::Bytes;
 use pingora::connectors::http::Connector;
-use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::http::RequestHeader;
 use pingora::prelude::HttpPeer;
 use pingora::protocols::http::client::HttpSession;
-use pingora::protocols::http::v1::client::HttpSession as H1Session;
 use pingora::time::fast_timeout::fast_timeout;
 use pingora::upstreams::peer::Peer;
 use sluice_filters::policy::Wire;
@@ -686,9 +686,7 @@ impl Upstreams {
         let started = Instant::now();
         let session = match conn {
             // HTTP/1.1: header and body leave in one write. Pingora's client flushes
-            // the header on its own, which costs a second send per request; its
-            // session only needs the request for HEAD and upgrade handling, neither
-            // of which a POST here is.
+            // the header on its own, which costs a second send per request.
             Conn::H1(mut stream) => {
                 let wire = head
                     .to_h1(&body)
@@ -702,7 +700,12 @@ impl Upstreams {
                     Ok(Err(e)) => return Err(Failure::Connect(e.kind().to_string())),
                     Err(_) => return Err(Failure::HeaderTimeout),
                 }
-                HttpSession::H1(H1Session::new_with_options(stream, &*peer))
+                let left = t.header_timeout.saturating_sub(started.elapsed());
+                match fast_timeout(left, h1::Response::read_head(stream)).await {
+                    Ok(Ok(answer)) => Session::H1(answer),
+                    Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
+                    Err(_) => return Err(Failure::HeaderTimeout),
+                }
             }
             Conn::Other(mut other) => {
                 let req = head
@@ -718,16 +721,14 @@ impl Upstreams {
                     Ok(Err(e)) => return Err(Failure::Connect(e.etype().as_str().to_string())),
                     Err(_) => return Err(Failure::HeaderTimeout),
                 }
-                *other
+                let left = t.header_timeout.saturating_sub(started.elapsed());
+                match fast_timeout(left, other.read_response_header()).await {
+                    Ok(Ok(())) => Session::Other(other),
+                    Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
+                    Err(_) => return Err(Failure::HeaderTimeout),
+                }
             }
         };
-        let mut session = session;
-        let left = t.header_timeout.saturating_sub(started.elapsed());
-        match fast_timeout(left, session.read_response_header()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
-            Err(_) => return Err(Failure::HeaderTimeout),
-        }
         Ok(Call {
             upstreams: self,
             session: Some(session),
@@ -839,27 +840,35 @@ enum Conn {
     Other(Box<HttpSession>),
 }
 
+/// An exchange whose answer is being read: HTTP/1.1 by our own reader, anything
+/// else by Pingora's session.
+enum Session {
+    H1(h1::Response<pingora::protocols::Stream>),
+    Other(Box<HttpSession>),
+}
+
 /// One upstream exchange after its header arrived.
 pub struct Call<'a> {
     upstreams: &'a Upstreams,
-    session: Option<HttpSession>,
+    session: Option<Session>,
     peer: Arc<HttpPeer>,
     reuse_key: u64,
 }
 
 impl Call<'_> {
-    pub fn header(&self) -> Option<&ResponseHeader> {
-        self.session.as_ref()?.response_header()
-    }
-
     pub fn status(&self) -> u16 {
-        self.header().map_or(0, |h| h.status.as_u16())
+        match &self.session {
+            Some(Session::H1(r)) => r.status(),
+            Some(Session::Other(s)) => s.response_header().map_or(0, |h| h.status.as_u16()),
+            None => 0,
+        }
     }
 
     /// The next body piece; `Ok(None)` at a clean end.
     pub async fn read(&mut self) -> pingora::Result<Option<Bytes>> {
         match self.session.as_mut() {
-            Some(s) => s.read_response_body().await,
+            Some(Session::H1(r)) => r.read().await,
+            Some(Session::Other(s)) => s.read_response_body().await,
             None => Ok(None),
         }
     }
@@ -867,27 +876,26 @@ impl Call<'_> {
     /// Gives the connection back to the pool if the answer was read whole;
     /// otherwise it is closed.
     pub async fn finish(mut self) {
-        if let Some(mut s) = self.session.take() {
-            if s.response_done() {
-                match s {
-                    HttpSession::H1(mut h1) => {
-                        h1.respect_keepalive();
-                        if let Some(stream) = h1.reuse().await {
-                            self.upstreams.idle.put(self.reuse_key, stream);
-                        }
-                    }
-                    // Boxed: Pingora's release future is several KB, and inline it
-                    // would enlarge (and be copied with) every attempt's state.
-                    other => {
-                        let release = Box::pin(self.upstreams.connector.release_http_session(
-                            other,
-                            &*self.peer,
-                            Some(POOL_IDLE),
-                        ));
-                        release.await
-                    }
+        match self.session.take() {
+            Some(Session::H1(r)) => {
+                if let Some(stream) = r.reusable() {
+                    self.upstreams.idle.put(self.reuse_key, stream);
                 }
             }
+            Some(Session::Other(mut s)) => {
+                if !s.response_done() {
+                    return;
+                }
+                // Boxed: Pingora's release future is several KB, and inline it
+                // would enlarge (and be copied with) every attempt's state.
+                let release = Box::pin(self.upstreams.connector.release_http_session(
+                    *s,
+                    &*self.peer,
+                    Some(POOL_IDLE),
+                ));
+                release.await
+            }
+            None => {}
         }
     }
 }

@@ -1,0 +1,347 @@
+//! Reading a provider's HTTP/1.1 answer on a connection we own: the status line,
+//! the framing headers (length, chunked, close) and the body as it arrives.
+//!
+//! Pingora's client session builds a full header map (with each name's original
+//! case) and a 64 KiB body buffer for every answer; a rung's answer needs only its
+//! status and framing, so this reader parses into a stack array and keeps one
+//! buffer per call. Reads are cancel-safe: state moves only after bytes arrived.
+
+use bytes::{Buf, Bytes, BytesMut};
+use pingora::{Error, ErrorType, Result};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// A header block larger than this is refused (as a proxy would).
+const MAX_HEAD: usize = 64 * 1024;
+const MAX_HEADERS: usize = 128;
+/// Bytes asked of the socket per read.
+const READ_SIZE: usize = 16 * 1024;
+
+/// How the body is delimited, and how much of it is left.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Body {
+    /// `Content-Length`: bytes still to come.
+    Length(u64),
+    /// Chunked: the next chunk's size line is due.
+    ChunkSize,
+    /// Chunked: bytes left in the current chunk.
+    ChunkData(u64),
+    /// Chunked: the line break that ends a chunk's data.
+    ChunkEnd,
+    /// Chunked: trailer lines after the last chunk, up to an empty line.
+    Trailers,
+    /// Neither: the body runs until the peer closes.
+    UntilClose,
+    Done,
+}
+
+/// One answer being read from `S`.
+pub struct Response<S> {
+    stream: S,
+    buf: BytesMut,
+    status: u16,
+    body: Body,
+    keepalive: bool,
+}
+
+impl<S: AsyncRead + Unpin> Response<S> {
+    /// Reads up to the end of the header block (skipping 1xx interim answers).
+    pub async fn read_head(stream: S) -> Result<Response<S>> {
+        let mut r = Response {
+            stream,
+            buf: BytesMut::with_capacity(4096),
+            status: 0,
+            body: Body::Done,
+            keepalive: false,
+        };
+        loop {
+            if !r.buf.is_empty() && r.parse_head()? {
+                return Ok(r);
+            }
+            if r.buf.len() >= MAX_HEAD {
+                return Error::e_explain(ErrorType::InvalidHTTPHeader, "response header too large");
+            }
+            if r.fill().await? == 0 {
+                return Error::e_explain(
+                    ErrorType::ConnectionClosed,
+                    "closed before the response header",
+                );
+            }
+        }
+    }
+
+    /// Parses a complete head from the buffer, if there is one; an interim (1xx)
+    /// answer is dropped and `false` returned so the caller reads on.
+    fn parse_head(&mut self) -> Result<bool> {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut headers);
+        let len = match resp.parse(&self.buf) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) => return Ok(false),
+            Err(e) => {
+                return Error::e_explain(ErrorType::InvalidHTTPHeader, format!("response: {e}"))
+            }
+        };
+        let status = resp.code.unwrap_or(0);
+        if (100..200).contains(&status) && status != 101 {
+            self.buf.advance(len);
+            return Ok(!self.buf.is_empty() && self.parse_head()?);
+        }
+        let mut length = None;
+        let mut chunked = false;
+        let mut close = resp.version != Some(1);
+        for h in resp.headers.iter() {
+            if h.name.eq_ignore_ascii_case("content-length") {
+                let n = std::str::from_utf8(h.value)
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok());
+                match (n, length) {
+                    (Some(n), None) => length = Some(n),
+                    (Some(n), Some(m)) if n == m => {}
+                    _ => {
+                        return Error::e_explain(ErrorType::InvalidHTTPHeader, "bad content-length")
+                    }
+                }
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                // The last coding decides; anything but chunked runs to the close.
+                chunked = h
+                    .value
+                    .rsplit(|&b| b == b',')
+                    .next()
+                    .is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+                close |= !chunked;
+            } else if h.name.eq_ignore_ascii_case("connection") {
+                close |= h
+                    .value
+                    .split(|&b| b == b',')
+                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
+            }
+        }
+        self.status = status;
+        self.body = if status == 204 || status == 304 {
+            Body::Done
+        } else if chunked {
+            Body::ChunkSize
+        } else if let Some(n) = length {
+            if n == 0 {
+                Body::Done
+            } else {
+                Body::Length(n)
+            }
+        } else {
+            close = true;
+            Body::UntilClose
+        };
+        self.keepalive = !close;
+        self.buf.advance(len);
+        Ok(true)
+    }
+
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The next piece of the body; `Ok(None)` at its end.
+    pub async fn read(&mut self) -> Result<Option<Bytes>> {
+        loop {
+            if let Some(piece) = self.take()? {
+                return Ok(Some(piece));
+            }
+            if self.body == Body::Done {
+                return Ok(None);
+            }
+            if self.fill().await? == 0 {
+                if self.body == Body::UntilClose {
+                    self.body = Body::Done;
+                    return Ok(None);
+                }
+                return Error::e_explain(ErrorType::ConnectionClosed, "closed inside the body");
+            }
+        }
+    }
+
+    /// Body bytes the buffer already holds, moving through chunk framing; `None`
+    /// when more must be read (or the body is done).
+    fn take(&mut self) -> Result<Option<Bytes>> {
+        loop {
+            match self.body {
+                Body::Done => return Ok(None),
+                _ if self.buf.is_empty() => return Ok(None),
+                Body::UntilClose => return Ok(Some(self.buf.split().freeze())),
+                Body::Length(left) => {
+                    let n = (self.buf.len() as u64).min(left);
+                    self.body = if n == left {
+                        Body::Done
+                    } else {
+                        Body::Length(left - n)
+                    };
+                    return Ok(Some(self.buf.split_to(n as usize).freeze()));
+                }
+                Body::ChunkData(left) => {
+                    let n = (self.buf.len() as u64).min(left);
+                    self.body = if n == left {
+                        Body::ChunkEnd
+                    } else {
+                        Body::ChunkData(left - n)
+                    };
+                    return Ok(Some(self.buf.split_to(n as usize).freeze()));
+                }
+                Body::ChunkSize => match httparse::parse_chunk_size(&self.buf) {
+                    Ok(httparse::Status::Complete((used, size))) => {
+                        self.buf.advance(used);
+                        self.body = if size == 0 {
+                            Body::Trailers
+                        } else {
+                            Body::ChunkData(size)
+                        };
+                    }
+                    Ok(httparse::Status::Partial) if self.buf.len() < 1024 => return Ok(None),
+                    _ => return Error::e_explain(ErrorType::InvalidHTTPHeader, "bad chunk size"),
+                },
+                Body::ChunkEnd => {
+                    if self.buf.len() < 2 {
+                        if self.buf[0] != b'\r' {
+                            return Error::e_explain(ErrorType::InvalidHTTPHeader, "bad chunk end");
+                        }
+                        return Ok(None);
+                    }
+                    if &self.buf[..2] != b"\r\n" {
+                        return Error::e_explain(ErrorType::InvalidHTTPHeader, "bad chunk end");
+                    }
+                    self.buf.advance(2);
+                    self.body = Body::ChunkSize;
+                }
+                Body::Trailers => match self.buf.windows(2).position(|w| w == b"\r\n") {
+                    Some(0) => {
+                        self.buf.advance(2);
+                        self.body = Body::Done;
+                    }
+                    // A trailer field: read past it and ignore it.
+                    Some(i) => self.buf.advance(i + 2),
+                    None if self.buf.len() < MAX_HEAD => return Ok(None),
+                    None => return Error::e_explain(ErrorType::InvalidHTTPHeader, "bad trailers"),
+                },
+            }
+        }
+    }
+
+    /// Reads more from the socket into the buffer; the count read (0: closed).
+    async fn fill(&mut self) -> Result<usize> {
+        if self.buf.capacity() - self.buf.len() < 1024 {
+            self.buf.reserve(READ_SIZE);
+        }
+        self.stream
+            .read_buf(&mut self.buf)
+            .await
+            .map_err(|e| Error::because(ErrorType::ReadError, "reading the response", e))
+    }
+
+    /// The connection, when the answer was read whole and it may carry another.
+    pub fn reusable(self) -> Option<S> {
+        (self.body == Body::Done && self.buf.is_empty() && self.keepalive).then_some(self.stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// Feeds `parts` to a reader one write at a time (so framing spans reads).
+    async fn answer(parts: &[&[u8]]) -> (u16, Result<Vec<u8>>, bool) {
+        let (client, mut server) = tokio::io::duplex(64);
+        let parts: Vec<Vec<u8>> = parts.iter().map(|p| p.to_vec()).collect();
+        let writer = tokio::spawn(async move {
+            for p in parts {
+                server.write_all(&p).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            server.shutdown().await.unwrap();
+            // Hold the pipe open until the reader is done with it.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        });
+        let mut r = match Response::read_head(client).await {
+            Ok(r) => r,
+            Err(e) => return (0, Err(e), false),
+        };
+        let status = r.status();
+        let mut body = Vec::new();
+        let out = loop {
+            match r.read().await {
+                Ok(Some(b)) => body.extend_from_slice(&b),
+                Ok(None) => break Ok(body),
+                Err(e) => break Err(e),
+            }
+        };
+        let reusable = out.is_ok() && r.reusable().is_some();
+        writer.abort();
+        (status, out, reusable)
+    }
+
+    #[tokio::test]
+    async fn content_length_bodies_end_at_their_length() {
+        let (s, body, reuse) = answer(&[
+            b"HTTP/1.1 200 OK\r\nContent-Le",
+            b"ngth: 11\r\nX-A: b\r\n\r\nhello",
+            b" world",
+        ])
+        .await;
+        assert_eq!(
+            (s, body.unwrap(), reuse),
+            (200, b"hello world".to_vec(), true)
+        );
+    }
+
+    #[tokio::test]
+    async fn chunked_bodies_decode_across_reads_with_trailers() {
+        let (s, body, reuse) = answer(&[
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nda",
+            b"ta:\r",
+            b"\n1",
+            b"A;ext=1\r\n",
+            &[b'x'; 26],
+            b"\r\n0\r\nX-Trailer: 1\r\n\r\n",
+        ])
+        .await;
+        let mut want = b"data:".to_vec();
+        want.extend_from_slice(&[b'x'; 26]);
+        assert_eq!((s, body.unwrap(), reuse), (200, want, true));
+    }
+
+    #[tokio::test]
+    async fn interim_answers_are_skipped_and_close_runs_to_the_end() {
+        let (s, body, reuse) = answer(&[
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Busy\r\nConnection: close\r\n\r\nno",
+            b" luck",
+        ])
+        .await;
+        assert_eq!((s, body.unwrap(), reuse), (503, b"no luck".to_vec(), false));
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_short_is_an_error_and_the_connection_is_not_kept() {
+        let (_, body, reuse) = answer(&[b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"]).await;
+        assert!(body.is_err());
+        assert!(!reuse);
+        let (_, body, _) = answer(&[
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde",
+            b"XX",
+        ])
+        .await;
+        assert!(body.is_err(), "chunk data must end in CRLF");
+    }
+
+    #[tokio::test]
+    async fn bad_heads_are_refused() {
+        for head in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+            b"garbage\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\n",
+        ] {
+            let (_, body, _) = answer(&[head]).await;
+            assert!(body.is_err(), "{}", String::from_utf8_lossy(head));
+        }
+        let (s, body, reuse) = answer(&[b"HTTP/1.1 204 No Content\r\n\r\n"]).await;
+        assert_eq!((s, body.unwrap(), reuse), (204, vec![], true));
+    }
+}
