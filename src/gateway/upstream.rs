@@ -671,16 +671,19 @@ impl Upstreams {
         let (peer, reuse_key) = t.peer(addr);
         let conn = match self.idle.take(reuse_key) {
             Some(stream) => Conn::H1(stream),
-            None => match self
-                .connector
-                .get_http_session(&*peer)
-                .await
-                .map_err(|e| Failure::Connect(e.etype().as_str().to_string()))?
-                .0
-            {
-                HttpSession::H1(h1) => Conn::H1(h1.into_inner()),
-                other => Conn::Other(Box::new(other)),
-            },
+            None => {
+                // Boxed: opening a connection (a TLS handshake, say) is the rare
+                // path, and inline its state would be part of every call's.
+                let connect = Box::pin(self.connector.get_http_session(&*peer));
+                match connect
+                    .await
+                    .map_err(|e| Failure::Connect(e.etype().as_str().to_string()))?
+                    .0
+                {
+                    HttpSession::H1(h1) => Conn::H1(h1.into_inner()),
+                    other => Conn::Other(Box::new(other)),
+                }
+            }
         };
         // Writing may block on a stalled peer: it counts against the header wait.
         let started = Instant::now();
@@ -711,18 +714,20 @@ impl Upstreams {
                 let req = head
                     .to_request_header()
                     .ok_or_else(|| Failure::Connect("bad request header".into()))?;
-                let sent = async {
+                // Boxed, as HTTP/2 is the rare path here.
+                let sent = Box::pin(async {
                     other.write_request_header(Box::new(req)).await?;
                     other.write_request_body(body, true).await?;
                     other.finish_request_body().await
-                };
+                });
                 match fast_timeout(t.header_timeout, sent).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => return Err(Failure::Connect(e.etype().as_str().to_string())),
                     Err(_) => return Err(Failure::HeaderTimeout),
                 }
                 let left = t.header_timeout.saturating_sub(started.elapsed());
-                match fast_timeout(left, other.read_response_header()).await {
+                let head = Box::pin(other.read_response_header());
+                match fast_timeout(left, head).await {
                     Ok(Ok(())) => Session::Other(other),
                     Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
                     Err(_) => return Err(Failure::HeaderTimeout),
