@@ -248,22 +248,23 @@ pub async fn handle(
                     None => data_frame(&e.to_body(format)),
                 };
                 ex.tape_body(&frame);
-                let _ = session
-                    .write_response_body(Some(Bytes::from(frame)), true)
-                    .await;
+                // The error writes are boxed: rare, and inline they would enlarge
+                // (and be copied with) every request's state.
+                let write = Box::pin(session.write_response_body(Some(Bytes::from(frame)), true));
+                let _ = write.await;
             } else {
                 let extra = [
                     ("x-gateway-attempts", ex.attempts.clone()),
                     ("x-gateway-overhead-us", ex.overhead_us().to_string()),
                 ];
-                let _ = send(
+                let write = Box::pin(send(
                     session,
                     e.status,
                     "application/json",
                     Bytes::from(e.to_body(format)),
                     &extra,
-                )
-                .await;
+                ));
+                let _ = write.await;
             }
             (e.status, class)
         }

@@ -310,7 +310,9 @@ pub async fn serve(
     }
     if let Some(u) = empty {
         ex.usage = u;
-        return empty_completion(session, ex, model, &job).await;
+        // Boxed: rare, and inline it would nearly double every request's state.
+        let answer = Box::pin(empty_completion(session, ex, model, &job));
+        return answer.await;
     }
     if single && died == 2 {
         return Outcome::Error(ApiError::new(
