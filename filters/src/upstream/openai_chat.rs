@@ -319,20 +319,15 @@ pub fn append_member(buf: &mut Vec<u8>, start: usize, key: &str, value_json: &[u
     else {
         return;
     };
-    let tail = buf.split_off(end);
-    let empty = buf[start..]
+    let empty = buf[start..end]
         .iter()
         .rev()
         .find(|b| !b.is_ascii_whitespace())
         .is_some_and(|&b| b == b'{');
-    if !empty {
-        buf.push(b',');
-    }
-    buf.push(b'"');
-    buf.extend_from_slice(key.as_bytes());
-    buf.extend_from_slice(b"\":");
-    buf.extend_from_slice(value_json);
-    buf.extend_from_slice(&tail);
+    // Inserted in place before the closing brace: no copy of the tail.
+    let sep: &[u8] = if empty { b"\"" } else { b",\"" };
+    let member = [sep, key.as_bytes(), b"\":", value_json];
+    buf.splice(end..end, member.into_iter().flatten().copied());
 }
 
 /// The usage object in the chat format.
@@ -358,7 +353,8 @@ pub fn splice_usage_cost(data: &[u8], cost_usd: f64) -> Vec<u8> {
         return data.to_vec();
     };
     let open = at + needle.len();
-    let mut out = Vec::with_capacity(data.len() + 32);
+    // Room for the cost and the members appended after it (the provider).
+    let mut out = Vec::with_capacity(data.len() + 128);
     out.extend_from_slice(&data[..open]);
     out.extend_from_slice(b"\"cost\":");
     out.extend_from_slice(
