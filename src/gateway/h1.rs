@@ -167,23 +167,9 @@ impl<S: AsyncRead + Unpin> Response<S> {
                 Body::Done => return Ok(None),
                 _ if self.buf.is_empty() => return Ok(None),
                 Body::UntilClose => return Ok(Some(self.buf.split().freeze())),
-                Body::Length(left) => {
-                    let n = (self.buf.len() as u64).min(left);
-                    self.body = if n == left {
-                        Body::Done
-                    } else {
-                        Body::Length(left - n)
-                    };
-                    return Ok(Some(self.buf.split_to(n as usize).freeze()));
-                }
+                Body::Length(left) => return Ok(Some(self.piece(left, Body::Done, Body::Length))),
                 Body::ChunkData(left) => {
-                    let n = (self.buf.len() as u64).min(left);
-                    self.body = if n == left {
-                        Body::ChunkEnd
-                    } else {
-                        Body::ChunkData(left - n)
-                    };
-                    return Ok(Some(self.buf.split_to(n as usize).freeze()));
+                    return Ok(Some(self.piece(left, Body::ChunkEnd, Body::ChunkData)))
                 }
                 Body::ChunkSize => match httparse::parse_chunk_size(&self.buf) {
                     Ok(httparse::Status::Complete((used, size))) => {
@@ -222,6 +208,14 @@ impl<S: AsyncRead + Unpin> Response<S> {
                 },
             }
         }
+    }
+
+    /// Up to `left` buffered bytes of the body; `then` follows once they were all
+    /// that was left, else `more` of the rest.
+    fn piece(&mut self, left: u64, then: Body, more: fn(u64) -> Body) -> Bytes {
+        let n = (self.buf.len() as u64).min(left);
+        self.body = if n == left { then } else { more(left - n) };
+        self.buf.split_to(n as usize).freeze()
     }
 
     /// Reads more from the socket into the buffer; the count read (0: closed).

@@ -1,7 +1,8 @@
-//! Calling providers over Pingora's pooled `Connector` (h1, rustls, keep-alive
-//! pools): targets (where a rung lives and how it authenticates), DNS with a short
-//! cache, and one call's life: connect, send, wait for headers under a timeout,
-//! read body pieces, and give the connection back only when the answer was whole.
+//! Calling providers: connections opened by Pingora's `Connector` (rustls, HTTP/2)
+//! and kept in our idle list, targets (where a rung lives and how it
+//! authenticates), DNS with a short cache, and one call's life: connect, send, wait
+//! for the header under a timeout (HTTP/1.1 answers read by `h1`), read body pieces,
+//! and give the connection back only when the answer was whole.
 
 use super::auth::{google, sigv4};
 use super::h1;
