@@ -114,12 +114,13 @@ enum AdminCommand {
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's options, read before `main`. Pingora's HTTP/1 body reader takes a
-/// 64 KiB buffer for every body it reads (the request's and each answer's); above
-/// the default 32 KiB thread-cache limit each one went through the arena's extent
-/// allocator and back. Cached per thread they cost what a small allocation does.
+/// 64 KiB buffer for every request body; above the default 32 KiB thread-cache
+/// limit each one went through the arena's extent allocator and back. Cached per
+/// thread it costs what a small allocation does.
 #[export_name = "_rjem_malloc_conf"]
 #[allow(non_upper_case_globals)]
 static malloc_conf: Option<&'static std::ffi::c_char> =
+    // SAFETY: the pointer is to the first byte of a 'static C string literal.
     Some(unsafe { &*c"tcache_max:131072".as_ptr() });
 
 fn main() {

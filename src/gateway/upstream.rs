@@ -705,11 +705,7 @@ impl Upstreams {
                     Err(_) => return Err(Failure::HeaderTimeout),
                 }
                 let left = t.header_timeout.saturating_sub(started.elapsed());
-                match fast_timeout(left, h1::Response::read_head(stream)).await {
-                    Ok(Ok(answer)) => Session::H1(answer),
-                    Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
-                    Err(_) => return Err(Failure::HeaderTimeout),
-                }
+                Session::H1(header_within(left, h1::Response::read_head(stream)).await?)
             }
             Conn::Other(mut other) => {
                 let req = head
@@ -727,12 +723,8 @@ impl Upstreams {
                     Err(_) => return Err(Failure::HeaderTimeout),
                 }
                 let left = t.header_timeout.saturating_sub(started.elapsed());
-                let head = Box::pin(other.read_response_header());
-                match fast_timeout(left, head).await {
-                    Ok(Ok(())) => Session::Other(other),
-                    Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
-                    Err(_) => return Err(Failure::HeaderTimeout),
-                }
+                header_within(left, Box::pin(other.read_response_header())).await?;
+                Session::Other(other)
             }
         };
         Ok(Call {
@@ -741,6 +733,19 @@ impl Upstreams {
             peer,
             reuse_key,
         })
+    }
+}
+
+/// Waits for an answer's header in what is left of the header timeout: a peer that
+/// closes or breaks the framing died before output.
+async fn header_within<T>(
+    left: Duration,
+    head: impl std::future::Future<Output = pingora::Result<T>>,
+) -> Result<T, Failure> {
+    match fast_timeout(left, head).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(_)) => Err(Failure::DiedBeforeOutput),
+        Err(_) => Err(Failure::HeaderTimeout),
     }
 }
 
