@@ -174,5 +174,32 @@ fn embeddings(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, requests, streams, embeddings);
+/// The load bench's small exchange, whole (not streamed): the request read twice
+/// (its members for a native rung and the canonical form that validates it), the
+/// body rendered for the rung, and the completion read and spliced (cost, provider).
+fn small_exchange(c: &mut Criterion) {
+    let body =
+        br#"{"model":"bench-1","messages":[{"role":"user","content":"Say hello in five words."}]}"#;
+    let answer = br#"{"choices":[{"finish_reason":"stop","index":0,"logprobs":null,"message":{"annotations":[],"content":"Hello from mock bench-model. The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog.","refusal":null,"role":"assistant"}}],"created":1795466564,"id":"chatcmpl-mock312001","model":"bench-model-2025-04-14","object":"chat.completion","service_tier":"default","system_fingerprint":"fp_mock0001","usage":{"completion_tokens":64,"completion_tokens_details":{"accepted_prediction_tokens":0,"audio_tokens":0,"reasoning_tokens":0,"rejected_prediction_tokens":0},"prompt_tokens":23,"prompt_tokens_details":{"audio_tokens":0,"cached_tokens":0},"total_tokens":87}}"#;
+    let mut g = c.benchmark_group("small_exchange");
+    g.bench_function("request_parse_and_render", |b| {
+        b.iter(|| {
+            let o: openai_chat::RawObject = serde_json::from_slice(black_box(body)).unwrap();
+            let req = chat::parse(black_box(body)).unwrap();
+            black_box(&req);
+            black_box(openai_chat::render_request(&o, "bench-model", false))
+        })
+    });
+    g.bench_function("answer_inspect_and_splice", |b| {
+        b.iter(|| {
+            let info = openai_chat::inspect(black_box(answer)).unwrap();
+            let mut out = openai_chat::splice_usage_cost(answer, 0.000151);
+            openai_chat::append_member(&mut out, 0, "provider", br#""openai:bench-model""#);
+            black_box((info, out))
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, requests, streams, embeddings, small_exchange);
 criterion_main!(benches);

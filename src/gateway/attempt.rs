@@ -110,7 +110,9 @@ pub async fn write_whole(
     mut h: ResponseHeader,
     body: Vec<u8>,
 ) -> bool {
-    let _ = h.insert_header(http::header::CONTENT_LENGTH, body.len());
+    // Lower-case names are taken as they are; a `HeaderName` would be title-cased
+    // and parsed again on insert.
+    let _ = h.insert_header("content-length", body.len());
     if ex.tape.is_some() {
         ex.tape_header(&h);
         ex.tape_body(&body);
@@ -128,7 +130,7 @@ pub async fn write_whole(
 /// The header of a whole JSON answer, with the receipt.
 pub fn json_header(ex: &Exchange, provider: &str, outcome: &str) -> Option<ResponseHeader> {
     let mut h = ResponseHeader::build_no_case(200, Some(5)).ok()?;
-    let _ = h.insert_header(http::header::CONTENT_TYPE, "application/json");
+    let _ = h.insert_header("content-type", "application/json");
     ex.receipt_headers(&mut h, provider, outcome);
     Some(h)
 }
@@ -136,9 +138,9 @@ pub fn json_header(ex: &Exchange, provider: &str, outcome: &str) -> Option<Respo
 /// The SSE response header, with the receipt.
 pub fn sse_header(ex: &Exchange, provider: &str, outcome: &str) -> Option<Box<ResponseHeader>> {
     let mut h = ResponseHeader::build_no_case(200, Some(7)).ok()?;
-    let _ = h.insert_header(http::header::CONTENT_TYPE, "text/event-stream");
-    let _ = h.insert_header(http::header::CACHE_CONTROL, "no-cache");
-    let _ = h.insert_header(http::header::TRANSFER_ENCODING, "chunked");
+    let _ = h.insert_header("content-type", "text/event-stream");
+    let _ = h.insert_header("cache-control", "no-cache");
+    let _ = h.insert_header("transfer-encoding", "chunked");
     ex.receipt_headers(&mut h, provider, outcome);
     Some(Box::new(h))
 }

@@ -89,28 +89,31 @@ pub(super) async fn plain_attempt(
     if !info.has_content && info.finish_reason.as_deref() != Some("length") {
         return Attempt::Empty(info.usage);
     }
-    call.finish().await;
-    ex.usage = info.usage.unwrap_or_default();
+    let sent_usage = info.usage;
+    drop(info);
+    ex.usage = sent_usage.unwrap_or_default();
     ex.first_token = Some(ex.started.elapsed());
-    let provider = serde_json::to_vec(&t.rung_id).unwrap_or_default();
     let priced = ex.priced(ex.usage);
-    let mut out = match (info.usage, priced.cost_usd()) {
+    let mut out = match (sent_usage, priced.cost_usd()) {
         (Some(_), Some(cost)) => splice_usage_cost(&buf, cost),
         _ => buf,
     };
-    if info.usage.is_none() {
+    if sent_usage.is_none() {
         // Usage is always in the answer, even when the provider sent none.
         let usage = serde_json::to_vec(&usage_json(&priced)).unwrap_or_default();
         append_member(&mut out, 0, "usage", &usage);
     }
-    append_member(&mut out, 0, "provider", &provider);
+    append_member(&mut out, 0, "provider", &t.rung_json);
     let mut h = match ResponseHeader::build_no_case(200, Some(4)) {
         Ok(h) => h,
         Err(_) => return Attempt::Terminal(ApiError::internal()),
     };
-    let _ = h.insert_header(http::header::CONTENT_TYPE, "application/json");
+    let _ = h.insert_header("content-type", "application/json");
     ex.receipt_headers(&mut h, &t.provider, "ok");
-    if !write_whole(session, ex, h, out).await {
+    let written = write_whole(session, ex, h, out).await;
+    // The connection goes back to the pool once the client has its answer.
+    call.finish().await;
+    if !written {
         return Attempt::ClientGone;
     }
     Attempt::Served(200)
@@ -144,10 +147,12 @@ pub(super) async fn stream_attempt(
         return Attempt::Failed(Failure::Status(status));
     }
     let first_deadline = ex.deadline.min(Instant::now() + t.first_token_timeout);
-    let provider_json = serde_json::to_vec(&t.rung_id).unwrap_or_default();
+    let provider_json = &t.rung_json;
     let mut decoder = SseDecoder::new();
     let mut held: Vec<u8> = Vec::new();
-    let mut last = Inspection::default();
+    // What the preamble said so far: usage, and whether a finish came.
+    let mut last_usage = None;
+    let mut finished = false;
     let early = gw.state.config.limits.early_header_ms;
     // Pre-commit: hold everything until the first content.
     loop {
@@ -158,8 +163,8 @@ pub(super) async fn stream_attempt(
                 Before::Piece(b) => b,
                 Before::Over(a) => return a,
                 Before::End => {
-                    return if last.finish_reason.is_some() {
-                        Attempt::Empty(last.usage)
+                    return if finished {
+                        Attempt::Empty(last_usage)
                     } else {
                         Attempt::Failed(Failure::DiedBeforeOutput)
                     }
@@ -171,7 +176,7 @@ pub(super) async fn stream_attempt(
                 continue;
             }
             if ev.data == "[DONE]" {
-                return Attempt::Empty(last.usage);
+                return Attempt::Empty(last_usage);
             }
             let Some(info) = inspect(ev.data.as_bytes()) else {
                 return Attempt::Failed(Failure::BadAnswer);
@@ -185,16 +190,14 @@ pub(super) async fn stream_attempt(
             // A `length` finish before any content commits like content would.
             if !info.has_content && info.finish_reason.as_deref() != Some("length") {
                 if info.usage.is_some() {
-                    last.usage = info.usage;
+                    last_usage = info.usage;
                 }
-                if info.finish_reason.is_some() {
-                    last.finish_reason = info.finish_reason;
-                }
+                finished |= info.finish_reason.is_some();
                 if !info.usage_only {
                     held.extend_from_slice(&data_frame(&splice_member(
                         ev.data.as_bytes(),
                         "provider",
-                        &provider_json,
+                        provider_json,
                     )));
                 }
                 continue;
@@ -212,14 +215,14 @@ pub(super) async fn stream_attempt(
                 ex.header_sent = true;
             }
             let mut pump = Pump {
-                provider_json: &provider_json,
+                provider_json,
                 provider: &t.provider,
                 wants_usage,
                 usage: None,
                 content_chars: 0,
                 finish_seen: false,
-                last_id: info.id.clone(),
-                last_model: info.model.clone(),
+                last_id: info.id.as_deref().map(str::to_owned),
+                last_model: info.model.as_deref().map(str::to_owned),
                 created: info.created,
                 out: std::mem::take(&mut held),
             };
@@ -250,11 +253,11 @@ impl Pump<'_> {
     /// Rewrites one committed event into `out`.
     fn event(&mut self, ex: &Exchange, data: &[u8], info: &Inspection) {
         self.content_chars += info.content_chars;
-        if info.id.is_some() {
-            self.last_id.clone_from(&info.id);
+        if let Some(id) = &info.id {
+            self.last_id = Some(id.to_string());
         }
-        if info.model.is_some() {
-            self.last_model.clone_from(&info.model);
+        if let Some(model) = &info.model {
+            self.last_model = Some(model.to_string());
         }
         if let Some(u) = info.usage {
             self.usage = Some(u);

@@ -6,8 +6,17 @@ use crate::catalog::model::Price;
 use pingora::http::ResponseHeader;
 use sluice_filters::usage::Usage;
 use sluice_filters::ApiError;
-use std::fmt::Write as _;
 use std::time::{Duration, Instant};
+
+/// Appends `provider:outcome` to an attempts list.
+fn push_attempt(list: &mut String, provider: &str, outcome: &str) {
+    if !list.is_empty() {
+        list.push(',');
+    }
+    list.push_str(provider);
+    list.push(':');
+    list.push_str(outcome);
+}
 
 /// How a request ended, for the caller of the attempt loop.
 pub enum Outcome {
@@ -106,10 +115,7 @@ impl Exchange {
     }
 
     pub fn attempt(&mut self, provider: &str, outcome: &str) {
-        if !self.attempts.is_empty() {
-            self.attempts.push(',');
-        }
-        let _ = write!(self.attempts, "{provider}:{outcome}");
+        push_attempt(&mut self.attempts, provider, outcome);
     }
 
     /// Microseconds spent in the gateway itself so far.
@@ -122,12 +128,10 @@ impl Exchange {
 
     /// The attempts so far plus the current one.
     fn attempts_with(&self, provider: &str, outcome: &str) -> String {
-        let mut a = self.attempts.clone();
+        let mut a = String::with_capacity(self.attempts.len() + provider.len() + outcome.len() + 2);
+        a.push_str(&self.attempts);
         if !provider.is_empty() {
-            if !a.is_empty() {
-                a.push(',');
-            }
-            let _ = write!(a, "{provider}:{outcome}");
+            push_attempt(&mut a, provider, outcome);
         }
         a
     }
@@ -135,7 +139,10 @@ impl Exchange {
     /// Adds the receipt headers to an answer's header.
     pub fn receipt_headers(&self, h: &mut ResponseHeader, provider: &str, outcome: &str) {
         let _ = h.insert_header("x-gateway-attempts", self.attempts_with(provider, outcome));
-        let _ = h.insert_header("x-gateway-overhead-us", self.overhead_us().to_string());
+        let _ = h.insert_header(
+            "x-gateway-overhead-us",
+            http::HeaderValue::from(self.overhead_us()),
+        );
         if let Some(ignored) = &self.ignored {
             let _ = h.insert_header("x-service-ignored-parameters", ignored.as_str());
         }

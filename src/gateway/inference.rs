@@ -18,27 +18,30 @@ use crate::state::AppState;
 use crate::store::usage::UsageEvent;
 use bytes::Bytes;
 use pingora::proxy::Session;
+use sluice_filters::inbound::{split_object as split, Member};
 use sluice_filters::policy::Inbound;
 use sluice_filters::slug::split_suffixes;
 use sluice_filters::sse::data_frame;
-use sluice_filters::upstream::openai_chat::RawObject;
 use sluice_filters::{ApiError, ErrorCode, Format, Route};
 use std::time::{Duration, Instant};
 
-/// Parses the body as a JSON object with unparsed member values.
-fn parse_object(body: &[u8]) -> Result<RawObject, ApiError> {
+/// Splits the body into its top-level members (values unparsed), once: the native
+/// rungs forward them and the chat format validates them without a second read.
+fn split_object(body: &[u8]) -> Result<Vec<Member<'_>>, ApiError> {
     let not_object = || {
         ApiError::new(
             ErrorCode::InvalidRequest,
             "The request body must be a JSON object.",
         )
     };
-    match body.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'{') => serde_json::from_slice(body).map_err(|e| match e.classify() {
+    let starts_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    match std::str::from_utf8(body) {
+        Ok(text) if starts_object => split(text).map_err(|e| match e.classify() {
             serde_json::error::Category::Data => not_object(),
             _ => ApiError::invalid_json(e),
         }),
-        // Valid JSON of another shape is a malformed request; anything else is not JSON.
+        // Valid JSON of another shape is a malformed request; anything else
+        // (bytes that are not UTF-8 among them) is not JSON.
         _ => Err(
             match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
                 Ok(_) => not_object(),
@@ -79,8 +82,14 @@ pub async fn handle(
             "The embeddings route takes a JSON body: send Content-Type: application/json.",
         ));
     }
-    let object = parse_object(&body)?;
-    let model_name: String = match object.get("model") {
+    let members = split_object(&body)?;
+    // The last of repeated members wins, as in the forwarded object.
+    let model_name: String = match members
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "model")
+        .map(|m| m.1)
+    {
         None => {
             return Err(
                 ApiError::new(ErrorCode::InvalidRequest, "model is required.").param("model"),
@@ -152,7 +161,7 @@ pub async fn handle(
     let outcome = match inbound {
         Some(inbound) => {
             // Structural validation before anything is charged or sent.
-            let mut req = wire::parse(inbound, &body)?;
+            let mut req = wire::parse(inbound, &body, &members)?;
             req.model = model_name.clone();
             if inbound != Inbound::Messages {
                 if let Some(k) = idempotency::key_of(session)? {
@@ -198,7 +207,10 @@ pub async fn handle(
                 inbound,
                 stream: req.stream,
                 req,
-                object,
+                object: members
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), (*v).to_owned()))
+                    .collect(),
                 long_context: wanted.long_context,
                 rungs,
                 org_id: org.id.clone(),

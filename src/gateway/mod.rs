@@ -138,6 +138,11 @@ impl Gateway {
 impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
 
+    /// No downstream modules: every answer is written by our own steps, and
+    /// Pingora's default (a disabled compression module) would still be built and
+    /// run through on every request and every body write.
+    fn init_downstream_modules(&self, _modules: &mut pingora::modules::http::HttpModules) {}
+
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
             route: Route::NotFound,

@@ -36,6 +36,8 @@ const POOL_IDLE: Duration = Duration::from_secs(60);
 pub struct Target {
     /// `<provider>:<provider_model_id>`.
     pub rung_id: String,
+    /// `rung_id` as a JSON string: the `provider` member spliced into answers.
+    pub rung_json: Vec<u8>,
     pub provider: String,
     pub model_id: String,
     tls: bool,
@@ -379,6 +381,7 @@ impl Upstreams {
         let mut t = self.build_target(rung, Some(credential))?;
         t.breaker_key = format!("{rung_id}|{}", t.breaker_key);
         t.rung_id = rung_id.to_string();
+        t.rung_json = serde_json::to_vec(rung_id).unwrap_or_default();
         t.own_cloud = own_cloud;
         Some(Arc::new(t))
     }
@@ -440,8 +443,10 @@ impl Upstreams {
             use sha2::Digest;
             hex::encode(&sha2::Sha256::digest(c.as_bytes())[..6])
         });
+        let rung_id = rung.id();
         Some(Target {
-            rung_id: rung.id(),
+            rung_json: serde_json::to_vec(&rung_id).unwrap_or_default(),
+            rung_id,
             provider: rung.provider.clone(),
             model_id: rung.provider_model_id.clone(),
             rung_base: rung.base_url.clone(),
@@ -505,6 +510,7 @@ impl Upstreams {
             authority: Target::authority(tls, &host, port),
             peer: PeerCache::default(),
             rung_id: String::new(),
+            rung_json: Vec::new(),
             provider: "oauth".into(),
             model_id: String::new(),
             tls,

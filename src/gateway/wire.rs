@@ -1,6 +1,7 @@
 //! Which wire a rung speaks for a request, and the dispatch from a wire or an
 //! inbound format to its `filters` module: rendering, decoding, encoding.
 
+use sluice_filters::inbound::Member;
 use sluice_filters::inbound::{
     chat as in_chat, messages as in_messages, responses as in_responses,
 };
@@ -168,10 +169,11 @@ pub fn format_of(inbound: Inbound) -> Format {
     }
 }
 
-/// Parses a client body of `inbound` format into the canonical request.
-pub fn parse(inbound: Inbound, body: &[u8]) -> Result<Request, ApiError> {
+/// Parses and validates a body in the client's format; `members` is the body
+/// already split (the chat format reads those rather than the body again).
+pub fn parse(inbound: Inbound, body: &[u8], members: &[Member<'_>]) -> Result<Request, ApiError> {
     match inbound {
-        Inbound::Chat => in_chat::parse(body),
+        Inbound::Chat => in_chat::parse_members(members),
         Inbound::Responses => in_responses::parse(body),
         Inbound::Messages => in_messages::parse(body),
     }

@@ -124,11 +124,16 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     let top: Vec<Member> = serde_json::from_str::<Members>(text)
         .map(|m| m.0)
         .map_err(ApiError::invalid_json)?;
+    parse_members(&top)
+}
+
+/// [`parse`] of a body already split into its top-level members.
+pub fn parse_members(top: &[Member<'_>]) -> Result<Request, ApiError> {
     let mut r = Request::default();
     let mut max_tokens: Option<u64> = None;
     let mut max_completion: Option<u64> = None;
     let mut messages = None;
-    for (k, v) in &top {
+    for (k, v) in top {
         let v: &RawValue = v;
         match k.as_ref() {
             "model" => {

@@ -11,8 +11,23 @@
 //! - `error_frame(err: &ApiError) -> Vec<u8>`: the in-band error event that ends a
 //!   stream whose header already went out.
 
+//!
+//! A gateway that also needs the body's top-level members (to forward them to a
+//! native rung untouched) splits the object once with [`split_object`] and hands
+//! the members to `chat::parse_members`, instead of reading the body twice.
+
 pub mod chat;
 pub mod common;
 pub mod embeddings;
 pub mod messages;
 pub mod responses;
+
+/// A body's top-level members in document order, values unparsed.
+pub type Member<'a> = responses::Member<'a>;
+
+/// Splits a JSON object into its top-level members (keys unescaped, values as raw
+/// JSON borrowed from `text`). Errors are serde_json's own, for the caller to
+/// classify (syntax: not JSON; data: JSON that is not an object).
+pub fn split_object(text: &str) -> Result<Vec<Member<'_>>, serde_json::Error> {
+    serde_json::from_str::<responses::Members>(text).map(|m| m.0)
+}

@@ -48,7 +48,7 @@ const EMPTY_PARAMETERS: &str = r#"{"type":"object","properties":{}}"#;
 // Reading objects member by member
 
 /// One member of a JSON object: its key and its unparsed value.
-pub(crate) type Member<'a> = (Cow<'a, str>, &'a RawValue);
+pub type Member<'a> = (Cow<'a, str>, &'a RawValue);
 
 /// The members of a JSON object in document order, values unparsed: lets a closed
 /// schema name the offending key, and lets forwarded values pass untouched.

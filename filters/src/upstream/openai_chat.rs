@@ -150,20 +150,21 @@ struct Answer<'a> {
 
 /// What one answer (a whole completion, or one stream chunk) carries.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Inspection {
+pub struct Inspection<'a> {
     /// A non-empty text or tool-call delta: the commit point.
     pub has_content: bool,
     /// Characters of text content (for estimating a cut stream's output).
     pub content_chars: usize,
     pub refusal: Option<String>,
-    pub finish_reason: Option<String>,
+    pub finish_reason: Option<Cow<'a, str>>,
     pub usage: Option<Usage>,
     /// An in-band error object (`{"error": …}`).
     pub error: Option<String>,
     /// A chunk with `choices: []` that only carries usage.
     pub usage_only: bool,
-    pub id: Option<String>,
-    pub model: Option<String>,
+    /// Borrowed from the answer unless it had escapes.
+    pub id: Option<Cow<'a, str>>,
+    pub model: Option<Cow<'a, str>>,
     pub created: Option<i64>,
 }
 
@@ -191,18 +192,21 @@ fn text_len(content: Option<&RawValue>) -> usize {
 
 /// Reads a completion body or a chunk's data; `None` when it is not JSON of the
 /// expected shape.
-pub fn inspect(json: &[u8]) -> Option<Inspection> {
-    let a: Answer = serde_json::from_slice(json).ok()?;
+pub fn inspect(json: &[u8]) -> Option<Inspection<'_>> {
+    // One UTF-8 check of the whole text: read from a slice, serde_json would check
+    // every string (keys included) on its own.
+    let text = std::str::from_utf8(json).ok()?;
+    let a: Answer = serde_json::from_str(text).ok()?;
     let mut out = Inspection {
         usage: a.usage.as_ref().map(WireUsage::to_usage),
         error: a.error.map(|e| e.get().to_string()),
         usage_only: a.choices.is_empty() && a.usage.is_some(),
-        id: a.id.map(Cow::into_owned),
-        model: a.model.map(Cow::into_owned),
+        id: a.id,
+        model: a.model,
         created: a.created,
         ..Inspection::default()
     };
-    for c in &a.choices {
+    for c in a.choices {
         if let Some(m) = c.message.as_ref().or(c.delta.as_ref()) {
             let chars = text_len(m.content);
             out.content_chars += chars;
@@ -214,8 +218,8 @@ pub fn inspect(json: &[u8]) -> Option<Inspection> {
                 out.refusal.get_or_insert_with(String::new).push_str(r);
             }
         }
-        if let Some(f) = &c.finish_reason {
-            out.finish_reason = Some(f.to_string());
+        if c.finish_reason.is_some() {
+            out.finish_reason = c.finish_reason;
         }
     }
     Some(out)
@@ -357,11 +361,8 @@ pub fn splice_usage_cost(data: &[u8], cost_usd: f64) -> Vec<u8> {
     let mut out = Vec::with_capacity(data.len() + 128);
     out.extend_from_slice(&data[..open]);
     out.extend_from_slice(b"\"cost\":");
-    out.extend_from_slice(
-        serde_json::to_string(&cost_usd)
-            .unwrap_or_default()
-            .as_bytes(),
-    );
+    // Written straight into the answer: a Vec writer cannot fail.
+    let _ = serde_json::to_writer(&mut out, &cost_usd);
     // An empty usage object takes no separator.
     if data.get(open) != Some(&b'}') {
         out.push(b',');

@@ -50,13 +50,13 @@ fn int_of(map: &HashMap<String, Entry>, key: &str, now: Instant) -> Option<i64> 
 }
 
 fn set_int(map: &mut HashMap<String, Entry>, key: &str, v: i64, expires: Option<Instant>) {
-    map.insert(
-        key.to_string(),
-        Entry {
-            value: Value::Int(v),
-            expires,
-        },
-    );
+    let value = Value::Int(v);
+    // A counter that exists is updated in place: no new key on every request.
+    if let Some(e) = map.get_mut(key) {
+        *e = Entry { value, expires };
+    } else {
+        map.insert(key.to_string(), Entry { value, expires });
+    }
 }
 
 /// Brings the live balance up to date with the credited total; returns it.
