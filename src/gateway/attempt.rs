@@ -129,7 +129,7 @@ pub async fn write_whole(
 
 /// The header of a whole JSON answer, with the receipt.
 pub fn json_header(ex: &Exchange, provider: &str, outcome: &str) -> Option<ResponseHeader> {
-    let mut h = ResponseHeader::build_no_case(200, Some(5)).ok()?;
+    let mut h = ResponseHeader::build_no_case(200, Some(8)).ok()?;
     let _ = h.insert_header("content-type", "application/json");
     ex.receipt_headers(&mut h, provider, outcome);
     Some(h)
@@ -137,7 +137,7 @@ pub fn json_header(ex: &Exchange, provider: &str, outcome: &str) -> Option<Respo
 
 /// The SSE response header, with the receipt.
 pub fn sse_header(ex: &Exchange, provider: &str, outcome: &str) -> Option<Box<ResponseHeader>> {
-    let mut h = ResponseHeader::build_no_case(200, Some(7)).ok()?;
+    let mut h = ResponseHeader::build_no_case(200, Some(10)).ok()?;
     let _ = h.insert_header("content-type", "text/event-stream");
     let _ = h.insert_header("cache-control", "no-cache");
     let _ = h.insert_header("transfer-encoding", "chunked");

@@ -104,7 +104,8 @@ pub(super) async fn plain_attempt(
         append_member(&mut out, 0, "usage", &usage);
     }
     append_member(&mut out, 0, "provider", &t.rung_json);
-    let mut h = match ResponseHeader::build_no_case(200, Some(4)) {
+    // Room for ours and the two Pingora adds (date, connection): no regrowth.
+    let mut h = match ResponseHeader::build_no_case(200, Some(8)) {
         Ok(h) => h,
         Err(_) => return Attempt::Terminal(ApiError::internal()),
     };

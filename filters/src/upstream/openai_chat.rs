@@ -328,10 +328,16 @@ pub fn append_member(buf: &mut Vec<u8>, start: usize, key: &str, value_json: &[u
         .rev()
         .find(|b| !b.is_ascii_whitespace())
         .is_some_and(|&b| b == b'{');
-    // Inserted in place before the closing brace: no copy of the tail.
+    // Appended, then rotated into place before the closing brace: only the tail
+    // (the brace and any trailing whitespace) moves.
     let sep: &[u8] = if empty { b"\"" } else { b",\"" };
-    let member = [sep, key.as_bytes(), b"\":", value_json];
-    buf.splice(end..end, member.into_iter().flatten().copied());
+    let added = sep.len() + key.len() + 2 + value_json.len();
+    buf.reserve(added);
+    buf.extend_from_slice(sep);
+    buf.extend_from_slice(key.as_bytes());
+    buf.extend_from_slice(b"\":");
+    buf.extend_from_slice(value_json);
+    buf[end..].rotate_right(added);
 }
 
 /// The usage object in the chat format.
