@@ -258,7 +258,7 @@ pub async fn admit(
         }
     }
     let balance = BalanceReq {
-        key: format!("bal:{}", ask.org.id),
+        key: ["bal:", ask.org.id.as_str()].concat(),
         credited: ask.org.credited_micro_usd,
         balance: ask.org.balance_micro_usd,
         amount: ask.worst.micro_usd,
@@ -365,7 +365,7 @@ fn key_windows(ask: &Ask<'_>, billing: &BillingConfig) -> Vec<Window> {
     let w = ask.worst;
     let mut out = Vec::new();
     if let Some(cap) = g.daily_spend_cap_micro_usd {
-        let k = format!("kday:{id}");
+        let k = ["kday:", id.as_str()].concat();
         out.push(window(
             k,
             DAY,
@@ -376,11 +376,11 @@ fn key_windows(ask: &Ask<'_>, billing: &BillingConfig) -> Vec<Window> {
         ));
     }
     if let Some(rpm) = g.rpm {
-        let k = format!("krpm:{id}");
+        let k = ["krpm:", id.as_str()].concat();
         out.push(window(k, MINUTE, 1, rpm, Limit::KeyRpm, Measure::Request));
     }
     if let Some(tpm) = g.tpm {
-        let k = format!("ktpm:{id}");
+        let k = ["ktpm:", id.as_str()].concat();
         out.push(window(
             k,
             MINUTE,
@@ -399,7 +399,7 @@ fn org_windows(ask: &Ask<'_>, billing: &BillingConfig) -> Vec<Window> {
     let tokens = ask.worst.tokens;
     let mut out = Vec::new();
     if let Some(rpm) = t.requests_per_minute {
-        let k = format!("orpm:{id}");
+        let k = ["orpm:", id.as_str()].concat();
         out.push(window(k, MINUTE, 1, rpm, Limit::OrgRpm, Measure::Request));
     }
     for (limit, secs, l, name) in [
@@ -408,7 +408,7 @@ fn org_windows(ask: &Ask<'_>, billing: &BillingConfig) -> Vec<Window> {
         (t.tokens_per_day, DAY, Limit::OrgTpd, "otpd"),
     ] {
         if let Some(limit) = limit {
-            let k = format!("{name}:{id}");
+            let k = [name, ":", id.as_str()].concat();
             out.push(window(k, secs, tokens, limit, l, Measure::Tokens));
         }
     }

@@ -111,18 +111,22 @@ pub fn window_index(now_secs: u64, window_secs: u64) -> u64 {
 /// The stored counter name of a window at `now`.
 pub fn window_counter(key: &str, window_secs: u64, now_secs: u64) -> String {
     if window_secs == 0 {
-        key.to_string()
-    } else {
-        format!(
-            "{key}:w{window_secs}:{}",
-            window_index(now_secs, window_secs)
-        )
+        return key.to_string();
     }
+    // `{key}:w{window_secs}:{index}`, without the formatting machinery: one per
+    // window on every request.
+    let mut name = String::with_capacity(key.len() + 24);
+    name.push_str(key);
+    name.push_str(":w");
+    name.push_str(itoa::Buffer::new().format(window_secs));
+    name.push(':');
+    name.push_str(itoa::Buffer::new().format(window_index(now_secs, window_secs)));
+    name
 }
 
 /// The counter name that remembers how much credit a balance counter took in.
 pub fn credited_mark(balance_key: &str) -> String {
-    format!("{balance_key}:credited")
+    [balance_key, ":credited"].concat()
 }
 
 pub fn now_secs() -> u64 {
