@@ -198,21 +198,6 @@ fn small_exchange(c: &mut Criterion) {
             black_box((info, out))
         })
     });
-    g.bench_function("tmp_inspect", |b| {
-        b.iter(|| black_box(openai_chat::inspect(black_box(answer)).unwrap()))
-    });
-    g.bench_function("tmp_splice", |b| {
-        b.iter(|| {
-            let mut out = openai_chat::splice_usage_cost(black_box(answer), 0.000151);
-            openai_chat::append_member(&mut out, 0, "provider", br#""openai:bench-model""#);
-            black_box(out)
-        })
-    });
-    g.bench_function("tmp_ignored", |b| {
-        b.iter(|| {
-            black_box(serde_json::from_slice::<serde::de::IgnoredAny>(black_box(answer)).unwrap())
-        })
-    });
     g.finish();
 }
 

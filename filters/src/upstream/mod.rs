@@ -14,6 +14,7 @@
 
 pub mod anthropic;
 pub mod bedrock;
+mod chat_scan;
 pub mod embed;
 pub mod gemini;
 pub mod openai_chat;

@@ -169,8 +169,11 @@ pub struct Inspection<'a> {
 }
 
 fn text_len(content: Option<&RawValue>) -> usize {
-    let Some(raw) = content else { return 0 };
-    let text = raw.get();
+    content.map_or(0, |raw| raw_text_len(raw.get()))
+}
+
+/// The characters of text in a raw `content` value: a string, or text parts.
+pub(super) fn raw_text_len(text: &str) -> usize {
     if text.starts_with('"') {
         // The common case: a plain string. Without escapes its length is the raw
         // length less the quotes; with them it is read without building a Value.
@@ -196,6 +199,12 @@ pub fn inspect(json: &[u8]) -> Option<Inspection<'_>> {
     // One UTF-8 check of the whole text: read from a slice, serde_json would check
     // every string (keys included) on its own.
     let text = std::str::from_utf8(json).ok()?;
+    // The common shape is read in one pass; anything else by serde.
+    super::chat_scan::inspect(text).or_else(|| inspect_serde(text))
+}
+
+/// [`inspect`] by a serde parse: the reading the one-pass scan must agree with.
+pub(super) fn inspect_serde(text: &str) -> Option<Inspection<'_>> {
     let a: Answer = serde_json::from_str(text).ok()?;
     let mut out = Inspection {
         usage: a.usage.as_ref().map(WireUsage::to_usage),

@@ -1,0 +1,615 @@
+//! A one-pass reader of an OpenAI chat answer (a whole completion or one stream
+//! chunk) for the common shape: it validates the JSON text as it walks it and
+//! picks out what [`inspect`](super::openai_chat::inspect) reports, at about a
+//! third of a serde parse's cost.
+//!
+//! It answers only when it is sure: anything outside the common shape (a member of
+//! an unexpected type, a repeated member the serde reading would refuse, an escaped
+//! key, deep nesting, a lone surrogate, a number too large) and any syntax error
+//! gives `None`, and the caller reads the text with serde instead, whose verdict
+//! stands. So where this returns `Some`, the text is valid JSON and the result is
+//! the serde reading's.
+
+use super::openai_chat::Inspection;
+use crate::usage::Usage;
+use std::borrow::Cow;
+
+/// serde_json refuses nesting past 128 levels; stop well before.
+const MAX_DEPTH: usize = 100;
+
+struct Scan<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+/// What one choice carries.
+#[derive(Default)]
+struct ChoiceSeen<'a> {
+    content_chars: usize,
+    has_content: bool,
+    refusal: Option<Cow<'a, str>>,
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+pub(super) fn inspect(text: &str) -> Option<Inspection<'_>> {
+    let mut s = Scan { text, at: 0 };
+    let mut out = Inspection::default();
+    let mut seen = [false; 6];
+    let mut choices = 0usize;
+    s.object(|s, key| {
+        let slot = match key {
+            "choices" => 0,
+            "usage" => 1,
+            "error" => 2,
+            "id" => 3,
+            "model" => 4,
+            "created" => 5,
+            _ => return s.skip_value(0),
+        };
+        if std::mem::replace(&mut seen[slot], true) {
+            return None; // serde refuses a repeated field
+        }
+        match slot {
+            0 => {
+                s.array(|s| {
+                    choices += 1;
+                    let c = s.choice()?;
+                    out.content_chars += c.content_chars;
+                    out.has_content |= c.has_content;
+                    if let Some(r) = c.refusal.filter(|r| !r.is_empty()) {
+                        out.refusal.get_or_insert_with(String::new).push_str(&r);
+                    }
+                    if c.finish_reason.is_some() {
+                        out.finish_reason = c.finish_reason;
+                    }
+                    Some(())
+                })?;
+            }
+            1 => out.usage = s.nullable(Scan::usage)?,
+            2 => {
+                let start = s.at;
+                s.skip_value(0)?;
+                let raw = &s.text[start..s.at];
+                out.error = (raw != "null").then(|| raw.to_string());
+            }
+            3 => out.id = s.nullable(Scan::string)?,
+            4 => out.model = s.nullable(Scan::string)?,
+            _ => out.created = s.nullable(Scan::int)?,
+        }
+        Some(())
+    })?;
+    s.ws();
+    if s.at != text.len() {
+        return None;
+    }
+    out.usage_only = choices == 0 && out.usage.is_some();
+    Some(out)
+}
+
+impl<'a> Scan<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    fn eat(&mut self, b: u8) -> Option<()> {
+        self.ws();
+        (self.peek()? == b).then(|| self.at += 1)
+    }
+
+    /// Walks an object, handing each key (unescaped keys only) to `member`, which
+    /// must consume the value.
+    fn object(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        self.ws();
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            self.ws();
+            let key = self.plain_string()?;
+            self.eat(b':')?;
+            self.ws();
+            member(self, key)?;
+            self.ws();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn array(&mut self, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(b'[')?;
+        self.ws();
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            self.ws();
+            item(self)?;
+            self.ws();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// `null` as `None`, else the value read by `read`.
+    fn nullable<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
+        self.ws();
+        if self.text.as_bytes()[self.at..].starts_with(b"null") {
+            self.at += 4;
+            return Some(None);
+        }
+        read(self).map(Some)
+    }
+
+    fn choice(&mut self) -> Option<ChoiceSeen<'a>> {
+        let mut c = ChoiceSeen::default();
+        let mut seen = [false; 3];
+        let mut message_seen = false;
+        self.object(|s, key| {
+            let slot = match key {
+                "message" => 0,
+                "delta" => 1,
+                "finish_reason" => 2,
+                _ => return s.skip_value(0),
+            };
+            if std::mem::replace(&mut seen[slot], true) {
+                return None;
+            }
+            if slot == 2 {
+                c.finish_reason = s.nullable(Scan::string)?;
+                return Some(());
+            }
+            // `message` wins over `delta` when both are there, as in the serde reading.
+            let m = s.nullable(Scan::message)?;
+            if let Some(m) = m {
+                if slot == 0 || !message_seen {
+                    c.content_chars = m.content_chars;
+                    c.has_content = m.has_content;
+                    c.refusal = m.refusal;
+                }
+                message_seen |= slot == 0;
+            }
+            Some(())
+        })?;
+        Some(c)
+    }
+
+    fn message(&mut self) -> Option<ChoiceSeen<'a>> {
+        let mut m = ChoiceSeen::default();
+        let mut seen = [false; 3];
+        let mut tools = false;
+        self.object(|s, key| {
+            let slot = match key {
+                "content" => 0,
+                "tool_calls" => 1,
+                "refusal" => 2,
+                _ => return s.skip_value(0),
+            };
+            if std::mem::replace(&mut seen[slot], true) {
+                return None;
+            }
+            match slot {
+                0 => {
+                    let start = s.at;
+                    s.skip_value(0)?;
+                    let raw = &s.text[start..s.at];
+                    if raw != "null" {
+                        m.content_chars = super::openai_chat::raw_text_len(raw);
+                    }
+                }
+                1 => {
+                    if let Some(n) = s.nullable(|s| {
+                        let mut n = 0usize;
+                        s.array(|s| {
+                            n += 1;
+                            s.skip_value(0)
+                        })?;
+                        Some(n)
+                    })? {
+                        tools = n > 0;
+                    }
+                }
+                _ => m.refusal = s.nullable(Scan::string)?,
+            }
+            Some(())
+        })?;
+        m.has_content = m.content_chars > 0 || tools;
+        Some(m)
+    }
+
+    fn usage(&mut self) -> Option<Usage> {
+        let mut u = Usage::default();
+        let mut seen = [false; 4];
+        self.object(|s, key| {
+            let slot = match key {
+                "prompt_tokens" => 0,
+                "completion_tokens" => 1,
+                "prompt_tokens_details" => 2,
+                "completion_tokens_details" => 3,
+                _ => return s.skip_value(0),
+            };
+            if std::mem::replace(&mut seen[slot], true) {
+                return None;
+            }
+            match slot {
+                0 => u.input_tokens = s.uint()?,
+                1 => u.output_tokens = s.uint()?,
+                2 => u.cached_tokens = s.nullable(|s| s.detail("cached_tokens"))?.unwrap_or(0),
+                _ => {
+                    u.reasoning_tokens = s.nullable(|s| s.detail("reasoning_tokens"))?.unwrap_or(0)
+                }
+            }
+            Some(())
+        })?;
+        Some(u)
+    }
+
+    /// A details object: the one counter it names (absent or null: 0).
+    fn detail(&mut self, name: &str) -> Option<u64> {
+        let mut n = None;
+        let mut seen = false;
+        self.object(|s, key| {
+            if key != name {
+                return s.skip_value(0);
+            }
+            if std::mem::replace(&mut seen, true) {
+                return None;
+            }
+            n = s.nullable(Scan::uint)?;
+            Some(())
+        })?;
+        Some(n.unwrap_or(0))
+    }
+
+    /// A string without escapes, borrowed (keys).
+    fn plain_string(&mut self) -> Option<&'a str> {
+        let start = self.at;
+        let escaped = self.skip_string()?;
+        (!escaped).then(|| &self.text[start + 1..self.at - 1])
+    }
+
+    /// A string value: borrowed, or unescaped by serde when it has escapes.
+    fn string(&mut self) -> Option<Cow<'a, str>> {
+        let start = self.at;
+        if !self.skip_string()? {
+            return Some(Cow::Borrowed(&self.text[start + 1..self.at - 1]));
+        }
+        serde_json::from_str::<String>(&self.text[start..self.at])
+            .ok()
+            .map(Cow::Owned)
+    }
+
+    /// A non-negative integer that fits a u64, as serde reads one.
+    fn uint(&mut self) -> Option<u64> {
+        let start = self.at;
+        self.skip_number()?;
+        self.text[start..self.at].parse().ok()
+    }
+
+    fn int(&mut self) -> Option<i64> {
+        let start = self.at;
+        self.skip_number()?;
+        self.text[start..self.at].parse().ok()
+    }
+
+    fn skip_value(&mut self, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.ws();
+        match self.peek()? {
+            b'"' => self.skip_string().map(drop),
+            b'{' => self.object(|s, _| s.skip_value(depth + 1)),
+            b'[' => self.array(|s| s.skip_value(depth + 1)),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            _ => self.skip_number(),
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        self.text.as_bytes()[self.at..]
+            .starts_with(word)
+            .then(|| self.at += word.len())
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
+    fn skip_number(&mut self) -> Option<()> {
+        let b = self.text.as_bytes();
+        let digits = |at: &mut usize| {
+            let from = *at;
+            while b.get(*at).is_some_and(u8::is_ascii_digit) {
+                *at += 1;
+            }
+            *at > from
+        };
+        let mut at = self.at;
+        if b.get(at) == Some(&b'-') {
+            at += 1;
+        }
+        match b.get(at)? {
+            b'0' => at += 1,
+            b'1'..=b'9' => {
+                digits(&mut at);
+            }
+            _ => return None,
+        }
+        if b.get(at) == Some(&b'.') {
+            at += 1;
+            if !digits(&mut at) {
+                return None;
+            }
+        }
+        if matches!(b.get(at), Some(b'e' | b'E')) {
+            at += 1;
+            if matches!(b.get(at), Some(b'+' | b'-')) {
+                at += 1;
+            }
+            if !digits(&mut at) {
+                return None;
+            }
+        }
+        self.at = at;
+        Some(())
+    }
+
+    /// Skips a string, checking what JSON requires of one: no control characters,
+    /// only the defined escapes, and `\u` surrogates in pairs. True when it held
+    /// an escape.
+    fn skip_string(&mut self) -> Option<bool> {
+        let b = self.text.as_bytes();
+        if b.get(self.at) != Some(&b'"') {
+            return None;
+        }
+        let mut at = self.at + 1;
+        let mut escaped = false;
+        loop {
+            at += plain_run(&b[at..]);
+            match *b.get(at)? {
+                b'"' | b'\\' => {}
+                _ => return None, // a control character
+            }
+            if b[at] == b'"' {
+                self.at = at + 1;
+                return Some(escaped);
+            }
+            escaped = true;
+            at += 1;
+            match *b.get(at)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => at += 1,
+                b'u' => {
+                    let unit = hex4(b.get(at + 1..at + 5)?)?;
+                    at += 5;
+                    match unit {
+                        0xD800..=0xDBFF => {
+                            // A high surrogate must be followed by a low one.
+                            if b.get(at..at + 2)? != b"\\u" {
+                                return None;
+                            }
+                            if !(0xDC00..=0xDFFF).contains(&hex4(b.get(at + 2..at + 6)?)?) {
+                                return None;
+                            }
+                            at += 6;
+                        }
+                        0xDC00..=0xDFFF => return None,
+                        _ => {}
+                    }
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// The length of the leading run of bytes that need no look in a string: not a
+/// quote, a backslash or a control character. Eight bytes at a time (SWAR): the
+/// lowest flagged byte of each word is exact, which is the one that counts.
+fn plain_run(b: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let mut at = 0;
+    while let Some(chunk) = b.get(at..at + 8) {
+        let w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+        let flagged = zero(w ^ (ONES * u64::from(b'"')))
+            | zero(w ^ (ONES * u64::from(b'\\')))
+            | (w.wrapping_sub(ONES * 0x20) & !w & HIGH);
+        if flagged != 0 {
+            return at + (flagged.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    while b
+        .get(at)
+        .is_some_and(|&c| c != b'"' && c != b'\\' && c >= 0x20)
+    {
+        at += 1;
+    }
+    at
+}
+
+fn hex4(h: &[u8]) -> Option<u16> {
+    let s = std::str::from_utf8(h).ok()?;
+    if !s.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    u16::from_str_radix(s, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::openai_chat::inspect_serde;
+    use super::inspect;
+    use proptest::prelude::*;
+
+    const ANSWER: &str = r#"{"choices":[{"finish_reason":"stop","index":0,"logprobs":null,"message":{"annotations":[],"content":"Hello from mock.","refusal":null,"role":"assistant"}}],"created":1795466564,"id":"chatcmpl-1","model":"m-2025","object":"chat.completion","usage":{"completion_tokens":64,"completion_tokens_details":{"reasoning_tokens":3},"prompt_tokens":23,"prompt_tokens_details":{"audio_tokens":0,"cached_tokens":5},"total_tokens":87}}"#;
+
+    /// The scan either declines or agrees with serde.
+    fn agrees(text: &str) -> bool {
+        match inspect(text) {
+            None => true,
+            Some(fast) => inspect_serde(text) == Some(fast),
+        }
+    }
+
+    #[test]
+    fn the_common_shapes_are_read_in_one_pass_as_serde_reads_them() {
+        for text in [
+            ANSWER,
+            r#"{"choices":[{"index":0,"delta":{"content":"Hel"}}]}"#,
+            r#"{"choices":[{"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"t","function":{"name":"f","arguments":""}}]}}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":null}}"#,
+            r#"{"error":{"message":"boom \"quoted\" \u00e9","type":"server_error"}}"#,
+            r#"{"choices":[{"message":{"content":null,"refusal":"I can\u2019t"}}]}"#,
+            r#"{"choices":[{"message":{"content":"a\nb\ud83d\ude00"},"delta":{"content":"zz"}}]}"#,
+            r#"{"choices":[{"message":null,"delta":{"content":[{"type":"text","text":"hi"}]}}]}"#,
+            " {\"id\" : \"x\" , \"choices\" : [ ] , \"created\" : -5 } \n",
+        ] {
+            let fast = inspect(text).unwrap_or_else(|| panic!("declined {text}"));
+            assert_eq!(Some(fast), inspect_serde(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn anything_unusual_or_broken_is_left_to_serde() {
+        for text in [
+            r#"{"choices":[],"choices":[]}"#,     // serde refuses repeats
+            r#"{"ch\u006fices":[]}"#,             // escaped key
+            r#"{"choices":null}"#,                // not an array
+            r#"{"usage":{"prompt_tokens":1.5}}"#, // not an integer
+            r#"{"usage":{"prompt_tokens":-1}}"#,
+            r#"{"created":1e3}"#,
+            r#"{"id":"\ud800"}"#,  // lone surrogate
+            r#"{"id":"a\x"}"#,     // bad escape
+            "{\"id\":\"a\u{1}\"}", // control character
+            r#"{"id":"x"} x"#,     // trailing text
+            r#"{"id":"x",}"#,
+            r#"{"n":01}"#,
+            r#"{"n":-}"#,
+            r#"{"n":1.}"#,
+            r#"{"n":tru}"#,
+            r#"[1]"#,
+            "",
+        ] {
+            assert_eq!(inspect(text), None, "{text}");
+        }
+        let deep = format!("{{\"x\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(inspect(&deep), None);
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            Just("false".to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<u32>().prop_map(|n| n.to_string()),
+            (-1e9f64..1e9).prop_map(|f| f.to_string()),
+            "[a-z\\\\\"\u{e9}\u{1F600} ]{0,12}".prop_map(|s| serde_json::to_string(&s).unwrap()),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec((key(), inner), 0..4).prop_map(|m| {
+                    let members: Vec<String> =
+                        m.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                    format!("{{{}}}", members.join(","))
+                }),
+            ]
+        })
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("\"choices\"".to_string()),
+            Just("\"message\"".to_string()),
+            Just("\"delta\"".to_string()),
+            Just("\"content\"".to_string()),
+            Just("\"tool_calls\"".to_string()),
+            Just("\"refusal\"".to_string()),
+            Just("\"finish_reason\"".to_string()),
+            Just("\"usage\"".to_string()),
+            Just("\"prompt_tokens\"".to_string()),
+            Just("\"completion_tokens\"".to_string()),
+            Just("\"prompt_tokens_details\"".to_string()),
+            Just("\"cached_tokens\"".to_string()),
+            Just("\"error\"".to_string()),
+            Just("\"id\"".to_string()),
+            Just("\"model\"".to_string()),
+            Just("\"created\"".to_string()),
+            "\"[a-z_]{1,6}\"",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn the_scan_never_disagrees_with_serde(v in value()) {
+            prop_assert!(agrees(&v), "{}", v);
+        }
+
+        #[test]
+        fn well_formed_answers_take_the_one_pass_reading(
+            content in proptest::option::of("[a-z\\\\\"\n\u{e9}\u{1F600} ]{0,20}"),
+            finish in proptest::option::of("[a-z_]{1,8}"),
+            refusal in proptest::option::of("[a-z ]{0,8}"),
+            tools in 0usize..3,
+            usage in proptest::option::of((any::<u32>(), any::<u32>(), proptest::option::of(any::<u32>()))),
+            stream in any::<bool>(),
+            created in any::<i64>(),
+        ) {
+            let mut m = serde_json::json!({"role": "assistant", "content": content, "refusal": refusal});
+            if tools > 0 {
+                m["tool_calls"] = serde_json::json!(vec![serde_json::json!({"id": "t", "function": {"name": "f"}}); tools]);
+            }
+            let mut a = serde_json::json!({
+                "id": "chatcmpl-x", "created": created, "model": "m",
+                "choices": [{"index": 0, "finish_reason": finish, "logprobs": null}],
+            });
+            a["choices"][0][if stream { "delta" } else { "message" }] = m;
+            if let Some((p, c, cached)) = usage {
+                a["usage"] = serde_json::json!({"prompt_tokens": p, "completion_tokens": c,
+                    "prompt_tokens_details": {"cached_tokens": cached}, "total_tokens": 0});
+            }
+            let text = if created % 2 == 0 { serde_json::to_string_pretty(&a) } else { serde_json::to_string(&a) }.unwrap();
+            let fast = inspect(&text);
+            prop_assert!(fast.is_some(), "{}", text);
+            prop_assert_eq!(fast, inspect_serde(&text), "{}", text);
+        }
+
+        #[test]
+        fn broken_answers_are_never_read_differently(cut in 0usize..400, byte in any::<u8>()) {
+            let mut b = ANSWER.as_bytes().to_vec();
+            let at = cut % b.len();
+            b[at] = byte;
+            if let Ok(text) = std::str::from_utf8(&b) {
+                prop_assert!(agrees(text), "{}", text);
+            }
+            prop_assert!(agrees(&ANSWER[..at]));
+        }
+    }
+}
