@@ -40,7 +40,12 @@ impl Directory {
         if !keys::well_formed(presented) {
             return None;
         }
-        let key = self.keys.load().get(&keys::hash(presented))?.clone();
+        let mut hex = [0u8; 64];
+        let key = self
+            .keys
+            .load()
+            .get(keys::hash_into(presented, &mut hex))?
+            .clone();
         if !key.is_live(now_ms()) {
             return None;
         }

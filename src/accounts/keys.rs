@@ -55,10 +55,15 @@ pub fn well_formed(key: &str) -> bool {
 }
 
 pub fn hash(key: &str) -> String {
-    // Every request hashes its key: hex into a buffer, not char by char.
-    let mut out = [0u8; 64];
-    hex::encode_to_slice(Sha256::digest(key.as_bytes()), &mut out).expect("32 bytes fill 64");
-    String::from_utf8_lossy(&out).into_owned()
+    hash_into(key, &mut [0u8; 64]).to_string()
+}
+
+/// [`hash`] into a caller's buffer: every request hashes its key, and the lookup
+/// needs no owned string.
+pub fn hash_into<'a>(key: &str, out: &'a mut [u8; 64]) -> &'a str {
+    hex::encode_to_slice(Sha256::digest(key.as_bytes()), out).expect("32 bytes fill 64");
+    // Hex digits are ASCII.
+    std::str::from_utf8(out).unwrap_or_default()
 }
 
 /// Limits and expiry of a new key.

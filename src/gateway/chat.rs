@@ -38,7 +38,7 @@ pub(super) async fn plain_attempt(
         .min(Instant::now() + t.header_timeout + t.first_token_timeout);
     let max = gw.state.config.limits.max_response_bytes;
     let call = async {
-        let mut call = until(ex.deadline, gw.upstreams.post(t, &path, body, false, &[]))
+        let mut call = until(ex.deadline, gw.upstreams.post(t, path, body, false, &[]))
             .await
             .map_err(|_| Failure::Deadline)??;
         let status = call.status();
@@ -109,7 +109,10 @@ pub(super) async fn plain_attempt(
         Ok(h) => h,
         Err(_) => return Attempt::Terminal(ApiError::internal()),
     };
-    let _ = h.insert_header("content-type", "application/json");
+    let _ = h.insert_header(
+        "content-type",
+        http::HeaderValue::from_static("application/json"),
+    );
     ex.receipt_headers(&mut h, &t.provider, "ok");
     let written = write_whole(session, ex, h, out).await;
     // The connection goes back to the pool once the client has its answer.
@@ -133,7 +136,7 @@ pub(super) async fn stream_attempt(
     let deadline = ex.deadline;
     let posted = unless_gone(
         session,
-        until(deadline, gw.upstreams.post(t, &path, body, true, &[])),
+        until(deadline, gw.upstreams.post(t, path, body, true, &[])),
     )
     .await;
     ex.upstream_wait += waited.elapsed();

@@ -49,7 +49,8 @@ pub fn spawn_heartbeat(counters: Arc<dyn Counters>, instance: String) {
 
 /// The request's Idempotency-Key: 1 to 255 visible ASCII characters.
 pub fn key_of(session: &Session) -> Result<Option<String>, ApiError> {
-    let Some(v) = session.req_header().headers.get("idempotency-key") else {
+    static NAME: http::HeaderName = http::HeaderName::from_static("idempotency-key");
+    let Some(v) = session.req_header().headers.get(&NAME) else {
         return Ok(None);
     };
     match v.to_str() {

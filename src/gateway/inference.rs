@@ -366,7 +366,8 @@ fn active_route(
     let routing = state.byok.snapshot();
     let mut rungs = route::effective(model, org, &routing);
     drop(routing);
-    if let Some(v) = session.req_header().headers.get("x-gateway-route") {
+    static ROUTE: http::HeaderName = http::HeaderName::from_static("x-gateway-route");
+    if let Some(v) = session.req_header().headers.get(&ROUTE) {
         let want = v.to_str().unwrap_or_default().trim();
         rungs.retain(|r| route::route_id(&org.id, &model.spec.slug, &r.id) == want);
         if rungs.is_empty() {

@@ -38,10 +38,14 @@ pub struct Target {
     pub rung_id: String,
     /// `rung_id` as a JSON string: the `provider` member spliced into answers.
     pub rung_json: Vec<u8>,
+    /// Where chat completions are posted.
+    chat_path: String,
     pub provider: String,
     pub model_id: String,
     tls: bool,
     host: String,
+    /// `host` when it is an IP address, parsed once.
+    ip: Option<std::net::IpAddr>,
     port: u16,
     /// Path prefix of the base URL, without a trailing slash.
     prefix: String,
@@ -101,21 +105,25 @@ impl Target {
     }
 
     /// The request path of the chat-completions endpoint.
-    pub fn chat_path(&self) -> String {
-        if self.provider == "azure" {
+    pub fn chat_path(&self) -> &str {
+        &self.chat_path
+    }
+
+    /// The chat-completions path under the base URL, built once per target.
+    fn build_chat_path(provider: &str, prefix: &str, model_id: &str) -> String {
+        if provider == "azure" {
             format!(
-                "{}/openai/deployments/{}/chat/completions?api-version={AZURE_API_VERSION}",
-                self.prefix, self.model_id
+                "{prefix}/openai/deployments/{model_id}/chat/completions?api-version={AZURE_API_VERSION}"
             )
         } else {
-            format!("{}/chat/completions", self.prefix)
+            format!("{prefix}/chat/completions")
         }
     }
 
     /// The request path of this rung's endpoint for `wire`.
     pub fn path(&self, wire: Wire, stream: bool) -> String {
         match wire {
-            Wire::OpenAiChat => self.chat_path(),
+            Wire::OpenAiChat => self.chat_path().to_string(),
             Wire::OpenAiResponses => format!("{}/responses", self.prefix),
             Wire::Anthropic if self.provider == "vertex" => self.vertex_path("anthropic", stream),
             Wire::Gemini if self.provider == "vertex" => self.vertex_path("google", stream),
@@ -331,10 +339,13 @@ impl Upstreams {
 
     /// Where and how a platform rung is reached (built once, then shared).
     pub fn target(&self, rung: &RungSpec) -> Option<Arc<Target>> {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&rung.provider, &rung.provider_model_id, &rung.base_url).hash(&mut h);
-        let key = h.finish();
+        use std::hash::BuildHasher;
+        // Looked up on every request: a fast hash, and every hit is checked below.
+        let key = foldhash::fast::FixedState::default().hash_one((
+            &rung.provider,
+            &rung.provider_model_id,
+            &rung.base_url,
+        ));
         let mut cache = self.targets.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(t) = cache.get(&key) {
             if t.provider == rung.provider
@@ -446,6 +457,7 @@ impl Upstreams {
         let rung_id = rung.id();
         Some(Target {
             rung_json: serde_json::to_vec(&rung_id).unwrap_or_default(),
+            chat_path: Target::build_chat_path(&rung.provider, &prefix, &rung.provider_model_id),
             rung_id,
             provider: rung.provider.clone(),
             model_id: rung.provider_model_id.clone(),
@@ -457,6 +469,7 @@ impl Upstreams {
             authority: Target::authority(tls, &host, port),
             peer: PeerCache::default(),
             tls,
+            ip: host.parse().ok(),
             host,
             port,
             prefix,
@@ -511,9 +524,11 @@ impl Upstreams {
             peer: PeerCache::default(),
             rung_id: String::new(),
             rung_json: Vec::new(),
+            chat_path: String::new(),
             provider: "oauth".into(),
             model_id: String::new(),
             tls,
+            ip: host.parse().ok(),
             host,
             port,
             prefix: String::new(),
@@ -606,7 +621,10 @@ impl Upstreams {
         content_type: &'static str,
         extra: &[(&'static str, &'static str)],
     ) -> Result<Call<'_>, Failure> {
-        let addr = self.resolve(&t.host, t.port).await?;
+        let addr = match t.ip {
+            Some(ip) => SocketAddr::new(ip, t.port),
+            None => self.resolve(&t.host, t.port).await?,
+        };
         let authority = t.authority.as_str();
         let mut head = Head::new(method, path);
         head.field("Host", Val::Str(authority));

@@ -32,13 +32,13 @@ pub fn render_request(body: &RawObject, provider_model_id: &str, stream: bool) -
             out.push(b',');
         }
         first = false;
-        // Keys came from a JSON document: serializing a str cannot fail.
-        out.extend_from_slice(&serde_json::to_vec(k).unwrap_or_default());
+        // Written straight into the body: serializing a str into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, k);
         out.push(b':');
         out.extend_from_slice(v);
     };
-    let model = serde_json::to_vec(provider_model_id).unwrap_or_default();
-    put(&mut out, "model", &model);
+    put(&mut out, "model", b"");
+    let _ = serde_json::to_writer(&mut out, provider_model_id);
     for (k, v) in body {
         match k.as_str() {
             "model" => {}

@@ -19,9 +19,13 @@ struct Entry {
     expires: Option<Instant>,
 }
 
+/// Keys are hashed several times per request: foldhash (seeded per process)
+/// instead of SipHash.
+type Map = HashMap<String, Entry, foldhash::fast::RandomState>;
+
 #[derive(Default)]
 pub struct MemoryCounters {
-    map: Mutex<HashMap<String, Entry>>,
+    map: Mutex<Map>,
 }
 
 impl MemoryCounters {
@@ -29,7 +33,7 @@ impl MemoryCounters {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Map> {
         // A panic while holding the lock leaves plain data behind; keep serving.
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -39,7 +43,7 @@ fn live(e: &Entry, now: Instant) -> bool {
     e.expires.is_none_or(|t| t > now)
 }
 
-fn int_of(map: &HashMap<String, Entry>, key: &str, now: Instant) -> Option<i64> {
+fn int_of(map: &Map, key: &str, now: Instant) -> Option<i64> {
     match map.get(key) {
         Some(e) if live(e, now) => match e.value {
             Value::Int(v) => Some(v),
@@ -49,7 +53,7 @@ fn int_of(map: &HashMap<String, Entry>, key: &str, now: Instant) -> Option<i64> 
     }
 }
 
-fn set_int(map: &mut HashMap<String, Entry>, key: &str, v: i64, expires: Option<Instant>) {
+fn set_int(map: &mut Map, key: &str, v: i64, expires: Option<Instant>) {
     let value = Value::Int(v);
     // A counter that exists is updated in place: no new key on every request.
     if let Some(e) = map.get_mut(key) {
@@ -60,7 +64,7 @@ fn set_int(map: &mut HashMap<String, Entry>, key: &str, v: i64, expires: Option<
 }
 
 /// Brings the live balance up to date with the credited total; returns it.
-fn sync_balance(map: &mut HashMap<String, Entry>, b: &BalanceReq, now: Instant) -> i64 {
+fn sync_balance(map: &mut Map, b: &BalanceReq, now: Instant) -> i64 {
     let mark = credited_mark(&b.key);
     match int_of(map, &mark, now) {
         None => {
