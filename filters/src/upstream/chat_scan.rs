@@ -34,21 +34,9 @@ struct ChoiceSeen<'a> {
 pub(super) fn inspect(text: &str) -> Option<Inspection<'_>> {
     let mut s = Scan { text, at: 0 };
     let mut out = Inspection::default();
-    let mut seen = [false; 6];
     let mut choices = 0usize;
-    s.object(|s, key| {
-        let slot = match key {
-            "choices" => 0,
-            "usage" => 1,
-            "error" => 2,
-            "id" => 3,
-            "model" => 4,
-            "created" => 5,
-            _ => return s.skip_value(0),
-        };
-        if std::mem::replace(&mut seen[slot], true) {
-            return None; // serde refuses a repeated field
-        }
+    const TOP: [&str; 6] = ["choices", "usage", "error", "id", "model", "created"];
+    s.fields(TOP, |s, slot| {
         match slot {
             0 => {
                 s.array(|s| {
@@ -67,9 +55,7 @@ pub(super) fn inspect(text: &str) -> Option<Inspection<'_>> {
             }
             1 => out.usage = s.nullable(Scan::usage)?,
             2 => {
-                let start = s.at;
-                s.skip_value(0)?;
-                let raw = &s.text[start..s.at];
+                let raw = s.raw_value()?;
                 out.error = (raw != "null").then(|| raw.to_string());
             }
             3 => out.id = s.nullable(Scan::string)?,
@@ -151,6 +137,22 @@ impl<'a> Scan<'a> {
         }
     }
 
+    /// Walks an object whose members of interest are `names`: `read` gets the index
+    /// of each one present, other members are skipped, and a repeated one ends the
+    /// scan (serde refuses a repeated field).
+    fn fields<const N: usize>(
+        &mut self,
+        names: [&str; N],
+        mut read: impl FnMut(&mut Self, usize) -> Option<()>,
+    ) -> Option<()> {
+        let mut seen = [false; N];
+        self.object(|s, key| match names.iter().position(|n| *n == key) {
+            None => s.skip_value(0),
+            Some(i) if std::mem::replace(&mut seen[i], true) => None,
+            Some(i) => read(s, i),
+        })
+    }
+
     /// `null` as `None`, else the value read by `read`.
     fn nullable<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
         self.ws();
@@ -163,18 +165,8 @@ impl<'a> Scan<'a> {
 
     fn choice(&mut self) -> Option<ChoiceSeen<'a>> {
         let mut c = ChoiceSeen::default();
-        let mut seen = [false; 3];
         let mut message_seen = false;
-        self.object(|s, key| {
-            let slot = match key {
-                "message" => 0,
-                "delta" => 1,
-                "finish_reason" => 2,
-                _ => return s.skip_value(0),
-            };
-            if std::mem::replace(&mut seen[slot], true) {
-                return None;
-            }
+        self.fields(["message", "delta", "finish_reason"], |s, slot| {
             if slot == 2 {
                 c.finish_reason = s.nullable(Scan::string)?;
                 return Some(());
@@ -196,23 +188,11 @@ impl<'a> Scan<'a> {
 
     fn message(&mut self) -> Option<ChoiceSeen<'a>> {
         let mut m = ChoiceSeen::default();
-        let mut seen = [false; 3];
         let mut tools = false;
-        self.object(|s, key| {
-            let slot = match key {
-                "content" => 0,
-                "tool_calls" => 1,
-                "refusal" => 2,
-                _ => return s.skip_value(0),
-            };
-            if std::mem::replace(&mut seen[slot], true) {
-                return None;
-            }
+        self.fields(["content", "tool_calls", "refusal"], |s, slot| {
             match slot {
                 0 => {
-                    let start = s.at;
-                    s.skip_value(0)?;
-                    let raw = &s.text[start..s.at];
+                    let raw = s.raw_value()?;
                     if raw != "null" {
                         m.content_chars = super::openai_chat::raw_text_len(raw);
                     }
@@ -239,18 +219,13 @@ impl<'a> Scan<'a> {
 
     fn usage(&mut self) -> Option<Usage> {
         let mut u = Usage::default();
-        let mut seen = [false; 4];
-        self.object(|s, key| {
-            let slot = match key {
-                "prompt_tokens" => 0,
-                "completion_tokens" => 1,
-                "prompt_tokens_details" => 2,
-                "completion_tokens_details" => 3,
-                _ => return s.skip_value(0),
-            };
-            if std::mem::replace(&mut seen[slot], true) {
-                return None;
-            }
+        const NAMES: [&str; 4] = [
+            "prompt_tokens",
+            "completion_tokens",
+            "prompt_tokens_details",
+            "completion_tokens_details",
+        ];
+        self.fields(NAMES, |s, slot| {
             match slot {
                 0 => u.input_tokens = s.uint()?,
                 1 => u.output_tokens = s.uint()?,
@@ -267,14 +242,7 @@ impl<'a> Scan<'a> {
     /// A details object: the one counter it names (absent or null: 0).
     fn detail(&mut self, name: &str) -> Option<u64> {
         let mut n = None;
-        let mut seen = false;
-        self.object(|s, key| {
-            if key != name {
-                return s.skip_value(0);
-            }
-            if std::mem::replace(&mut seen, true) {
-                return None;
-            }
+        self.fields([name], |s, _| {
             n = s.nullable(Scan::uint)?;
             Some(())
         })?;
@@ -310,6 +278,14 @@ impl<'a> Scan<'a> {
         let start = self.at;
         self.skip_number()?;
         self.text[start..self.at].parse().ok()
+    }
+
+    /// A value of any type, as its raw JSON text.
+    fn raw_value(&mut self) -> Option<&'a str> {
+        self.ws();
+        let start = self.at;
+        self.skip_value(0)?;
+        Some(&self.text[start..self.at])
     }
 
     fn skip_value(&mut self, depth: usize) -> Option<()> {
