@@ -104,6 +104,12 @@ impl Target {
         format!("{}{suffix}", self.prefix)
     }
 
+    /// Names the rung, and keeps its JSON form (spliced into every answer) with it.
+    fn set_rung_id(&mut self, id: String) {
+        self.rung_json = serde_json::to_vec(&id).unwrap_or_default();
+        self.rung_id = id;
+    }
+
     /// The request path of the chat-completions endpoint.
     pub fn chat_path(&self) -> &str {
         &self.chat_path
@@ -391,8 +397,7 @@ impl Upstreams {
         };
         let mut t = self.build_target(rung, Some(credential))?;
         t.breaker_key = format!("{rung_id}|{}", t.breaker_key);
-        t.rung_id = rung_id.to_string();
-        t.rung_json = serde_json::to_vec(rung_id).unwrap_or_default();
+        t.set_rung_id(rung_id.to_string());
         t.own_cloud = own_cloud;
         Some(Arc::new(t))
     }
@@ -454,11 +459,10 @@ impl Upstreams {
             use sha2::Digest;
             hex::encode(&sha2::Sha256::digest(c.as_bytes())[..6])
         });
-        let rung_id = rung.id();
-        Some(Target {
-            rung_json: serde_json::to_vec(&rung_id).unwrap_or_default(),
+        let mut t = Target {
+            rung_id: String::new(),
+            rung_json: Vec::new(),
             chat_path: Target::build_chat_path(&rung.provider, &prefix, &rung.provider_model_id),
-            rung_id,
             provider: rung.provider.clone(),
             model_id: rung.provider_model_id.clone(),
             rung_base: rung.base_url.clone(),
@@ -479,7 +483,9 @@ impl Upstreams {
             first_token_timeout: Duration::from_millis(p.first_token_timeout_ms),
             region,
             own_cloud: None,
-        })
+        };
+        t.set_rung_id(rung.id());
+        Some(t)
     }
 
     async fn resolve(&self, host: &str, port: u16) -> Result<SocketAddr, Failure> {
