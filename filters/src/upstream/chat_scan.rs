@@ -91,34 +91,28 @@ impl<'a> Scan<'a> {
     /// Walks an object, handing each key (unescaped keys only) to `member`, which
     /// must consume the value.
     fn object(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
-        self.eat(b'{')?;
-        self.ws();
-        if self.peek()? == b'}' {
-            self.at += 1;
-            return Some(());
-        }
-        loop {
-            self.ws();
-            let key = self.plain_string()?;
-            self.eat(b':')?;
-            self.ws();
-            member(self, key)?;
-            self.ws();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
+        self.list(b'{', b'}', |s| {
+            let key = s.plain_string()?;
+            s.eat(b':')?;
+            s.ws();
+            member(s, key)
+        })
     }
 
-    fn array(&mut self, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        self.eat(b'[')?;
+    fn array(&mut self, item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.list(b'[', b']', item)
+    }
+
+    /// A comma-separated list between `open` and `close`; `item` reads one entry.
+    fn list(
+        &mut self,
+        open: u8,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        self.eat(open)?;
         self.ws();
-        if self.peek()? == b']' {
+        if self.peek()? == close {
             self.at += 1;
             return Some(());
         }
@@ -128,7 +122,7 @@ impl<'a> Scan<'a> {
             self.ws();
             match self.peek()? {
                 b',' => self.at += 1,
-                b']' => {
+                c if c == close => {
                     self.at += 1;
                     return Some(());
                 }
