@@ -129,8 +129,12 @@ pub async fn write_whole(
 
 /// The header of a whole JSON answer, with the receipt.
 pub fn json_header(ex: &Exchange, provider: &str, outcome: &str) -> Option<ResponseHeader> {
+    // Room for ours and the two Pingora adds (date, connection): no regrowth.
     let mut h = ResponseHeader::build_no_case(200, Some(8)).ok()?;
-    let _ = h.insert_header("content-type", "application/json");
+    let _ = h.insert_header(
+        "content-type",
+        http::HeaderValue::from_static("application/json"),
+    );
     ex.receipt_headers(&mut h, provider, outcome);
     Some(h)
 }

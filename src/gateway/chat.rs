@@ -4,13 +4,13 @@
 //! common text chunk: the fast path of the gateway.
 
 use super::attempt::{
-    read_before_commit, ready_now, sse_header, unless_gone, until, write_whole, Attempt, Before,
+    json_header, read_before_commit, ready_now, sse_header, unless_gone, until, write_whole,
+    Attempt, Before,
 };
 use super::exchange::Exchange;
 use super::upstream::{Failure, Target};
 use super::Gateway;
 use bytes::Bytes;
-use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
 use serde_json::json;
@@ -104,16 +104,9 @@ pub(super) async fn plain_attempt(
         append_member(&mut out, 0, "usage", &usage);
     }
     append_member(&mut out, 0, "provider", &t.rung_json);
-    // Room for ours and the two Pingora adds (date, connection): no regrowth.
-    let mut h = match ResponseHeader::build_no_case(200, Some(8)) {
-        Ok(h) => h,
-        Err(_) => return Attempt::Terminal(ApiError::internal()),
+    let Some(h) = json_header(ex, &t.provider, "ok") else {
+        return Attempt::Terminal(ApiError::internal());
     };
-    let _ = h.insert_header(
-        "content-type",
-        http::HeaderValue::from_static("application/json"),
-    );
-    ex.receipt_headers(&mut h, &t.provider, "ok");
     let written = write_whole(session, ex, h, out).await;
     // The connection goes back to the pool once the client has its answer.
     call.finish().await;
