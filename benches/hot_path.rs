@@ -15,7 +15,7 @@ fn request(c: &mut Criterion) {
     g.throughput(Throughput::Bytes(BODY.len() as u64));
     g.bench_function("parse_and_render_chat_body", |b| {
         b.iter(|| {
-            let obj: RawObject = serde_json::from_str(black_box(BODY)).unwrap();
+            let obj = RawObject::parse(black_box(BODY)).unwrap();
             black_box(render_request(&obj, "gpt-4.1-mini-2025-04-14", false))
         })
     });
@@ -23,7 +23,7 @@ fn request(c: &mut Criterion) {
     g.throughput(Throughput::Bytes(big.len() as u64));
     g.bench_function("parse_and_render_1mb_body", |b| {
         b.iter(|| {
-            let obj: RawObject = serde_json::from_str(black_box(&big)).unwrap();
+            let obj = RawObject::parse(black_box(&big)).unwrap();
             black_box(render_request(&obj, "m", true))
         })
     });

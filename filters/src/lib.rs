@@ -7,6 +7,7 @@
 pub mod error;
 pub mod inbound;
 pub mod ir;
+mod json_scan;
 pub mod policy;
 pub mod route;
 pub mod slug;

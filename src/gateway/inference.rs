@@ -22,6 +22,7 @@ use sluice_filters::inbound::{split_object as split, Member};
 use sluice_filters::policy::Inbound;
 use sluice_filters::slug::split_suffixes;
 use sluice_filters::sse::data_frame;
+use sluice_filters::upstream::openai_chat::RawObject;
 use sluice_filters::{ApiError, ErrorCode, Format, Route};
 use std::time::{Duration, Instant};
 
@@ -207,10 +208,7 @@ pub async fn handle(
                 inbound,
                 stream: req.stream,
                 req,
-                object: members
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), (*v).to_owned()))
-                    .collect(),
+                object: RawObject::from_members(&members),
                 long_context: wanted.long_context,
                 rungs,
                 org_id: org.id.clone(),

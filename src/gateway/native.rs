@@ -24,13 +24,12 @@ fn owned(wire: Wire, stream: bool) -> Vec<(&'static str, Option<&'static str>)> 
 /// replaced or removed.
 pub fn render(wire: Wire, object: &RawObject, model_id: &str, stream: bool) -> Vec<u8> {
     let rules = owned(wire, stream);
-    let mut out =
-        Vec::with_capacity(64 + object.values().map(|v| v.get().len() + 16).sum::<usize>());
+    let mut out = Vec::with_capacity(64 + object.value_bytes());
     out.push(b'{');
     let model = serde_json::to_vec(model_id).unwrap_or_default();
     put(&mut out, "model", &model);
-    for (k, v) in object {
-        if k == "model" || rules.iter().any(|(name, _)| name == k) {
+    for (k, v) in object.iter() {
+        if k == "model" || rules.iter().any(|(name, _)| *name == k) {
             continue;
         }
         put(&mut out, k, v.get().as_bytes());
@@ -60,7 +59,7 @@ mod tests {
 
     #[test]
     fn responses_bodies_never_store_upstream_nor_carry_gateway_fields() {
-        let o: RawObject = serde_json::from_str(
+        let o = RawObject::parse(
             r#"{"model":"gpt-5","input":"hi","store":true,"prompt_cache_key":"k","previous_response_id":null,"reasoning":{"effort":"low"}}"#,
         )
         .unwrap();
@@ -75,7 +74,7 @@ mod tests {
 
     #[test]
     fn messages_bodies_pass_through_with_the_rung_model() {
-        let o: RawObject = serde_json::from_str(
+        let o = RawObject::parse(
             r#"{"model":"claude-sonnet-4.5","max_tokens":10,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[]}"#,
         )
         .unwrap();

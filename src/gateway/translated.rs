@@ -29,7 +29,7 @@ pub async fn run(
     session: &mut Session,
     ex: &mut Exchange,
     leg: &Leg,
-    job: &Job,
+    job: &Job<'_>,
     body: Bytes,
 ) -> Attempt {
     if job.stream {
@@ -86,7 +86,7 @@ async fn plain(
     session: &mut Session,
     ex: &mut Exchange,
     leg: &Leg,
-    job: &Job,
+    job: &Job<'_>,
     body: Bytes,
 ) -> Attempt {
     let t = &leg.target;
@@ -271,7 +271,7 @@ async fn stream(
     session: &mut Session,
     ex: &mut Exchange,
     leg: &Leg,
-    job: &Job,
+    job: &Job<'_>,
     body: Bytes,
 ) -> Attempt {
     let t = &leg.target;

@@ -27,12 +27,12 @@ use sluice_filters::{ApiError, ErrorCode};
 use std::sync::Arc;
 
 /// One inference request, parsed.
-pub struct Job {
+pub struct Job<'a> {
     pub inbound: Inbound,
     /// The canonical form, for rungs of another wire.
     pub req: Request,
     /// The client's top-level members, unparsed, for native rungs.
-    pub object: RawObject,
+    pub object: RawObject<'a>,
     pub stream: bool,
     /// The `[1m]` suffix asked for the 1M-token window.
     pub long_context: bool,
@@ -51,7 +51,7 @@ pub const CACHEABLE_BYTES: usize = 4_096;
 /// caches live minutes).
 const AFFINITY_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
-impl Job {
+impl Job<'_> {
     /// The counter that remembers which rung holds this conversation's prompt
     /// cache: keyed by `prompt_cache_key` when given, else by the conversation's
     /// prefix (instructions, tools, first message), which every later turn repeats.
@@ -173,7 +173,7 @@ pub async fn serve(
     session: &mut Session,
     ex: &mut Exchange,
     model: &Model,
-    job: Job,
+    job: Job<'_>,
 ) -> Outcome {
     let mut legs = match plan(gw, model, &job) {
         Ok(l) => l,
@@ -329,7 +329,7 @@ pub async fn serve(
     ))
 }
 
-impl Job {
+impl Job<'_> {
     fn inbound_label(&self) -> &'static str {
         match self.inbound {
             Inbound::Chat => "chat",
@@ -352,7 +352,7 @@ fn disclosure(a: &[String], b: &[String]) -> Option<String> {
 }
 
 /// The client's object without the members this rung does not receive.
-fn without(object: &RawObject, dropped: &[String]) -> Option<RawObject> {
+fn without<'a>(object: &RawObject<'a>, dropped: &[String]) -> Option<RawObject<'a>> {
     if dropped.iter().all(|d| !object.contains_key(d)) {
         return None;
     }
@@ -370,7 +370,7 @@ async fn attempt(
     session: &mut Session,
     ex: &mut Exchange,
     leg: &Leg,
-    job: &Job,
+    job: &Job<'_>,
 ) -> Attempt {
     let t = &leg.target;
     // Rungs whose provider routes by prompt_cache_key get the derived value.
@@ -433,7 +433,7 @@ async fn empty_completion(
     session: &mut Session,
     ex: &mut Exchange,
     model: &Model,
-    job: &Job,
+    job: &Job<'_>,
 ) -> Outcome {
     let meta = Meta {
         provider: ex.rung.clone().unwrap_or_default(),

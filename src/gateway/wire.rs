@@ -68,7 +68,9 @@ pub fn render(wire: Wire, provider: &str, req: &Request, model_id: &str, stream:
 /// Claude on Vertex: the model is in the URL and the API version in the body.
 fn for_vertex(body: &[u8]) -> Vec<u8> {
     const VERSION: &str = "vertex-2023-10-16";
-    let Ok(mut o) = serde_json::from_slice::<openai_chat::RawObject>(body) else {
+    let Ok(mut o) = serde_json::from_slice::<
+        std::collections::BTreeMap<String, Box<serde_json::value::RawValue>>,
+    >(body) else {
         return body.to_vec();
     };
     o.remove("model");

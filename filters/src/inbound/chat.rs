@@ -15,7 +15,7 @@
 use super::common::{
     check_description, invalid, malformed, refused_everywhere, unsupported, MAX_DESCRIPTION_CHARS,
 };
-use super::responses::{Member, Members};
+use super::responses::Member;
 use crate::error::{ApiError, Format};
 use crate::ir::{
     Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response, ResponseFormat,
@@ -26,6 +26,7 @@ use crate::upstream::openai_chat::usage_json;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::fmt;
 
 /// Top-level fields an OpenAI rung understands and the canonical form does not
@@ -93,14 +94,27 @@ fn opt<'a, T: Deserialize<'a>>(
 }
 
 fn members<'a>(v: &'a RawValue, param: impl fmt::Display) -> Result<Vec<Member<'a>>, ApiError> {
-    serde_json::from_str::<Members>(v.get())
-        .map(|m| m.0)
+    super::split_object(v.get())
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an object.")))
 }
 
 fn array(v: &RawValue, param: impl fmt::Display) -> Result<Vec<&RawValue>, ApiError> {
-    serde_json::from_str(v.get())
+    super::split_array(v.get())
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an array.")))
+}
+
+/// [`opt`] of a string, borrowed from the body when it holds no escapes.
+fn opt_str<'a>(
+    v: Option<&'a RawValue>,
+    param: impl fmt::Display,
+) -> Result<Option<Cow<'a, str>>, ApiError> {
+    match v {
+        None => Ok(None),
+        Some(v) if is_null(v) => Ok(None),
+        Some(v) => super::string_value(v.get())
+            .map(Some)
+            .map_err(|_| invalid(param.to_string(), format!("`{param}` must be a string."))),
+    }
 }
 
 fn get<'a>(fields: &[Member<'a>], key: &str) -> Option<&'a RawValue> {
@@ -121,9 +135,7 @@ fn ranged(v: Option<f64>, param: &str, lo: f64, hi: f64) -> Result<Option<f64>, 
 /// Parses and validates a chat-completions body.
 pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     let text = std::str::from_utf8(body).map_err(|_| malformed("The body is not UTF-8."))?;
-    let top: Vec<Member> = serde_json::from_str::<Members>(text)
-        .map(|m| m.0)
-        .map_err(ApiError::invalid_json)?;
+    let top = super::split_object(text).map_err(ApiError::invalid_json)?;
     parse_members(&top)
 }
 
@@ -137,8 +149,9 @@ pub fn parse_members(top: &[Member<'_>]) -> Result<Request, ApiError> {
         let v: &RawValue = v;
         match k.as_ref() {
             "model" => {
-                r.model = opt(Some(v), "model", "a string")?
+                r.model = opt_str(Some(v), "model")?
                     .ok_or_else(|| invalid("model", "`model` must be a string."))?
+                    .into_owned()
             }
             "messages" => messages = Some(v),
             "stream" => r.stream = opt::<bool>(Some(v), "stream", "a boolean")?.unwrap_or(false),
@@ -458,10 +471,10 @@ fn parse_messages(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
     for (i, m) in list.into_iter().enumerate() {
         let p = root.at(i);
         let fields = members(m, p)?;
-        let role: String = opt(get(&fields, "role"), p.key("role"), "a string")?
+        let role = opt_str(get(&fields, "role"), p.key("role"))?
             .ok_or_else(|| invalid(format!("{p}.role"), format!("`{p}.role` is required.")))?;
         if !matches!(
-            role.as_str(),
+            role.as_ref(),
             "system" | "developer" | "user" | "assistant" | "tool"
         ) {
             return Err(invalid(
@@ -480,7 +493,7 @@ fn parse_messages(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
             Some(c) => content_parts(c, p.key("content"))?,
             None => Vec::new(),
         };
-        match role.as_str() {
+        match role.as_ref() {
             // System and developer turns are instructions, kept in order; one in the
             // middle of the conversation is an instruction all the same.
             "system" | "developer" => {
@@ -561,8 +574,10 @@ fn tool_call(v: &RawValue, p: At) -> Result<Part, ApiError> {
 }
 
 fn content_parts(v: &RawValue, p: At) -> Result<Vec<Part>, ApiError> {
-    if let Ok(text) = serde_json::from_str::<String>(v.get()) {
-        return Ok(vec![Part::Text { text }]);
+    if let Ok(text) = super::string_value(v.get()) {
+        return Ok(vec![Part::Text {
+            text: text.into_owned(),
+        }]);
     }
     let mut out = Vec::new();
     for (j, part) in array(v, p)?.into_iter().enumerate() {

@@ -168,13 +168,12 @@ fn missing(param: impl fmt::Display) -> ApiError {
 }
 
 fn members(v: &RawValue, param: impl fmt::Display) -> Result<Vec<Member<'_>>, ApiError> {
-    serde_json::from_str::<Members>(v.get())
-        .map(|m| m.0)
+    super::split_object(v.get())
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an object.")))
 }
 
 fn array(v: &RawValue, param: impl fmt::Display) -> Result<Vec<&RawValue>, ApiError> {
-    serde_json::from_str(v.get())
+    super::split_array(v.get())
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an array.")))
 }
 

@@ -8,19 +8,12 @@
 //! key, deep nesting, a lone surrogate, a number too large) and any syntax error
 //! gives `None`, and the caller reads the text with serde instead, whose verdict
 //! stands. So where this returns `Some`, the text is valid JSON and the result is
-//! the serde reading's.
+//! the serde reading's. The walking itself is [`crate::json_scan`]'s.
 
 use super::openai_chat::Inspection;
+use crate::json_scan::Scan;
 use crate::usage::Usage;
 use std::borrow::Cow;
-
-/// serde_json refuses nesting past 128 levels; stop well before.
-const MAX_DEPTH: usize = 100;
-
-struct Scan<'a> {
-    text: &'a str,
-    at: usize,
-}
 
 /// What one choice carries.
 #[derive(Default)]
@@ -64,99 +57,12 @@ pub(super) fn inspect(text: &str) -> Option<Inspection<'_>> {
         }
         Some(())
     })?;
-    s.ws();
-    if s.at != text.len() {
-        return None;
-    }
+    s.end()?;
     out.usage_only = choices == 0 && out.usage.is_some();
     Some(out)
 }
 
 impl<'a> Scan<'a> {
-    fn peek(&self) -> Option<u8> {
-        self.text.as_bytes().get(self.at).copied()
-    }
-
-    fn ws(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.at += 1;
-        }
-    }
-
-    fn eat(&mut self, b: u8) -> Option<()> {
-        self.ws();
-        (self.peek()? == b).then(|| self.at += 1)
-    }
-
-    /// Walks an object, handing each key (unescaped keys only) to `member`, which
-    /// must consume the value.
-    fn object(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
-        self.list(b'{', b'}', |s| {
-            let key = s.plain_string()?;
-            s.eat(b':')?;
-            s.ws();
-            member(s, key)
-        })
-    }
-
-    fn array(&mut self, item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        self.list(b'[', b']', item)
-    }
-
-    /// A comma-separated list between `open` and `close`; `item` reads one entry.
-    fn list(
-        &mut self,
-        open: u8,
-        close: u8,
-        mut item: impl FnMut(&mut Self) -> Option<()>,
-    ) -> Option<()> {
-        self.eat(open)?;
-        self.ws();
-        if self.peek()? == close {
-            self.at += 1;
-            return Some(());
-        }
-        loop {
-            self.ws();
-            item(self)?;
-            self.ws();
-            match self.peek()? {
-                b',' => self.at += 1,
-                c if c == close => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
-    }
-
-    /// Walks an object whose members of interest are `names`: `read` gets the index
-    /// of each one present, other members are skipped, and a repeated one ends the
-    /// scan (serde refuses a repeated field).
-    fn fields<const N: usize>(
-        &mut self,
-        names: [&str; N],
-        mut read: impl FnMut(&mut Self, usize) -> Option<()>,
-    ) -> Option<()> {
-        let mut seen = [false; N];
-        self.object(|s, key| match names.iter().position(|n| *n == key) {
-            None => s.skip_value(0),
-            Some(i) if std::mem::replace(&mut seen[i], true) => None,
-            Some(i) => read(s, i),
-        })
-    }
-
-    /// `null` as `None`, else the value read by `read`.
-    fn nullable<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
-        self.ws();
-        if self.text.as_bytes()[self.at..].starts_with(b"null") {
-            self.at += 4;
-            return Some(None);
-        }
-        read(self).map(Some)
-    }
-
     fn choice(&mut self) -> Option<ChoiceSeen<'a>> {
         let mut c = ChoiceSeen::default();
         let mut message_seen = false;
@@ -242,189 +148,6 @@ impl<'a> Scan<'a> {
         })?;
         Some(n.unwrap_or(0))
     }
-
-    /// A string without escapes, borrowed (keys).
-    fn plain_string(&mut self) -> Option<&'a str> {
-        let start = self.at;
-        let escaped = self.skip_string()?;
-        (!escaped).then(|| &self.text[start + 1..self.at - 1])
-    }
-
-    /// A string value: borrowed, or unescaped by serde when it has escapes.
-    fn string(&mut self) -> Option<Cow<'a, str>> {
-        let start = self.at;
-        if !self.skip_string()? {
-            return Some(Cow::Borrowed(&self.text[start + 1..self.at - 1]));
-        }
-        serde_json::from_str::<String>(&self.text[start..self.at])
-            .ok()
-            .map(Cow::Owned)
-    }
-
-    /// A non-negative integer that fits a u64, as serde reads one.
-    fn uint(&mut self) -> Option<u64> {
-        let start = self.at;
-        self.skip_number()?;
-        self.text[start..self.at].parse().ok()
-    }
-
-    fn int(&mut self) -> Option<i64> {
-        let start = self.at;
-        self.skip_number()?;
-        self.text[start..self.at].parse().ok()
-    }
-
-    /// A value of any type, as its raw JSON text.
-    fn raw_value(&mut self) -> Option<&'a str> {
-        self.ws();
-        let start = self.at;
-        self.skip_value(0)?;
-        Some(&self.text[start..self.at])
-    }
-
-    fn skip_value(&mut self, depth: usize) -> Option<()> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        self.ws();
-        match self.peek()? {
-            b'"' => self.skip_string().map(drop),
-            b'{' => self.object(|s, _| s.skip_value(depth + 1)),
-            b'[' => self.array(|s| s.skip_value(depth + 1)),
-            b't' => self.literal(b"true"),
-            b'f' => self.literal(b"false"),
-            b'n' => self.literal(b"null"),
-            _ => self.skip_number(),
-        }
-    }
-
-    fn literal(&mut self, word: &[u8]) -> Option<()> {
-        self.text.as_bytes()[self.at..]
-            .starts_with(word)
-            .then(|| self.at += word.len())
-    }
-
-    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
-    fn skip_number(&mut self) -> Option<()> {
-        let b = self.text.as_bytes();
-        let digits = |at: &mut usize| {
-            let from = *at;
-            while b.get(*at).is_some_and(u8::is_ascii_digit) {
-                *at += 1;
-            }
-            *at > from
-        };
-        let mut at = self.at;
-        if b.get(at) == Some(&b'-') {
-            at += 1;
-        }
-        match b.get(at)? {
-            b'0' => at += 1,
-            b'1'..=b'9' => {
-                digits(&mut at);
-            }
-            _ => return None,
-        }
-        if b.get(at) == Some(&b'.') {
-            at += 1;
-            if !digits(&mut at) {
-                return None;
-            }
-        }
-        if matches!(b.get(at), Some(b'e' | b'E')) {
-            at += 1;
-            if matches!(b.get(at), Some(b'+' | b'-')) {
-                at += 1;
-            }
-            if !digits(&mut at) {
-                return None;
-            }
-        }
-        self.at = at;
-        Some(())
-    }
-
-    /// Skips a string, checking what JSON requires of one: no control characters,
-    /// only the defined escapes, and `\u` surrogates in pairs. True when it held
-    /// an escape.
-    fn skip_string(&mut self) -> Option<bool> {
-        let b = self.text.as_bytes();
-        if b.get(self.at) != Some(&b'"') {
-            return None;
-        }
-        let mut at = self.at + 1;
-        let mut escaped = false;
-        loop {
-            at += plain_run(&b[at..]);
-            match *b.get(at)? {
-                b'"' | b'\\' => {}
-                _ => return None, // a control character
-            }
-            if b[at] == b'"' {
-                self.at = at + 1;
-                return Some(escaped);
-            }
-            escaped = true;
-            at += 1;
-            match *b.get(at)? {
-                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => at += 1,
-                b'u' => {
-                    let unit = hex4(b.get(at + 1..at + 5)?)?;
-                    at += 5;
-                    match unit {
-                        0xD800..=0xDBFF => {
-                            // A high surrogate must be followed by a low one.
-                            if b.get(at..at + 2)? != b"\\u" {
-                                return None;
-                            }
-                            if !(0xDC00..=0xDFFF).contains(&hex4(b.get(at + 2..at + 6)?)?) {
-                                return None;
-                            }
-                            at += 6;
-                        }
-                        0xDC00..=0xDFFF => return None,
-                        _ => {}
-                    }
-                }
-                _ => return None,
-            }
-        }
-    }
-}
-
-/// The length of the leading run of bytes that need no look in a string: not a
-/// quote, a backslash or a control character. Eight bytes at a time (SWAR): the
-/// lowest flagged byte of each word is exact, which is the one that counts.
-fn plain_run(b: &[u8]) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-    let mut at = 0;
-    while let Some(chunk) = b.get(at..at + 8) {
-        let w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
-        let flagged = zero(w ^ (ONES * u64::from(b'"')))
-            | zero(w ^ (ONES * u64::from(b'\\')))
-            | (w.wrapping_sub(ONES * 0x20) & !w & HIGH);
-        if flagged != 0 {
-            return at + (flagged.trailing_zeros() / 8) as usize;
-        }
-        at += 8;
-    }
-    while b
-        .get(at)
-        .is_some_and(|&c| c != b'"' && c != b'\\' && c >= 0x20)
-    {
-        at += 1;
-    }
-    at
-}
-
-fn hex4(h: &[u8]) -> Option<u16> {
-    let s = std::str::from_utf8(h).ok()?;
-    if !s.bytes().all(|c| c.is_ascii_hexdigit()) {
-        return None;
-    }
-    u16::from_str_radix(s, 16).ok()
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! stream usage always on, gateway-owned fields removed) and inspection of answers
 //! (is there content yet, a refusal, an in-band error, the usage).
 
+use crate::inbound::Member;
 use crate::ir::{
     DecodeError, Event, FinishReason, Part, RefusalReason, Request, ResponseFormat, Role,
     StreamDecoder, ToolChoice,
@@ -12,19 +13,74 @@ use crate::usage::Usage;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
-/// A JSON object whose values stay unparsed: forwarded fields are never
-/// re-serialized from a parsed form.
-pub type RawObject = BTreeMap<String, Box<RawValue>>;
+/// A JSON object's members with their values unparsed, borrowed from the client's
+/// body: forwarded fields are never re-serialized from a parsed form. Each key
+/// once, in document order.
+#[derive(Clone, Debug, Default)]
+pub struct RawObject<'a>(Vec<Member<'a>>);
+
+impl<'a> RawObject<'a> {
+    /// The object of a body's members: the last of repeated members wins, as it
+    /// does for a JSON reader that keeps one.
+    pub fn from_members(members: &[Member<'a>]) -> Self {
+        let keep = |i: usize, k: &str| !members[i + 1..].iter().any(|(later, _)| later == k);
+        let kept: Vec<Member<'a>> = if members.len() <= 32 {
+            let mut out = Vec::with_capacity(members.len());
+            for (i, (k, v)) in members.iter().enumerate() {
+                if keep(i, k) {
+                    out.push((k.clone(), *v));
+                }
+            }
+            out
+        } else {
+            // Many members: one pass from the back, so a huge body stays linear.
+            let mut seen = std::collections::HashSet::with_capacity(members.len());
+            let mut out: Vec<Member<'a>> = members
+                .iter()
+                .rev()
+                .filter(|(k, _)| seen.insert(k.as_ref()))
+                .cloned()
+                .collect();
+            out.reverse();
+            out
+        };
+        RawObject(kept)
+    }
+
+    /// The object that is the whole of `text`.
+    pub fn parse(text: &'a str) -> Result<Self, serde_json::Error> {
+        crate::inbound::split_object(text).map(|m| Self::from_members(&m))
+    }
+
+    pub fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    pub fn remove(&mut self, key: &str) {
+        self.0.retain(|(k, _)| k != key);
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &'a RawValue)> + '_ {
+        self.0.iter().map(|(k, v)| (k.as_ref(), *v))
+    }
+
+    /// Bytes of the members' values.
+    pub fn value_bytes(&self) -> usize {
+        self.0.iter().map(|(_, v)| v.get().len()).sum()
+    }
+}
 
 /// Fields the gateway owns and never forwards.
 const GATEWAY_OWNED: [&str; 1] = ["prompt_cache_key"];
 
 /// The body for an OpenAI-compatible rung.
 pub fn render_request(body: &RawObject, provider_model_id: &str, stream: bool) -> Vec<u8> {
-    let mut out =
-        Vec::with_capacity(256 + body.values().map(|v| v.get().len() + 16).sum::<usize>());
+    let mut out = Vec::with_capacity(256 + body.value_bytes() + 16 * body.0.len());
     out.push(b'{');
     let mut first = true;
     let mut put = |out: &mut Vec<u8>, k: &str, v: &[u8]| {
@@ -39,8 +95,8 @@ pub fn render_request(body: &RawObject, provider_model_id: &str, stream: bool) -
     };
     put(&mut out, "model", b"");
     let _ = serde_json::to_writer(&mut out, provider_model_id);
-    for (k, v) in body {
-        match k.as_str() {
+    for (k, v) in body.iter() {
+        match k {
             "model" => {}
             "stream_options" if stream => {}
             k if GATEWAY_OWNED.contains(&k) => {}
@@ -390,8 +446,24 @@ pub fn splice_usage_cost(data: &[u8], cost_usd: f64) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    fn obj(s: &str) -> RawObject {
-        serde_json::from_str(s).unwrap()
+    fn obj(s: &str) -> RawObject<'_> {
+        RawObject::parse(s).unwrap()
+    }
+
+    #[test]
+    fn forwarded_objects_keep_document_order_and_the_last_of_repeats() {
+        let body = r#"{"b":1,"model":"x","a":2,"b":3}"#;
+        assert_eq!(
+            render_request(&obj(body), "m", false),
+            br#"{"model":"m","a":2,"b":3}"#
+        );
+        // Past the small-object path, too.
+        let many: Vec<String> = (0..40).map(|i| format!("\"k{}\":{i}", i % 20)).collect();
+        let many = format!("{{{}}}", many.join(","));
+        let o = obj(&many);
+        assert_eq!(o.iter().count(), 20);
+        assert_eq!(o.get("k3").map(|v| v.get()), Some("23"));
+        assert_eq!(o.iter().next().map(|(k, _)| k), Some("k0"));
     }
 
     #[test]

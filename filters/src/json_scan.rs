@@ -1,0 +1,473 @@
+//! A validating one-pass JSON walker for the shapes the hot path reads most (a
+//! chat request, a chat answer), and splitters built on it.
+//!
+//! It answers only when it is sure: anything it does not read the way serde_json
+//! does (an escaped key, deep nesting, a lone surrogate, any syntax error) gives
+//! `None`, and the caller reads the text with serde instead, whose verdict stands.
+//! So where it returns `Some`, the text is valid JSON and the result is serde's.
+
+use crate::inbound::Member;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+
+/// serde_json refuses nesting past 128 levels; stop well before.
+const MAX_DEPTH: usize = 100;
+
+pub(crate) struct Scan<'a> {
+    pub(crate) text: &'a str,
+    pub(crate) at: usize,
+}
+
+/// The members of the object that is the whole of `text` (whitespace around it
+/// allowed), as serde's reading of it gives them: in document order, repeats kept,
+/// values borrowed as raw JSON. `None` when an escaped key or anything unusual
+/// calls for serde.
+pub(crate) fn members(text: &str) -> Option<Vec<Member<'_>>> {
+    let mut s = Scan { text, at: 0 };
+    let mut out = Vec::with_capacity(8);
+    s.object(|s, key| {
+        let value = s.raw_value()?;
+        out.push((Cow::Borrowed(key), raw(value)));
+        Some(())
+    })?;
+    s.end()?;
+    Some(out)
+}
+
+/// The items of the array that is the whole of `text`, as raw JSON; `None` as for
+/// [`members`].
+pub(crate) fn items(text: &str) -> Option<Vec<&RawValue>> {
+    let mut s = Scan { text, at: 0 };
+    let mut out = Vec::with_capacity(4);
+    s.array(|s| {
+        out.push(raw(s.raw_value()?));
+        Some(())
+    })?;
+    s.end()?;
+    Some(out)
+}
+
+/// The string that is the whole of `text`, when it holds no escapes.
+pub(crate) fn plain_str(text: &str) -> Option<&str> {
+    let mut s = Scan { text, at: 0 };
+    s.ws();
+    let v = s.plain_string()?;
+    s.end()?;
+    Some(v)
+}
+
+/// Views JSON text the scanner has accepted as a `RawValue`.
+fn raw(json: &str) -> &RawValue {
+    // SAFETY: `RawValue` is `#[repr(transparent)]` over `str` (serde_json converts
+    // the same way internally), and its one invariant, that the text is a whole
+    // valid JSON value, is what the scanner just checked.
+    unsafe { std::mem::transmute::<&str, &RawValue>(json) }
+}
+
+impl<'a> Scan<'a> {
+    /// Only whitespace is left.
+    pub(crate) fn end(&mut self) -> Option<()> {
+        self.ws();
+        (self.at == self.text.len()).then_some(())
+    }
+
+    pub(crate) fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    pub(crate) fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    pub(crate) fn eat(&mut self, b: u8) -> Option<()> {
+        self.ws();
+        (self.peek()? == b).then(|| self.at += 1)
+    }
+
+    /// Walks an object, handing each key (unescaped keys only) to `member`, which
+    /// must consume the value.
+    pub(crate) fn object(
+        &mut self,
+        mut member: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        self.list(b'{', b'}', |s| {
+            let key = s.plain_string()?;
+            s.eat(b':')?;
+            s.ws();
+            member(s, key)
+        })
+    }
+
+    pub(crate) fn array(&mut self, item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.list(b'[', b']', item)
+    }
+
+    /// A comma-separated list between `open` and `close`; `item` reads one entry.
+    pub(crate) fn list(
+        &mut self,
+        open: u8,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        self.eat(open)?;
+        self.ws();
+        if self.peek()? == close {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            self.ws();
+            item(self)?;
+            self.ws();
+            match self.peek()? {
+                b',' => self.at += 1,
+                c if c == close => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Walks an object whose members of interest are `names`: `read` gets the index
+    /// of each one present, other members are skipped, and a repeated one ends the
+    /// scan (serde refuses a repeated field).
+    pub(crate) fn fields<const N: usize>(
+        &mut self,
+        names: [&str; N],
+        mut read: impl FnMut(&mut Self, usize) -> Option<()>,
+    ) -> Option<()> {
+        let mut seen = [false; N];
+        self.object(|s, key| match names.iter().position(|n| *n == key) {
+            None => s.skip_value(0),
+            Some(i) if std::mem::replace(&mut seen[i], true) => None,
+            Some(i) => read(s, i),
+        })
+    }
+
+    /// `null` as `None`, else the value read by `read`.
+    pub(crate) fn nullable<T>(
+        &mut self,
+        read: impl FnOnce(&mut Self) -> Option<T>,
+    ) -> Option<Option<T>> {
+        self.ws();
+        if self.text.as_bytes()[self.at..].starts_with(b"null") {
+            self.at += 4;
+            return Some(None);
+        }
+        read(self).map(Some)
+    }
+
+    /// A string without escapes, borrowed (keys).
+    pub(crate) fn plain_string(&mut self) -> Option<&'a str> {
+        let start = self.at;
+        let escaped = self.skip_string()?;
+        (!escaped).then(|| &self.text[start + 1..self.at - 1])
+    }
+
+    /// A string value: borrowed, or unescaped by serde when it has escapes.
+    pub(crate) fn string(&mut self) -> Option<Cow<'a, str>> {
+        let start = self.at;
+        if !self.skip_string()? {
+            return Some(Cow::Borrowed(&self.text[start + 1..self.at - 1]));
+        }
+        serde_json::from_str::<String>(&self.text[start..self.at])
+            .ok()
+            .map(Cow::Owned)
+    }
+
+    /// A non-negative integer that fits a u64, as serde reads one.
+    pub(crate) fn uint(&mut self) -> Option<u64> {
+        let start = self.at;
+        self.skip_number()?;
+        self.text[start..self.at].parse().ok()
+    }
+
+    pub(crate) fn int(&mut self) -> Option<i64> {
+        let start = self.at;
+        self.skip_number()?;
+        self.text[start..self.at].parse().ok()
+    }
+
+    /// A value of any type, as its raw JSON text.
+    pub(crate) fn raw_value(&mut self) -> Option<&'a str> {
+        self.ws();
+        let start = self.at;
+        self.skip_value(0)?;
+        Some(&self.text[start..self.at])
+    }
+
+    pub(crate) fn skip_value(&mut self, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.ws();
+        match self.peek()? {
+            b'"' => self.skip_string().map(drop),
+            b'{' => self.object(|s, _| s.skip_value(depth + 1)),
+            b'[' => self.array(|s| s.skip_value(depth + 1)),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            _ => self.skip_number(),
+        }
+    }
+
+    pub(crate) fn literal(&mut self, word: &[u8]) -> Option<()> {
+        self.text.as_bytes()[self.at..]
+            .starts_with(word)
+            .then(|| self.at += word.len())
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
+    pub(crate) fn skip_number(&mut self) -> Option<()> {
+        let b = self.text.as_bytes();
+        let digits = |at: &mut usize| {
+            let from = *at;
+            while b.get(*at).is_some_and(u8::is_ascii_digit) {
+                *at += 1;
+            }
+            *at > from
+        };
+        let mut at = self.at;
+        if b.get(at) == Some(&b'-') {
+            at += 1;
+        }
+        match b.get(at)? {
+            b'0' => at += 1,
+            b'1'..=b'9' => {
+                digits(&mut at);
+            }
+            _ => return None,
+        }
+        if b.get(at) == Some(&b'.') {
+            at += 1;
+            if !digits(&mut at) {
+                return None;
+            }
+        }
+        if matches!(b.get(at), Some(b'e' | b'E')) {
+            at += 1;
+            if matches!(b.get(at), Some(b'+' | b'-')) {
+                at += 1;
+            }
+            if !digits(&mut at) {
+                return None;
+            }
+        }
+        self.at = at;
+        Some(())
+    }
+
+    /// Skips a string, checking what JSON requires of one: no control characters,
+    /// only the defined escapes, and `\u` surrogates in pairs. True when it held
+    /// an escape.
+    pub(crate) fn skip_string(&mut self) -> Option<bool> {
+        let b = self.text.as_bytes();
+        if b.get(self.at) != Some(&b'"') {
+            return None;
+        }
+        let mut at = self.at + 1;
+        let mut escaped = false;
+        loop {
+            at += plain_run(&b[at..]);
+            match *b.get(at)? {
+                b'"' | b'\\' => {}
+                _ => return None, // a control character
+            }
+            if b[at] == b'"' {
+                self.at = at + 1;
+                return Some(escaped);
+            }
+            escaped = true;
+            at += 1;
+            match *b.get(at)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => at += 1,
+                b'u' => {
+                    let unit = hex4(b.get(at + 1..at + 5)?)?;
+                    at += 5;
+                    match unit {
+                        0xD800..=0xDBFF => {
+                            // A high surrogate must be followed by a low one.
+                            if b.get(at..at + 2)? != b"\\u" {
+                                return None;
+                            }
+                            if !(0xDC00..=0xDFFF).contains(&hex4(b.get(at + 2..at + 6)?)?) {
+                                return None;
+                            }
+                            at += 6;
+                        }
+                        0xDC00..=0xDFFF => return None,
+                        _ => {}
+                    }
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// The length of the leading run of bytes that need no look in a string: not a
+/// quote, a backslash or a control character. Eight bytes at a time (SWAR): the
+/// lowest flagged byte of each word is exact, which is the one that counts.
+fn plain_run(b: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let mut at = 0;
+    while let Some(chunk) = b.get(at..at + 8) {
+        let w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+        let flagged = zero(w ^ (ONES * u64::from(b'"')))
+            | zero(w ^ (ONES * u64::from(b'\\')))
+            | (w.wrapping_sub(ONES * 0x20) & !w & HIGH);
+        if flagged != 0 {
+            return at + (flagged.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    while b
+        .get(at)
+        .is_some_and(|&c| c != b'"' && c != b'\\' && c >= 0x20)
+    {
+        at += 1;
+    }
+    at
+}
+
+fn hex4(h: &[u8]) -> Option<u16> {
+    let s = std::str::from_utf8(h).ok()?;
+    if !s.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    u16::from_str_radix(s, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{items, members, plain_str};
+    use proptest::prelude::*;
+    use serde_json::value::RawValue;
+
+    /// serde's reading of an object's members, as (key, raw text) pairs.
+    fn serde_members(text: &str) -> Option<Vec<(String, String)>> {
+        let m = serde_json::from_str::<crate::inbound::responses::Members>(text).ok()?;
+        Some(
+            m.0.into_iter()
+                .map(|(k, v)| (k.into_owned(), v.get().to_string()))
+                .collect(),
+        )
+    }
+
+    fn serde_items(text: &str) -> Option<Vec<String>> {
+        let v: Vec<&RawValue> = serde_json::from_str(text).ok()?;
+        Some(v.into_iter().map(|r| r.get().to_string()).collect())
+    }
+
+    /// Each splitter either declines or agrees with serde.
+    fn agrees(text: &str) -> bool {
+        let m = members(text).map(|m| {
+            m.into_iter()
+                .map(|(k, v)| (k.into_owned(), v.get().to_string()))
+                .collect::<Vec<_>>()
+        });
+        let i = items(text).map(|v| {
+            v.into_iter()
+                .map(|r| r.get().to_string())
+                .collect::<Vec<_>>()
+        });
+        let s = plain_str(text);
+        (m.is_none() || m == serde_members(text))
+            && (i.is_none() || i == serde_items(text))
+            && (s.is_none() || s.map(str::to_string) == serde_json::from_str::<String>(text).ok())
+    }
+
+    #[test]
+    fn a_chat_request_is_split_in_one_pass_as_serde_splits_it() {
+        let body = r#" {"model":"m","messages":[{"role":"user","content":"Say \"hi\""}],"model":"n","n":1e400, "t" : -0.5e-3 } "#;
+        let fast = members(body).expect("the common shape is read in one pass");
+        assert_eq!(fast.len(), 5, "repeats are kept, in document order");
+        assert!(agrees(body));
+        let list = items(fast[1].1.get()).unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(
+            members(list[0].get()).unwrap()[1].1.get(),
+            r#""Say \"hi\"""#
+        );
+        assert_eq!(plain_str(r#" "user" "#), Some("user"));
+        assert_eq!(
+            plain_str(r#""say \"hi\"""#),
+            None,
+            "escapes are serde's to undo"
+        );
+    }
+
+    #[test]
+    fn anything_unusual_or_broken_is_left_to_serde() {
+        for text in [
+            r#"{"m\u006fdel":"x"}"#, // escaped key
+            r#"{"x":"\ud800"}"#,     // lone surrogate: serde's RawValue takes it
+            r#"{"x":"a\x"}"#,
+            "{\"x\":\"a\u{1}\"}",
+            r#"{"x":1} x"#,
+            r#"{"x":1,}"#,
+            r#"{"x":01}"#,
+            r#"{"x":-}"#,
+            r#"{"x":1.}"#,
+            r#"{"x":tru}"#,
+            r#"[1,]"#,
+            "",
+        ] {
+            assert!(members(text).is_none() && items(text).is_none(), "{text}");
+        }
+        let deep = format!("{{\"x\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        assert!(members(&deep).is_none());
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            Just("false".to_string()),
+            Just("1e400".to_string()),
+            Just("-0.0E+7".to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            (-1e9f64..1e9).prop_map(|f| f.to_string()),
+            "[a-z\\\\\"\u{e9}\u{1F600}\n ]{0,12}".prop_map(|s| serde_json::to_string(&s).unwrap()),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(" , "))),
+                prop::collection::vec(("\"[a-z_\\\\]{1,6}\"", inner), 0..4).prop_map(|m| {
+                    let members: Vec<String> =
+                        m.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                    format!("{{{}}}", members.join(","))
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn the_splitters_never_disagree_with_serde(v in value()) {
+            prop_assert!(agrees(&v));
+        }
+
+        #[test]
+        fn broken_documents_are_never_split_differently(
+            v in value(), cut in 0usize..200, byte in any::<u8>()
+        ) {
+            let mut b = v.into_bytes();
+            if !b.is_empty() {
+                let at = cut % b.len();
+                b[at] = byte;
+            }
+            if let Ok(text) = std::str::from_utf8(&b) {
+                prop_assert!(agrees(text));
+            }
+        }
+    }
+}
