@@ -860,9 +860,37 @@ impl<'a> Head<'a> {
     }
 }
 
-/// RFC 9110 token characters (header names).
+/// RFC 9110 token characters (header names), looked up rather than searched:
+/// every byte of every name is checked on every request.
 fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    const TOKEN: [bool; 256] = {
+        let mut t = [false; 256];
+        let mut i = 0;
+        while i < 256 {
+            let c = i as u8;
+            t[i] = c.is_ascii_alphanumeric()
+                || matches!(
+                    c,
+                    b'!' | b'#'
+                        | b'$'
+                        | b'%'
+                        | b'&'
+                        | b'\''
+                        | b'*'
+                        | b'+'
+                        | b'-'
+                        | b'.'
+                        | b'^'
+                        | b'_'
+                        | b'`'
+                        | b'|'
+                        | b'~'
+                );
+            i += 1;
+        }
+        t
+    };
+    TOKEN[usize::from(b)]
 }
 
 /// A field value: visible characters, spaces and tabs only.
