@@ -84,10 +84,29 @@ fn opt<'a, T: Deserialize<'a>>(
     param: impl fmt::Display,
     what: &str,
 ) -> Result<Option<T>, ApiError> {
+    opt_with(v, param, what, serde_json::from_str)
+}
+
+/// [`opt`] of a string, borrowed from the body when it holds no escapes.
+fn opt_str<'a>(
+    v: Option<&'a RawValue>,
+    param: impl fmt::Display,
+) -> Result<Option<Cow<'a, str>>, ApiError> {
+    opt_with(v, param, "a string", super::string_value)
+}
+
+/// An optional member read by `read`; `null` is absent, anything `read` refuses is
+/// a 400 naming `param`.
+fn opt_with<'a, T>(
+    v: Option<&'a RawValue>,
+    param: impl fmt::Display,
+    what: &str,
+    read: impl FnOnce(&'a str) -> Result<T, serde_json::Error>,
+) -> Result<Option<T>, ApiError> {
     match v {
         None => Ok(None),
         Some(v) if is_null(v) => Ok(None),
-        Some(v) => serde_json::from_str(v.get())
+        Some(v) => read(v.get())
             .map(Some)
             .map_err(|_| invalid(param.to_string(), format!("`{param}` must be {what}."))),
     }
@@ -101,20 +120,6 @@ fn members<'a>(v: &'a RawValue, param: impl fmt::Display) -> Result<Vec<Member<'
 fn array(v: &RawValue, param: impl fmt::Display) -> Result<Vec<&RawValue>, ApiError> {
     super::split_array(v.get())
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an array.")))
-}
-
-/// [`opt`] of a string, borrowed from the body when it holds no escapes.
-fn opt_str<'a>(
-    v: Option<&'a RawValue>,
-    param: impl fmt::Display,
-) -> Result<Option<Cow<'a, str>>, ApiError> {
-    match v {
-        None => Ok(None),
-        Some(v) if is_null(v) => Ok(None),
-        Some(v) => super::string_value(v.get())
-            .map(Some)
-            .map_err(|_| invalid(param.to_string(), format!("`{param}` must be a string."))),
-    }
 }
 
 fn get<'a>(fields: &[Member<'a>], key: &str) -> Option<&'a RawValue> {

@@ -213,26 +213,7 @@ mod tests {
     }
 
     fn value() -> impl Strategy<Value = String> {
-        let leaf = prop_oneof![
-            Just("null".to_string()),
-            Just("true".to_string()),
-            Just("false".to_string()),
-            any::<i64>().prop_map(|n| n.to_string()),
-            any::<u32>().prop_map(|n| n.to_string()),
-            (-1e9f64..1e9).prop_map(|f| f.to_string()),
-            "[a-z\\\\\"\u{e9}\u{1F600} ]{0,12}".prop_map(|s| serde_json::to_string(&s).unwrap()),
-        ];
-        leaf.prop_recursive(3, 24, 4, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4)
-                    .prop_map(|v| format!("[{}]", v.join(","))),
-                prop::collection::vec((key(), inner), 0..4).prop_map(|m| {
-                    let members: Vec<String> =
-                        m.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
-                    format!("{{{}}}", members.join(","))
-                }),
-            ]
-        })
+        crate::json_scan::json_like(key().boxed())
     }
 
     fn key() -> impl Strategy<Value = String> {

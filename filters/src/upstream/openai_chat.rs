@@ -24,15 +24,14 @@ impl<'a> RawObject<'a> {
     /// The object of a body's members: the last of repeated members wins, as it
     /// does for a JSON reader that keeps one.
     pub fn from_members(members: &[Member<'a>]) -> Self {
-        let keep = |i: usize, k: &str| !members[i + 1..].iter().any(|(later, _)| later == k);
         let kept: Vec<Member<'a>> = if members.len() <= 32 {
-            let mut out = Vec::with_capacity(members.len());
-            for (i, (k, v)) in members.iter().enumerate() {
-                if keep(i, k) {
-                    out.push((k.clone(), *v));
-                }
-            }
-            out
+            // Few members: a look ahead for a later repeat beats building a set.
+            members
+                .iter()
+                .enumerate()
+                .filter(|(i, (k, _))| !members[i + 1..].iter().any(|(later, _)| later == k))
+                .map(|(_, m)| m.clone())
+                .collect()
         } else {
             // Many members: one pass from the back, so a huge body stays linear.
             let mut seen = std::collections::HashSet::with_capacity(members.len());
