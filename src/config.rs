@@ -39,6 +39,17 @@ pub struct Config {
     pub breaker: BreakerConfig,
     pub billing: BillingConfig,
     pub secrets: SecretsConfig,
+    pub network: NetworkConfig,
+}
+
+/// Where org-supplied upstream URLs may point.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// Org-supplied base URLs (custom deployments, BYOK config, Vertex token_uri,
+    /// trace pull sources) may reach loopback, private, link-local and metadata
+    /// addresses, and may be plain http. Operator provider tables are trusted.
+    pub allow_private_upstreams: bool,
 }
 
 /// The key that seals BYOK secrets at rest.
@@ -172,6 +183,9 @@ pub struct ProviderConfig {
     pub connect_timeout_ms: u64,
     pub header_timeout_ms: u64,
     pub first_token_timeout_ms: u64,
+    /// Silence between chunks once content flowed; past it the stream settles as a
+    /// cut (SPEC Events 3). Any bytes, keep-alive pings included, reset it.
+    pub stream_idle_timeout_ms: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -312,6 +326,7 @@ fn provider_default(name: &str) -> ProviderConfig {
         connect_timeout_ms: 5_000,
         header_timeout_ms: 30_000,
         first_token_timeout_ms: 60_000,
+        stream_idle_timeout_ms: 60_000,
     }
 }
 
@@ -360,6 +375,7 @@ impl Config {
                 (&mut p.connect_timeout_ms, d.connect_timeout_ms),
                 (&mut p.header_timeout_ms, d.header_timeout_ms),
                 (&mut p.first_token_timeout_ms, d.first_token_timeout_ms),
+                (&mut p.stream_idle_timeout_ms, d.stream_idle_timeout_ms),
             ] {
                 if *v == 0 {
                     *v = dv;

@@ -224,7 +224,10 @@ pub(super) async fn stream_attempt(
                 out: std::mem::take(&mut held),
             };
             pump.event(ex, ev.data.as_bytes(), &info);
-            let result = pump.run(gw, session, ex, &mut call, &mut decoder).await;
+            let idle = t.stream_idle_timeout;
+            let result = pump
+                .run(gw, session, ex, &mut call, &mut decoder, idle)
+                .await;
             call.finish().await;
             return result;
         }
@@ -296,6 +299,7 @@ impl Pump<'_> {
         ex: &mut Exchange,
         call: &mut super::upstream::Call<'_>,
         decoder: &mut SseDecoder,
+        idle: Duration,
     ) -> Attempt {
         // Events already decoded in the committing read.
         let mut done = self.drain(ex, decoder);
@@ -306,7 +310,8 @@ impl Pump<'_> {
         let mut received = 0usize;
         while !done {
             let waited = Instant::now();
-            let read = until(ex.deadline, call.read()).await;
+            // Silence past the idle bound settles as a cut, like a broken connection.
+            let read = until(ex.deadline.min(Instant::now() + idle), call.read()).await;
             ex.upstream_wait += waited.elapsed();
             match read {
                 Ok(Ok(Some(b))) => {

@@ -366,7 +366,12 @@ async fn stream(
             }
         }
         let waited = Instant::now();
-        let read = until(ex.deadline, call.read()).await;
+        // Silence past the idle bound settles as a cut, like a broken connection.
+        let read = until(
+            ex.deadline.min(Instant::now() + t.stream_idle_timeout),
+            call.read(),
+        )
+        .await;
         ex.upstream_wait += waited.elapsed();
         let Ok(Ok(Some(b))) = read else {
             // A clean end without the end marker, a broken connection, or the

@@ -53,6 +53,8 @@ pub struct Target {
     pub connect_timeout: Duration,
     pub header_timeout: Duration,
     pub first_token_timeout: Duration,
+    /// Longest silence between chunks of a committed stream.
+    pub stream_idle_timeout: Duration,
     /// The rung's own base URL as the catalog gives it (empty: the provider's).
     rung_base: String,
     /// Keys the circuit breaker: the rung's provider, model id, base URL and
@@ -481,6 +483,7 @@ impl Upstreams {
             connect_timeout: Duration::from_millis(p.connect_timeout_ms),
             header_timeout: Duration::from_millis(p.header_timeout_ms),
             first_token_timeout: Duration::from_millis(p.first_token_timeout_ms),
+            stream_idle_timeout: Duration::from_millis(p.stream_idle_timeout_ms),
             region,
             own_cloud: None,
         };
@@ -542,6 +545,7 @@ impl Upstreams {
             connect_timeout: Duration::from_secs(5),
             header_timeout: Duration::from_secs(10),
             first_token_timeout: Duration::from_secs(10),
+            stream_idle_timeout: Duration::from_secs(10),
             rung_base: String::new(),
             breaker_key: String::new(),
             region: String::new(),
