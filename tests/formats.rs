@@ -467,6 +467,34 @@ async fn messages_route_limits() {
     assert_eq!(a.status, 400);
     assert_eq!(a.json["type"], "error");
     assert_eq!(a.json["error"]["type"], "invalid_request_error");
+    let said = a.json["error"]["message"].as_str().unwrap();
+    assert!(said.starts_with("messages[0].content[0]:"), "{said}");
+    // Documents, and media inside a tool result, are refused the same way, also
+    // on a model whose rungs take images on other routes.
+    for (content, at) in [
+        (
+            json!([{"type": "text", "text": "read"},
+                   {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}]),
+            "messages[0].content[1]:",
+        ),
+        (
+            json!([{"type": "tool_result", "tool_use_id": "t1", "content": [
+                {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]),
+            "messages[0].content[0].content[0]:",
+        ),
+    ] {
+        let a = call(
+            &e,
+            "/v1/messages",
+            &json!({"model": "fmt-claude", "max_tokens": 10,
+            "messages": [{"role": "user", "content": content}]}),
+        )
+        .await;
+        assert_eq!(a.status, 400, "{}", a.json);
+        let said = a.json["error"]["message"].as_str().unwrap();
+        assert!(said.starts_with(at), "{said}");
+        assert!(said.contains("text only"), "{said}");
+    }
     // Thinking on a route with a rung of another maker.
     let a = call(
         &e,

@@ -7,6 +7,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use serde_json::json;
 use sluice_filters::inbound::{chat, embeddings, messages};
 use sluice_filters::ir::{Event, Meta, StreamDecoder, StreamEncoder};
+use sluice_filters::json_edit;
 use sluice_filters::sse::SseDecoder;
 use sluice_filters::upstream::{anthropic, openai_chat};
 use std::hint::black_box;
@@ -194,8 +195,8 @@ fn small_exchange(c: &mut Criterion) {
     g.bench_function("answer_inspect_and_splice", |b| {
         b.iter(|| {
             let info = openai_chat::inspect(black_box(answer)).unwrap();
-            let mut out = openai_chat::splice_usage_cost(answer, 0.000151);
-            openai_chat::append_member(&mut out, 0, "provider", br#""openai:bench-model""#);
+            let out = json_edit::set_nested(answer, &["usage"], "cost", b"0.000151").unwrap();
+            let out = json_edit::set_member(&out, "provider", br#""openai:bench-model""#);
             black_box((info, out))
         })
     });

@@ -11,6 +11,10 @@ pub struct SseEvent {
     pub comment: bool,
 }
 
+/// The largest event (or unfinished line) a decoder holds: a provider that sends
+/// more without an event boundary is broken or hostile, and is cut off there.
+pub const MAX_EVENT_BYTES: usize = 4 << 20;
+
 #[derive(Default)]
 pub struct SseDecoder {
     buf: Vec<u8>,
@@ -90,6 +94,12 @@ impl SseDecoder {
         }
     }
 
+    /// Whether the event being assembled (its data so far and the unread bytes)
+    /// is past [`MAX_EVENT_BYTES`]: the stream is to be abandoned.
+    pub fn too_large(&self) -> bool {
+        self.buf.len() - self.scan + self.pending.data.len() > MAX_EVENT_BYTES
+    }
+
     /// Forgets consumed bytes once they are a good part of the buffer.
     fn compact(&mut self) {
         if self.scan == self.buf.len() {
@@ -131,6 +141,39 @@ mod tests {
 
     fn all(d: &mut SseDecoder) -> Vec<SseEvent> {
         std::iter::from_fn(|| d.next_event()).collect()
+    }
+
+    #[test]
+    fn an_endless_line_or_event_is_too_large() {
+        let mut d = SseDecoder::new();
+        let piece = vec![b'x'; 1 << 20];
+        d.push(b"data: ");
+        for _ in 0..3 {
+            d.push(&piece);
+            assert!(d.next_event().is_none());
+        }
+        assert!(!d.too_large());
+        d.push(&piece);
+        d.push(&piece);
+        assert!(d.too_large(), "one line past the cap");
+        // Many data lines of one event count together.
+        let mut d = SseDecoder::new();
+        for _ in 0..5 {
+            d.push(b"data: ");
+            d.push(&piece);
+            d.push(b"\n");
+            assert!(d.next_event().is_none());
+        }
+        assert!(d.too_large(), "one event past the cap");
+        // Whole events leave nothing behind.
+        let mut d = SseDecoder::new();
+        for _ in 0..8 {
+            d.push(b"data: ");
+            d.push(&piece);
+            d.push(b"\n\n");
+            assert!(d.next_event().is_some());
+            assert!(!d.too_large());
+        }
     }
 
     #[test]

@@ -298,15 +298,22 @@ fn parse_errors_name_the_field_with_a_stable_code() {
             msgs(
                 r#"[{"role":"user","content":[{"type":"image","source":{"type":"file","file_id":"f"}}]}]"#,
             ),
-            UnsupportedParameter,
-            Some("messages[0].content[0].source.type"),
+            UnsupportedCapability,
+            Some("messages[0].content[0]"),
         ),
         (
             msgs(
-                r#"[{"role":"user","content":[{"type":"image","source":{"type":"base64","data":"AA=="}}]}]"#,
+                r#"[{"role":"user","content":[{"type":"text","text":"x"},{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"AA=="}}]}]"#,
             ),
-            InvalidParameter,
-            Some("messages[0].content[0].source.media_type"),
+            UnsupportedCapability,
+            Some("messages[0].content[1]"),
+        ),
+        (
+            msgs(
+                r#"[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]}]}]"#,
+            ),
+            UnsupportedCapability,
+            Some("messages[0].content[0].content[0]"),
         ),
         (
             body_with(r#","temperature":1.5"#),
@@ -456,24 +463,6 @@ fn parse_keeps_unknowns_and_nulls_mean_absent() {
     .unwrap();
     assert!(req.wants_structured());
     assert_eq!(req.extras[0].name, "output_config");
-    // A text document becomes a text/plain data URL, and back.
-    let req = messages::parse(
-        msgs(r#"[{"role":"user","content":[{"type":"document","title":"n","source":{"type":"text","media_type":"text/plain","data":"hello world"}}]}]"#)
-            .as_bytes(),
-    )
-    .unwrap();
-    assert_eq!(
-        req.messages[0].parts[0],
-        Part::Document {
-            url: "data:text/plain;base64,aGVsbG8gd29ybGQ=".into(),
-            name: Some("n".into())
-        }
-    );
-    let body = json(&anthropic::render(&req, "m", false).body);
-    assert_eq!(
-        body["messages"][0]["content"][0]["source"],
-        serde_json::json!({"type":"text","media_type":"text/plain","data":"hello world"})
-    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1170,11 +1159,27 @@ fn expected_after_round_trip(req: &Request, model: &str) -> Request {
     }
 }
 
+/// Removes image and document parts, inside tool results too.
+fn strip_media(parts: &mut Vec<Part>) {
+    parts.retain(|p| !matches!(p, Part::Image { .. } | Part::Document { .. }));
+    for p in parts {
+        if let Part::ToolResult { content, .. } = p {
+            strip_media(content);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
-    fn canonical_survives_the_anthropic_wire(req in request()) {
+    fn canonical_survives_the_anthropic_wire(mut req in request()) {
+        // The messages route reads text only: media parts are rendered (golden
+        // files check them) but cannot come back through its parser.
+        for m in &mut req.messages {
+            strip_media(&mut m.parts);
+        }
+        req.messages.retain(|m| !m.parts.is_empty());
         // Anthropic needs a message; a request of only droppable parts has none.
         prop_assume!(!normalize_messages(&req.messages).is_empty());
         let rendered = anthropic::render(&req, "claude-x", req.stream);

@@ -9,6 +9,7 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
 use sluice_filters::ir::RefusalReason;
+use sluice_filters::policy::Wire;
 use sluice_filters::sse::KEEPALIVE;
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
@@ -216,5 +217,24 @@ pub async fn read_before_commit(
             Some(Ok(Ok(None))) => Before::End,
             Some(Ok(Ok(Some(b)))) => Before::Piece(b),
         };
+    }
+}
+
+/// Reads an error answer's body (bounded, briefly) to tell a refusal from a
+/// failure. The connection is not reused either way.
+pub async fn failed_status(wire: Wire, mut call: Call<'_>, status: u16) -> Attempt {
+    let mut buf = Vec::new();
+    if (400..500).contains(&status) && status != 429 {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while buf.len() < 64 * 1024 {
+            match until(deadline, call.read()).await {
+                Ok(Ok(Some(b))) => buf.extend_from_slice(&b),
+                _ => break,
+            }
+        }
+    }
+    match super::wire::refusal(wire, status, &buf) {
+        Some(reason) => Attempt::Refused(reason),
+        None => Attempt::Failed(Failure::Status(status)),
     }
 }

@@ -4,8 +4,8 @@
 //! common text chunk: the fast path of the gateway.
 
 use super::attempt::{
-    json_header, read_before_commit, ready_now, sse_header, unless_gone, until, write_whole,
-    Attempt, Before,
+    failed_status, json_header, read_before_commit, ready_now, sse_header, unless_gone, until,
+    write_whole, Attempt, Before,
 };
 use super::exchange::Exchange;
 use super::upstream::{Failure, Target};
@@ -15,14 +15,26 @@ use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
 use serde_json::json;
 use sluice_filters::ir::{RefusalReason, IGNORED_MEMBER};
+use sluice_filters::json_edit::{set_member as splice_member, set_nested};
+use sluice_filters::policy::Wire;
 use sluice_filters::sse::{data_frame, SseDecoder};
-use sluice_filters::upstream::openai_chat::{
-    append_member, inspect, quick_content_len, splice_member, splice_member_into,
-    splice_usage_cost, usage_json, Inspection,
-};
+use sluice_filters::upstream::openai_chat::{inspect, usage_json, Inspection};
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
 use std::time::{Duration, Instant};
+
+/// The answer (or chunk) with `usage.cost` set in its own usage object.
+fn with_cost(json: &[u8], cost_usd: f64) -> Option<Vec<u8>> {
+    let cost = serde_json::to_vec(&cost_usd).ok()?;
+    set_nested(json, &["usage"], "cost", &cost)
+}
+
+/// A refusal before any content: the refusal field, or an answer the provider's
+/// filter stopped before it said anything (Azure's `content_filter` finish).
+fn refused_before_content(info: &Inspection) -> bool {
+    !info.has_content
+        && (info.refusal.is_some() || info.finish_reason.as_deref() == Some("content_filter"))
+}
 
 pub(super) async fn plain_attempt(
     gw: &Gateway,
@@ -43,7 +55,7 @@ pub(super) async fn plain_attempt(
             .map_err(|_| Failure::Deadline)??;
         let status = call.status();
         if !(200..300).contains(&status) {
-            return Err(Failure::Status(status));
+            return Ok(Err((call, status)));
         }
         let mut buf = Vec::new();
         loop {
@@ -54,20 +66,23 @@ pub(super) async fn plain_attempt(
                 Ok(Ok(None)) => break,
                 Ok(Ok(Some(b))) => {
                     if buf.len() + b.len() > max {
-                        return Ok((call, None));
+                        return Ok(Ok((call, None)));
                     }
                     buf.extend_from_slice(&b);
                 }
             }
         }
-        Ok((call, Some(buf)))
+        Ok(Ok((call, Some(buf))))
     };
     let result = unless_gone(session, call).await;
     ex.upstream_wait += waited.elapsed();
     let (call, buf) = match result {
         None => return Attempt::ClientGone,
         Some(Err(f)) => return Attempt::Failed(f),
-        Some(Ok(x)) => x,
+        Some(Ok(Err((call, status)))) => {
+            return failed_status(Wire::OpenAiChat, call, status).await
+        }
+        Some(Ok(Ok(x))) => x,
     };
     let Some(buf) = buf else {
         return Attempt::Terminal(ApiError::new(
@@ -81,7 +96,7 @@ pub(super) async fn plain_attempt(
     if info.error.is_some() {
         return Attempt::Failed(Failure::ErrorEvent);
     }
-    if info.refusal.is_some() && !info.has_content {
+    if refused_before_content(&info) {
         return Attempt::Refused(RefusalReason::ContentPolicy);
     }
     // A budget spent before any content (a reasoning model's thinking) is an
@@ -95,15 +110,15 @@ pub(super) async fn plain_attempt(
     ex.first_token = Some(ex.started.elapsed());
     let priced = ex.priced(ex.usage);
     let mut out = match (sent_usage, priced.cost_usd()) {
-        (Some(_), Some(cost)) => splice_usage_cost(&buf, cost),
+        (Some(_), Some(cost)) => with_cost(&buf, cost).unwrap_or(buf),
         _ => buf,
     };
     if sent_usage.is_none() {
         // Usage is always in the answer, even when the provider sent none.
         let usage = serde_json::to_vec(&usage_json(&priced)).unwrap_or_default();
-        append_member(&mut out, 0, "usage", &usage);
+        out = splice_member(&out, "usage", &usage);
     }
-    append_member(&mut out, 0, "provider", &t.rung_json);
+    out = splice_member(&out, "provider", &t.rung_json);
     let Some(h) = json_header(ex, &t.provider, "ok") else {
         return Attempt::Terminal(ApiError::internal());
     };
@@ -141,7 +156,7 @@ pub(super) async fn stream_attempt(
     };
     let status = call.status();
     if !(200..300).contains(&status) {
-        return Attempt::Failed(Failure::Status(status));
+        return failed_status(Wire::OpenAiChat, call, status).await;
     }
     let first_deadline = ex.deadline.min(Instant::now() + t.first_token_timeout);
     let provider_json = &t.rung_json;
@@ -151,6 +166,8 @@ pub(super) async fn stream_attempt(
     let mut last_usage = None;
     let mut finished = false;
     let early = gw.state.config.limits.early_header_ms;
+    let max = gw.state.config.limits.max_response_bytes;
+    let mut received = 0usize;
     // Pre-commit: hold everything until the first content.
     loop {
         let chunk =
@@ -167,7 +184,13 @@ pub(super) async fn stream_attempt(
                     }
                 }
             };
+        received += chunk.len();
         decoder.push(&chunk);
+        // The preamble is held in memory: a rung that sends more than an answer may
+        // hold before any content, or an endless event, is abandoned.
+        if received > max || decoder.too_large() {
+            return Attempt::Failed(Failure::BadAnswer);
+        }
         while let Some(ev) = decoder.next_event() {
             if ev.data.is_empty() {
                 continue;
@@ -181,7 +204,7 @@ pub(super) async fn stream_attempt(
             if info.error.is_some() {
                 return Attempt::Failed(Failure::ErrorEvent);
             }
-            if info.refusal.is_some() && !info.has_content {
+            if refused_before_content(&info) {
                 return Attempt::Refused(RefusalReason::ContentPolicy);
             }
             // A `length` finish before any content commits like content would.
@@ -267,7 +290,7 @@ impl Pump<'_> {
         }
         let mut frame = splice_member(data, "provider", self.provider_json);
         if let Some(cost) = info.usage.and_then(|u| ex.priced(u).cost_usd()) {
-            frame = splice_usage_cost(&frame, cost);
+            frame = with_cost(&frame, cost).unwrap_or(frame);
         }
         if info.finish_reason.is_some() && !self.finish_seen {
             self.finish_seen = true;
@@ -333,7 +356,7 @@ impl Pump<'_> {
                             None => break,
                         }
                     }
-                    if received > max {
+                    if received > max || decoder.too_large() {
                         break;
                     }
                     done = self.drain(ex, decoder);
@@ -385,18 +408,10 @@ impl Pump<'_> {
                 return true;
             }
             let data = ev.data.as_bytes();
-            if let Some(n) = quick_content_len(data) {
-                // The common chunk: a text delta. Rewritten without a parse.
-                self.content_chars += n;
-                self.out.extend_from_slice(b"data: ");
-                splice_member_into(&mut self.out, data, "provider", self.provider_json);
-                self.out.extend_from_slice(b"\n\n");
-                continue;
-            }
-            match inspect(data) {
-                Some(info) => self.event(ex, data, &info),
-                // Unknown frames pass through untouched.
-                None => self.out.extend_from_slice(&data_frame(data)),
+            // A frame that is not a JSON object is dropped: the client's parser
+            // would fail on it, and the rest of the answer still comes.
+            if let Some(info) = inspect(data) {
+                self.event(ex, data, &info);
             }
         }
         false
@@ -428,11 +443,7 @@ impl Pump<'_> {
     /// Settles a stream that died after output: a finish chunk with
     /// finish_reason `length` and usage, then `[DONE]`. Never a silent truncation.
     fn cut(&mut self, ex: &Exchange) {
-        let mut usage = self.usage.unwrap_or_default();
-        if usage.output_tokens == 0 {
-            usage.output_tokens = self.content_chars.div_ceil(4) as u64;
-        }
-        self.usage = Some(usage);
+        self.usage = Some(ex.cut_usage(self.usage, self.content_chars));
         // The cut chunk always carries usage: the client must see what it got.
         self.synthesize_finish(ex, "length", true);
         self.out.extend_from_slice(b"data: [DONE]\n\n");

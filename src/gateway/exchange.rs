@@ -56,6 +56,9 @@ pub struct Exchange {
     pub billable: bool,
     /// What went to the client, kept only for a request with an Idempotency-Key.
     pub tape: Option<Box<Tape>>,
+    /// The prompt's size in tokens as the gateway estimates it (body bytes / 4):
+    /// a cut stream whose provider never reported its count bills this.
+    pub prompt_estimate: u64,
 }
 
 /// An answer as the client received it: status, the headers worth replaying, and
@@ -86,6 +89,7 @@ impl Exchange {
             lane: crate::byok::Lane::Platform,
             billable: false,
             tape: None,
+            prompt_estimate: 0,
         }
     }
 
@@ -107,6 +111,20 @@ impl Exchange {
         if let Some(t) = self.tape.as_deref_mut() {
             t.body.extend_from_slice(bytes);
         }
+    }
+
+    /// The usage of an answer cut short: what the provider reported, with the
+    /// prompt and the delivered output estimated where it reported nothing (the
+    /// provider bills a prompt it was sent, and the output it streamed).
+    pub fn cut_usage(&self, seen: Option<Usage>, content_chars: usize) -> Usage {
+        let mut u = seen.unwrap_or_default();
+        if u.input_tokens == 0 {
+            u.input_tokens = self.prompt_estimate;
+        }
+        if u.output_tokens == 0 {
+            u.output_tokens = content_chars.div_ceil(4) as u64;
+        }
+        u
     }
 
     /// `usage` with its cost at this model's price.

@@ -143,6 +143,7 @@ pub async fn handle(
         Duration::from_millis(state.config.limits.request_deadline_ms),
     );
     ex.platform_price = model.spec.price;
+    ex.prompt_estimate = (body.len() / 4) as u64;
     let inbound = match route {
         Route::Chat => Some(Inbound::Chat),
         Route::Responses => Some(Inbound::Responses),

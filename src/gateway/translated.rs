@@ -7,18 +7,20 @@
 //! encoded in the client's format and written at once.
 
 use super::attempt::{
-    json_header, read_before_commit, ready_now, sse_header, unless_gone, until, write_whole,
-    Attempt, Before,
+    failed_status, json_header, read_before_commit, ready_now, sse_header, unless_gone, until,
+    write_whole, Attempt, Before,
 };
 use super::exchange::Exchange;
-use super::upstream::{Call, Failure};
+use super::upstream::Failure;
 use super::waterfall::{Job, Leg};
 use super::wire::{self, Framer};
 use super::Gateway;
 use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
-use sluice_filters::ir::{Event, FinishReason, Meta, Response, StreamDecoder, StreamEncoder, Tail};
+use sluice_filters::ir::{
+    Event, FinishReason, Meta, RefusalReason, Response, StreamDecoder, StreamEncoder, Tail,
+};
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
 use std::time::{Duration, Instant};
@@ -59,25 +61,6 @@ fn tail(ex: &Exchange, leg: &Leg, usage: Usage, cut: bool) -> Tail {
         cut,
         receipt: String::from_utf8(ex.receipt_json(&leg.target.provider, "ok")).unwrap_or_default(),
         ignored: ex.ignored.clone(),
-    }
-}
-
-/// Reads an error answer's body (bounded, briefly) to tell a refusal from a
-/// failure. The connection is not reused either way.
-async fn failed_status(leg: &Leg, mut call: Call<'_>, status: u16) -> Attempt {
-    let mut buf = Vec::new();
-    if status == 400 || status == 403 || status == 422 {
-        let deadline = Instant::now() + Duration::from_millis(500);
-        while buf.len() < 64 * 1024 {
-            match until(deadline, call.read()).await {
-                Ok(Ok(Some(b))) => buf.extend_from_slice(&b),
-                _ => break,
-            }
-        }
-    }
-    match wire::refusal(leg.wire, status, &buf) {
-        Some(reason) => Attempt::Refused(reason),
-        None => Attempt::Failed(Failure::Status(status)),
     }
 }
 
@@ -130,7 +113,7 @@ async fn plain(
     let (call, buf) = match result {
         None => return Attempt::ClientGone,
         Some(Err(f)) => return Attempt::Failed(f),
-        Some(Ok(Err((call, status)))) => return failed_status(leg, call, status).await,
+        Some(Ok(Err((call, status)))) => return failed_status(leg.wire, call, status).await,
         Some(Ok(Ok(x))) => x,
     };
     let Some(buf) = buf else {
@@ -150,6 +133,10 @@ async fn plain(
     // is a refusal even when some text preceded it.
     if let Some((reason, _)) = resp.refusal {
         return Attempt::Refused(reason);
+    }
+    // An answer filtered before any content is a refusal, not an empty turn.
+    if !resp.has_content() && resp.finish == Some(FinishReason::ContentFilter) {
+        return Attempt::Refused(RefusalReason::ContentPolicy);
     }
     // A budget spent before any content is an answer (`length`), not an empty turn.
     if !resp.has_content() && resp.finish != Some(FinishReason::Length) {
@@ -190,16 +177,23 @@ struct Flow {
     usage: Option<Usage>,
     finish_seen: bool,
     content_chars: usize,
+    /// The first content went to the client.
+    committed: bool,
 }
 
 impl Flow {
     /// Decodes every complete frame into `events`.
+    /// Before the commit an unreadable frame fails the attempt; after it, the frame
+    /// is dropped and the answer goes on (a broken framing still ends it).
     fn decode(&mut self) -> Result<(), Failure> {
         while let Some(frame) = self.framer.next() {
             let frame = frame.map_err(|_| Failure::BadAnswer)?;
-            self.decoder
-                .frame(frame.name.as_deref(), &frame.data, &mut self.events)
-                .map_err(|_| Failure::BadAnswer)?;
+            let read = self
+                .decoder
+                .frame(frame.name.as_deref(), &frame.data, &mut self.events);
+            if read.is_err() && !self.committed {
+                return Err(Failure::BadAnswer);
+            }
         }
         Ok(())
     }
@@ -222,6 +216,11 @@ impl Flow {
             match &ev {
                 Event::Error { .. } => return Seen::Fail(Attempt::Failed(Failure::ErrorEvent)),
                 Event::Refusal { reason, .. } => return Seen::Fail(Attempt::Refused(*reason)),
+                // Filtered before any content: a refusal, not an empty turn.
+                Event::Finish {
+                    reason: FinishReason::ContentFilter,
+                    ..
+                } => return Seen::Fail(Attempt::Refused(RefusalReason::ContentPolicy)),
                 _ => {}
             }
             self.track(&ev);
@@ -295,7 +294,7 @@ async fn stream(
     };
     let status = call.status();
     if !(200..300).contains(&status) {
-        return failed_status(leg, call, status).await;
+        return failed_status(leg.wire, call, status).await;
     }
     let first_deadline = ex.deadline.min(Instant::now() + t.first_token_timeout);
     let mut flow = Flow {
@@ -306,8 +305,11 @@ async fn stream(
         usage: None,
         finish_seen: false,
         content_chars: 0,
+        committed: false,
     };
     let early = gw.state.config.limits.early_header_ms;
+    let max = gw.state.config.limits.max_response_bytes;
+    let mut received = 0usize;
     // Pre-commit: hold everything until the first content.
     loop {
         let chunk =
@@ -324,7 +326,12 @@ async fn stream(
                     }
                 }
             };
+        received += chunk.len();
         flow.framer.push(&chunk);
+        // The preamble is held in memory: past the answer cap it is abandoned.
+        if received > max {
+            return Attempt::Failed(Failure::BadAnswer);
+        }
         if let Err(f) = flow.decode() {
             return Attempt::Failed(f);
         }
@@ -336,6 +343,7 @@ async fn stream(
         }
     }
     // Commit.
+    flow.committed = true;
     ex.first_token = Some(ex.started.elapsed());
     if !ex.header_sent {
         let Some(h) = sse_header(ex, &t.provider, "ok") else {
@@ -350,8 +358,6 @@ async fn stream(
     let mut enc = wire::encoder(job.inbound, meta(ex, leg, job));
     let mut out = Vec::new();
     let mut healthy = flow.encode(enc.as_mut(), &mut out);
-    let max = gw.state.config.limits.max_response_bytes;
-    let mut received = 0usize;
     while healthy && !flow.decoder.done() {
         if !out.is_empty() {
             let cap = out.capacity();
@@ -409,12 +415,13 @@ async fn stream(
         while let Ok(Ok(Some(_))) = fast_timeout(Duration::from_millis(50), call.read()).await {}
         call.finish().await;
     }
-    let mut usage = flow.usage.unwrap_or_default();
     // A stream that ended after its finish is whole even without the end marker.
     let cut = !whole && !flow.finish_seen;
-    if (cut || flow.usage.is_none()) && usage.output_tokens == 0 {
-        usage.output_tokens = flow.content_chars.div_ceil(4) as u64;
-    }
+    let usage = if cut || flow.usage.is_none() {
+        ex.cut_usage(flow.usage, flow.content_chars)
+    } else {
+        flow.usage.unwrap_or_default()
+    };
     ex.incomplete = cut;
     ex.usage = usage;
     enc.end(&tail(ex, leg, usage, cut), &mut out);

@@ -381,7 +381,7 @@ async fn attempt(
     let with_routing = |body: Vec<u8>| match &routing {
         Some(k) => {
             let v = serde_json::to_vec(k).unwrap_or_default();
-            sluice_filters::upstream::openai_chat::splice_member(&body, "prompt_cache_key", &v)
+            sluice_filters::json_edit::set_member(&body, "prompt_cache_key", &v)
         }
         None => body,
     };

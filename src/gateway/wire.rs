@@ -145,7 +145,12 @@ impl Framer {
     pub fn next(&mut self) -> Option<Result<Frame, DecodeError>> {
         match self {
             Framer::Sse(d) => loop {
-                let ev = d.next_event()?;
+                let Some(ev) = d.next_event() else {
+                    // An event that never ends is not buffered past the cap.
+                    return d
+                        .too_large()
+                        .then(|| Err(DecodeError("an event past the size cap".into())));
+                };
                 if ev.data.is_empty() {
                     continue;
                 }

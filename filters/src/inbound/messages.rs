@@ -20,10 +20,8 @@
 //! includes them: `input_tokens = canonical input - cached`,
 //! `cache_read_input_tokens = cached`.
 
-use crate::error::{ApiError, Format};
-use crate::inbound::common::{
-    check_description, invalid, malformed, refused_everywhere, unsupported,
-};
+use crate::error::{ApiError, ErrorCode, Format};
+use crate::inbound::common::{check_description, invalid, malformed, refused_everywhere};
 use crate::ir::{
     Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response, ResponseFormat,
     Role, StreamEncoder, Tail, Tool, ToolChoice,
@@ -133,10 +131,6 @@ struct WireBlock<'a> {
     #[serde(default)]
     text: Option<String>,
     #[serde(default)]
-    source: Option<WireSource>,
-    #[serde(default)]
-    title: Option<String>,
-    #[serde(default)]
     id: Option<String>,
     #[serde(default)]
     name: Option<String>,
@@ -154,18 +148,6 @@ struct WireBlock<'a> {
     signature: Option<String>,
     #[serde(default)]
     data: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct WireSource {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    media_type: Option<String>,
-    #[serde(default)]
-    data: Option<String>,
-    #[serde(default)]
-    url: Option<String>,
 }
 
 /// One message; an unknown member is remembered (the first one) to be refused
@@ -607,7 +589,7 @@ fn unknown_block(at: At, kind: &str) -> ApiError {
 fn user_block(at: At, b: WireBlock) -> Result<Part, ApiError> {
     match b.kind.as_ref() {
         "text" => text_block(at, b),
-        "image" | "document" => media_block(at, b),
+        k @ ("image" | "document") => Err(media_block(at, k)),
         "tool_result" => {
             let call_id = b.tool_use_id.ok_or_else(|| required(at, "tool_use_id"))?;
             let content = match b.content {
@@ -638,7 +620,7 @@ fn user_block(at: At, b: WireBlock) -> Result<Part, ApiError> {
 fn result_block(at: At, b: WireBlock) -> Result<Part, ApiError> {
     match b.kind.as_ref() {
         "text" => text_block(at, b),
-        "image" | "document" => media_block(at, b),
+        k @ ("image" | "document") => Err(media_block(at, k)),
         _ => Err(invalid(
             at.param(".type"),
             format!("A tool result may not hold a `{}` block.", b.kind),
@@ -646,61 +628,17 @@ fn result_block(at: At, b: WireBlock) -> Result<Part, ApiError> {
     }
 }
 
-fn media_block(at: At, b: WireBlock) -> Result<Part, ApiError> {
-    let source = b.source.ok_or_else(|| required(at, "source"))?;
-    let document = b.kind == "document";
-    let url = source_url(at, source, document)?;
-    Ok(if document {
-        Part::Document { url, name: b.title }
-    } else {
-        Part::Image { url, detail: None }
-    })
-}
-
-/// A block's source as the canonical URL: a `data:` URL or the given URL. A text
-/// document becomes a base64 `data:text/plain` URL.
-fn source_url(at: At, s: WireSource, document: bool) -> Result<String, ApiError> {
-    match s.kind.as_str() {
-        "base64" => {
-            let mt = s
-                .media_type
-                .ok_or_else(|| required(at, "source.media_type"))?;
-            let data = s.data.ok_or_else(|| required(at, "source.data"))?;
-            Ok(format!("data:{mt};base64,{data}"))
-        }
-        "url" => s.url.ok_or_else(|| required(at, "source.url")),
-        "text" if document => {
-            let data = s.data.ok_or_else(|| required(at, "source.data"))?;
-            let mt = s.media_type.as_deref().unwrap_or("text/plain");
-            Ok(format!("data:{mt};base64,{}", base64(data.as_bytes())))
-        }
-        other => Err(unsupported(
-            at.param(".source.type"),
-            format!("Source type `{other}` is not supported."),
-        )),
-    }
-}
-
-/// Standard base64 with padding.
-fn base64(bytes: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (pos, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
-            if pos <= chunk.len() {
-                out.push(char::from(ABC[((n >> shift) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+/// Image and document blocks: the messages route serves text only (SPEC,
+/// messages route limits), whatever the rung; refused before anything is sent.
+fn media_block(at: At, kind: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::UnsupportedCapability,
+        format!(
+            "{}: the messages route takes text only; `{kind}` blocks are not served.",
+            at.param("")
+        ),
+    )
+    .param(at.param(""))
 }
 
 fn parse_tools(raw: &RawValue, req: &mut Request) -> Result<(), ApiError> {
@@ -1347,15 +1285,6 @@ pub fn error_frame(err: &ApiError) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_pads() {
-        assert_eq!(base64(b""), "");
-        assert_eq!(base64(b"f"), "Zg==");
-        assert_eq!(base64(b"fo"), "Zm8=");
-        assert_eq!(base64(b"foo"), "Zm9v");
-        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
-    }
 
     #[test]
     fn ids_are_message_ids() {

@@ -289,96 +289,10 @@ pub(super) fn inspect_serde(text: &str) -> Option<Inspection<'_>> {
     Some(out)
 }
 
-/// The first byte of a member's value, found by scanning (no parse): `"` for a
-/// string, `{` for an object, `n` for null. `None` when the key does not occur.
-fn member_value_start(json: &[u8], key: &memchr::memmem::Finder<'_>) -> Option<u8> {
-    let mut from = 0;
-    while let Some(i) = key.find(&json[from..]) {
-        let mut j = from + i + key.needle().len();
-        while json.get(j).is_some_and(u8::is_ascii_whitespace) {
-            j += 1;
-        }
-        if json.get(j) == Some(&b':') {
-            j += 1;
-            while json.get(j).is_some_and(u8::is_ascii_whitespace) {
-                j += 1;
-            }
-            return json.get(j).copied();
-        }
-        from = from + i + 1;
-    }
-    None
-}
-
-/// Finders for the member names the quick scan looks for, built once.
-struct Keys {
-    finish_reason: memchr::memmem::Finder<'static>,
-    usage: memchr::memmem::Finder<'static>,
-    error: memchr::memmem::Finder<'static>,
-    content: memchr::memmem::Finder<'static>,
-}
-
-static KEYS: std::sync::LazyLock<Keys> = std::sync::LazyLock::new(|| Keys {
-    finish_reason: memchr::memmem::Finder::new(br#""finish_reason""#),
-    usage: memchr::memmem::Finder::new(br#""usage""#),
-    error: memchr::memmem::Finder::new(br#""error""#),
-    content: memchr::memmem::Finder::new(br#""content""#),
-});
-
-/// The cheap reading of a committed stream chunk: when it carries no finish, no
-/// usage and no error, only its text length matters, and that is found by a scan.
-/// `None` means the chunk needs a full [`inspect`].
-pub fn quick_content_len(json: &[u8]) -> Option<usize> {
-    let k = &*KEYS;
-    if member_value_start(json, &k.finish_reason).is_some_and(|b| b != b'n')
-        || member_value_start(json, &k.usage).is_some_and(|b| b != b'n')
-        || member_value_start(json, &k.error).is_some_and(|b| b != b'n')
-    {
-        return None;
-    }
-    match member_value_start(json, &k.content) {
-        Some(b'"') => {
-            let start = k.content.find(json)?;
-            let rest = &json[start + 9..];
-            let open = memchr::memchr(b'"', rest)? + 1;
-            let mut escaped = false;
-            let mut len = 0;
-            for &b in &rest[open..] {
-                if escaped {
-                    escaped = false;
-                } else if b == b'\\' {
-                    escaped = true;
-                    continue;
-                } else if b == b'"' {
-                    return Some(len);
-                }
-                len += 1;
-            }
-            None
-        }
-        Some(b'n') | None => Some(0),
-        // Content parts or anything unusual: read it properly.
-        Some(_) => None,
-    }
-}
-
-/// Adds `"key": <json value>` as the last member of a JSON object (so it wins over a
-/// same-named member an upstream sent), without parsing the object.
-pub fn splice_member(object: &[u8], key: &str, value_json: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(object.len() + key.len() + value_json.len() + 6);
-    splice_member_into(&mut out, object, key, value_json);
-    out
-}
-
-/// [`splice_member`] appending to `out`.
-pub fn splice_member_into(out: &mut Vec<u8>, object: &[u8], key: &str, value_json: &[u8]) {
-    let start = out.len();
-    out.extend_from_slice(object);
-    append_member(out, start, key, value_json);
-}
-
-/// [`splice_member`] on the object that ends `buf` (from `start`), in place: only the
-/// closing brace and what follows it move.
+/// Adds `"key": <json value>` as the last member of the object that ends `buf`
+/// (from `start`), in place: only the closing brace and what follows it move. For
+/// objects the gateway wrote itself; a provider's answer is edited with
+/// [`crate::json_edit`], which also replaces a member of the same name.
 pub fn append_member(buf: &mut Vec<u8>, start: usize, key: &str, value_json: &[u8]) {
     let Some(end) = buf[start..]
         .iter()
@@ -417,28 +331,6 @@ pub fn usage_json(u: &Usage) -> serde_json::Value {
         v["cost"] = serde_json::Value::from(cost);
     }
     v
-}
-
-/// Inserts `"cost":<usd>` as the first member of the last `"usage":{` object in a
-/// chat answer or chunk (the upstream's own usage, forwarded as it came).
-pub fn splice_usage_cost(data: &[u8], cost_usd: f64) -> Vec<u8> {
-    let needle = b"\"usage\":{";
-    let Some(at) = memchr::memmem::rfind(data, needle) else {
-        return data.to_vec();
-    };
-    let open = at + needle.len();
-    // Room for the cost and the members appended after it (the provider).
-    let mut out = Vec::with_capacity(data.len() + 128);
-    out.extend_from_slice(&data[..open]);
-    out.extend_from_slice(b"\"cost\":");
-    // Written straight into the answer: a Vec writer cannot fail.
-    let _ = serde_json::to_writer(&mut out, &cost_usd);
-    // An empty usage object takes no separator.
-    if data.get(open) != Some(&b'}') {
-        out.push(b',');
-    }
-    out.extend_from_slice(&data[open..]);
-    out
 }
 
 #[cfg(test)]
@@ -508,40 +400,6 @@ mod tests {
         assert_eq!(refusal.refusal.as_deref(), Some("I can't"));
         assert!(!refusal.has_content);
         assert!(inspect(b"not json").is_none());
-    }
-
-    #[test]
-    fn quick_scan_defers_to_inspect_when_it_matters() {
-        assert_eq!(quick_content_len(br#"{"choices":[{"delta":{"content":"Hel\"lo"},"finish_reason":null}],"usage":null}"#), Some(6));
-        assert_eq!(
-            quick_content_len(br#"{"choices":[{"delta":{"role":"assistant"}}]}"#),
-            Some(0)
-        );
-        assert_eq!(
-            quick_content_len(br#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#),
-            None
-        );
-        assert_eq!(
-            quick_content_len(br#"{"choices":[],"usage":{"prompt_tokens":1}}"#),
-            None
-        );
-        assert_eq!(quick_content_len(br#"{"error": {"message":"x"}}"#), None);
-        assert_eq!(
-            quick_content_len(br#"{"choices":[{"delta":{"content":[{"type":"text"}]}}]}"#),
-            None
-        );
-    }
-
-    #[test]
-    fn splice_wins_over_an_upstream_member() {
-        let out = splice_member(
-            br#"{"id":"x","provider":"Up"}"#,
-            "provider",
-            br#""openai:m""#,
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["provider"], "openai:m");
-        assert_eq!(splice_member(b"{ }", "a", b"1"), b"{ \"a\":1}");
     }
 }
 
@@ -1042,22 +900,33 @@ impl StreamDecoder for Decoder {
     }
 }
 
-/// Whether an error answer is a policy refusal: Azure OpenAI's content filter
-/// (400, `error.code` `content_filter`, its `innererror.content_filter_result`
-/// naming the category) and OpenAI's `content_policy_violation`.
+/// Whether an error answer is a policy refusal (see [`policy_reason`]); only
+/// client errors are: a 5xx is the provider failing.
 pub fn refusal(status: u16, body: &[u8]) -> Option<RefusalReason> {
     if !(400..500).contains(&status) {
         return None;
     }
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     let e = v.get("error")?;
-    let code = e.get("code").and_then(|c| c.as_str()).unwrap_or("");
+    // Azure puts the filter's verdict in `innererror.code` as well.
+    let code = |o: &serde_json::Value| o.get("code")?.as_str().and_then(policy_reason);
+    code(e).or_else(|| e.get("innererror").and_then(code))
+}
+
+/// The refusal reason an error code stands for, if it is a policy refusal:
+/// `cyber_policy` (cybersecurity safety checks), `bio_policy` (biology and other
+/// CBRN checks), `invalid_prompt` (a prompt "flagged as potentially violating our
+/// usage policy"), the content-policy codes of image input and OpenAI's image
+/// models, and Azure OpenAI's `content_filter` / `ResponsibleAIPolicyViolation`.
+pub(crate) fn policy_reason(code: &str) -> Option<RefusalReason> {
     match code {
-        "content_filter" | "content_policy_violation" | "ResponsibleAIPolicyViolation" => {
-            Some(RefusalReason::ContentPolicy)
-        }
         "cyber_policy" => Some(RefusalReason::CyberPolicy),
         "bio_policy" => Some(RefusalReason::Cbrn),
+        "invalid_prompt"
+        | "content_policy_violation"
+        | "image_content_policy_violation"
+        | "content_filter"
+        | "ResponsibleAIPolicyViolation" => Some(RefusalReason::ContentPolicy),
         _ => None,
     }
 }

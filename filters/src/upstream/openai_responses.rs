@@ -7,6 +7,7 @@
 //! `previous_response_id` nor the gateway's `prompt_cache_key` is sent. Reasoning is
 //! replayed through encrypted reasoning items instead.
 
+use super::openai_chat::policy_reason;
 use crate::inbound::responses::Members;
 use crate::ir::{
     DecodeError, Event, FinishReason, Message, Part, RefusalReason, Request, ResponseFormat, Role,
@@ -584,24 +585,6 @@ struct WireResponse {
     incomplete_details: Option<Incomplete>,
 }
 
-/// The refusal reason an error code stands for, if it is a policy refusal:
-/// `cyber_policy` (cybersecurity safety checks), `bio_policy` (biology and other
-/// CBRN checks), `invalid_prompt` (a prompt "flagged as potentially violating our
-/// usage policy"), the content-policy codes of image input and OpenAI's image
-/// models, and Azure OpenAI's `content_filter` / `ResponsibleAIPolicyViolation`.
-fn policy_reason(code: &str) -> Option<RefusalReason> {
-    match code {
-        "cyber_policy" => Some(RefusalReason::CyberPolicy),
-        "bio_policy" => Some(RefusalReason::Cbrn),
-        "invalid_prompt"
-        | "content_policy_violation"
-        | "image_content_policy_violation"
-        | "content_filter"
-        | "ResponsibleAIPolicyViolation" => Some(RefusalReason::ContentPolicy),
-        _ => None,
-    }
-}
-
 impl WireError {
     fn refusal(&self) -> Option<RefusalReason> {
         let inner = self.innererror.as_ref().and_then(|i| i.code.as_deref());
@@ -750,7 +733,8 @@ struct ErrorBody {
     error: Option<WireError>,
 }
 
-/// Whether an error answer is a policy refusal (see [`policy_reason`] for the
+/// Whether an error answer is a policy refusal (see
+/// [`policy_reason`](super::openai_chat::policy_reason) for the
 /// codes). Only client errors are: a 5xx is the provider failing.
 pub fn refusal(status: u16, body: &[u8]) -> Option<RefusalReason> {
     if !(400..500).contains(&status) {

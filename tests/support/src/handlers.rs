@@ -271,7 +271,29 @@ async fn generate<W: Wire>(m: &Inner, w: W, path_model: Option<String>, req: Req
         if plan.error_event {
             return scripted_error(500, |s, msg| w.error_body(s, msg));
         }
-        json_reply(w.reply(&ctx, &plan.content), plan.cut)
+        let reply = w.reply(&ctx, &plan.content);
+        if plan.malformed.is_some() {
+            return streamed(
+                "application/json",
+                vec![Item::Data(Bytes::from_static(b"{\"id\":"))],
+            );
+        }
+        if plan.stall.is_some() {
+            let bytes = Bytes::from(reply.to_string());
+            let mut items = vec![Item::Data(bytes.slice(..bytes.len() / 2))];
+            sse::stall(&mut items);
+            return streamed("application/json", items);
+        }
+        if plan.pretty {
+            let text = serde_json::to_string_pretty(&reply).unwrap_or_default();
+            let mut resp = text.into_response();
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            return resp;
+        }
+        json_reply(reply, plan.cut)
     }
 }
 
@@ -300,6 +322,17 @@ fn embed_plan(step: Step) -> Result<EmbedPlan, Failure> {
         Step::Status(code) => return Err(Failure::Status(code)),
         Step::ErrorEvent => return Err(Failure::Status(500)),
         Step::CloseConnection => return Err(Failure::Close),
+        Step::Reply {
+            status,
+            body,
+            retry_after,
+        } => {
+            return Err(Failure::Reply {
+                status,
+                body,
+                retry_after,
+            })
+        }
         Step::DelayHeaders(d) | Step::DelayFirstToken(d) => plan.delay = d,
         Step::CutAfter(n) => plan.cut = Some(n),
         Step::Embeddings { dims } => plan.dims = dims,
@@ -312,6 +345,23 @@ fn embed_plan(step: Step) -> Result<EmbedPlan, Failure> {
 fn failed(failure: Failure, envelope: impl Fn(u16, &str) -> Value) -> Response {
     match failure {
         Failure::Status(code) => scripted_error(code, envelope),
+        Failure::Reply {
+            status,
+            body,
+            retry_after,
+        } => {
+            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut resp = (code, body).into_response();
+            let h = resp.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            if let Some(v) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
+                h.insert(header::RETRY_AFTER, v);
+            }
+            resp
+        }
         Failure::Close => close_connection(),
     }
 }

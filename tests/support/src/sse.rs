@@ -114,16 +114,26 @@ pub(crate) fn schedule(frames: Frames, plan: &Plan) -> Vec<Item> {
     if !plan.first_token_delay.is_zero() {
         items.push(Item::Sleep(plan.first_token_delay));
     }
+    let content = frames.content.len();
     for (i, frame) in frames.content.into_iter().enumerate() {
         if plan.cut == Some(i) {
             break;
+        }
+        if plan.stall == Some(i) {
+            stall(&mut items);
+            return items;
+        }
+        if plan.malformed == Some(i) {
+            items.push(Item::Data(Bytes::from_static(MALFORMED)));
         }
         if !plan.every.is_zero() {
             items.push(Item::Sleep(plan.every));
         }
         items.push(Item::Data(frame));
     }
-    if plan.cut.is_some() {
+    if plan.stall.is_some_and(|n| n >= content) {
+        stall(&mut items);
+    } else if plan.cut.is_some() {
         items.push(Item::Flush);
         items.push(Item::Fail);
     } else if plan.finish_then_cut {
@@ -135,6 +145,19 @@ pub(crate) fn schedule(frames: Frames, plan: &Plan) -> Vec<Item> {
         items.extend(frames.post.into_iter().map(Item::Data));
     }
     items
+}
+
+/// What a stalled provider's silence lasts: longer than any test waits.
+pub(crate) const STALL: Duration = Duration::from_secs(300);
+
+/// A frame whose data is not JSON.
+const MALFORMED: &[u8] = b"data: {\"choices\":[{\"delta\":\n\n";
+
+/// Flushes what was written, then goes silent with the connection open.
+pub(crate) fn stall(items: &mut Vec<Item>) {
+    items.push(Item::Flush);
+    items.push(Item::Sleep(STALL));
+    items.push(Item::Fail);
 }
 
 /// A body that plays `items` in order, writing each data item as its own

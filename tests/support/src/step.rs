@@ -77,6 +77,26 @@ pub enum Step {
     /// does not ask for `dimensions` itself; other requests: normal answer.
     /// JSON `{"kind":"embeddings","dims":1536}`.
     Embeddings { dims: usize },
+    /// An answer with this status and this body, sent verbatim as JSON (a
+    /// provider's own error envelope: a policy 400, a context-length 400, a 429
+    /// without `retry-after`), with `retry-after` only when given.
+    /// JSON `{"kind":"reply","status":400,"body":{...},"retry_after":"2"}`.
+    Reply {
+        status: u16,
+        body: String,
+        retry_after: Option<String>,
+    },
+    /// Streams: the opening frames and `n` content chunks, then silence with the
+    /// connection held open (a stalled provider). Non-streaming: 200 headers and
+    /// half the body, then silence. JSON `{"kind":"stall_after","n":2}`.
+    StallAfter(usize),
+    /// Streams: after `n` content chunks one frame whose data is not JSON, then
+    /// the rest of the stream as usual. Non-streaming: a 200 whose body is not
+    /// JSON. JSON `{"kind":"malformed_after","n":1}`.
+    MalformedAfter(usize),
+    /// Non-streaming: the normal answer pretty-printed (as OpenAI sends it);
+    /// streams: a normal answer. JSON `{"kind":"pretty"}`.
+    Pretty,
 }
 
 /// Serde form of [`Step`].
@@ -84,21 +104,56 @@ pub enum Step {
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 enum StepSpec {
     Ok,
-    Text { text: String },
-    Status { status: u16 },
-    DelayHeaders { ms: u64 },
-    DelayFirstToken { ms: u64 },
-    CutAfter { n: usize },
+    Text {
+        text: String,
+    },
+    Status {
+        status: u16,
+    },
+    DelayHeaders {
+        ms: u64,
+    },
+    DelayFirstToken {
+        ms: u64,
+    },
+    CutAfter {
+        n: usize,
+    },
     ErrorEvent,
     Empty,
     Exhausted,
     FinishThenCut,
-    Refusal { text: String },
-    ToolCall { name: String, arguments: Value },
-    Chunks { n: usize },
-    SlowChunks { n: usize, every_ms: u64 },
+    Refusal {
+        text: String,
+    },
+    ToolCall {
+        name: String,
+        arguments: Value,
+    },
+    Chunks {
+        n: usize,
+    },
+    SlowChunks {
+        n: usize,
+        every_ms: u64,
+    },
     CloseConnection,
-    Embeddings { dims: usize },
+    Embeddings {
+        dims: usize,
+    },
+    Reply {
+        status: u16,
+        body: Value,
+        #[serde(default)]
+        retry_after: Option<String>,
+    },
+    StallAfter {
+        n: usize,
+    },
+    MalformedAfter {
+        n: usize,
+    },
+    Pretty,
 }
 
 fn millis(d: Duration) -> u64 {
@@ -133,6 +188,21 @@ impl From<StepSpec> for Step {
             },
             StepSpec::CloseConnection => Step::CloseConnection,
             StepSpec::Embeddings { dims } => Step::Embeddings { dims },
+            StepSpec::Reply {
+                status,
+                body,
+                retry_after,
+            } => Step::Reply {
+                status,
+                body: match body {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                },
+                retry_after,
+            },
+            StepSpec::StallAfter { n } => Step::StallAfter(n),
+            StepSpec::MalformedAfter { n } => Step::MalformedAfter(n),
+            StepSpec::Pretty => Step::Pretty,
         }
     }
 }
@@ -162,6 +232,18 @@ impl From<Step> for StepSpec {
             },
             Step::CloseConnection => StepSpec::CloseConnection,
             Step::Embeddings { dims } => StepSpec::Embeddings { dims },
+            Step::Reply {
+                status,
+                body,
+                retry_after,
+            } => StepSpec::Reply {
+                status,
+                body: Value::String(body),
+                retry_after,
+            },
+            Step::StallAfter(n) => StepSpec::StallAfter { n },
+            Step::MalformedAfter(n) => StepSpec::MalformedAfter { n },
+            Step::Pretty => StepSpec::Pretty,
         }
     }
 }
@@ -301,6 +383,12 @@ pub(crate) struct Plan {
     /// Drop the connection right before the stream's last frame.
     pub(crate) finish_then_cut: bool,
     pub(crate) error_event: bool,
+    /// Go silent (connection open) after this many content chunks.
+    pub(crate) stall: Option<usize>,
+    /// Send a frame that is not JSON after this many content chunks.
+    pub(crate) malformed: Option<usize>,
+    /// Pretty-print a whole answer.
+    pub(crate) pretty: bool,
 }
 
 /// A scripted step that replaces the answer.
@@ -308,6 +396,12 @@ pub(crate) struct Plan {
 pub(crate) enum Failure {
     /// An error response with this status.
     Status(u16),
+    /// This status and body verbatim, with `retry-after` when given.
+    Reply {
+        status: u16,
+        body: String,
+        retry_after: Option<String>,
+    },
     /// Drop the connection without a response.
     Close,
 }
@@ -328,12 +422,29 @@ pub(crate) fn resolve(
         cut: None,
         finish_then_cut: false,
         error_event: false,
+        stall: None,
+        malformed: None,
+        pretty: false,
     };
     let mut answer_chunks = chunks;
     let mut content = None;
     match step {
         Step::Status(code) => return Err(Failure::Status(code)),
         Step::CloseConnection => return Err(Failure::Close),
+        Step::Reply {
+            status,
+            body,
+            retry_after,
+        } => {
+            return Err(Failure::Reply {
+                status,
+                body,
+                retry_after,
+            })
+        }
+        Step::StallAfter(n) => plan.stall = Some(n),
+        Step::MalformedAfter(n) => plan.malformed = Some(n),
+        Step::Pretty => plan.pretty = true,
         Step::Ok | Step::Embeddings { .. } => {}
         Step::Text(text) => content = Some(Content::Text(Pieces::split(text, chunks))),
         Step::DelayHeaders(d) => plan.header_delay = d,
@@ -417,6 +528,14 @@ mod tests {
             },
             Step::CloseConnection,
             Step::Embeddings { dims: 16 },
+            Step::Reply {
+                status: 400,
+                body: r#"{"error":{"code":"x"}}"#.into(),
+                retry_after: Some("2".into()),
+            },
+            Step::StallAfter(2),
+            Step::MalformedAfter(1),
+            Step::Pretty,
         ];
         let json = serde_json::to_string(&steps).unwrap();
         let back: Vec<Step> = serde_json::from_str(&json).unwrap();
