@@ -276,6 +276,19 @@ impl Failure {
             Failure::Deadline => "deadline".into(),
         }
     }
+
+    /// Whether the failure says the rung is unwell, and so counts toward its
+    /// breaker (shared by every org on a platform rung): 5xx, 408, 429, a refused
+    /// credential (401/403), connect errors, timeouts and deaths. The caller's own
+    /// bad request (400, 404, 413, 422, ...) never does: one org could otherwise
+    /// close a model for everyone.
+    pub fn trips_breaker(&self) -> bool {
+        match self {
+            Failure::Status(s) => *s >= 500 || matches!(s, 401 | 403 | 408 | 429),
+            Failure::Deadline => false,
+            _ => true,
+        }
+    }
 }
 
 pub struct Upstreams {
@@ -998,6 +1011,21 @@ mod tests {
         bad_name.field("a b", Val::Str("x"));
         assert!(bad_name.to_h1(b"").is_none());
         assert!(Head::new("POST", "/a b").to_h1(b"").is_none());
+    }
+
+    #[test]
+    fn only_the_rungs_own_failures_trip_the_breaker() {
+        for s in [500, 502, 503, 529, 408, 429, 401, 403] {
+            assert!(Failure::Status(s).trips_breaker(), "{s}");
+        }
+        for s in [400, 404, 409, 413, 422] {
+            assert!(!Failure::Status(s).trips_breaker(), "{s}");
+        }
+        assert!(Failure::Connect("refused".into()).trips_breaker());
+        assert!(Failure::HeaderTimeout.trips_breaker());
+        assert!(Failure::FirstTokenTimeout.trips_breaker());
+        assert!(Failure::DiedBeforeOutput.trips_breaker());
+        assert!(!Failure::Deadline.trips_breaker());
     }
 
     #[test]
