@@ -29,6 +29,8 @@ const AZURE_API_VERSION: &str = "2024-10-21";
 /// The Anthropic messages API version we speak.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 const DNS_TTL: Duration = Duration::from_secs(60);
+/// Hosts the DNS cache holds at most: org URLs name hosts too, so it is bounded.
+const DNS_MAX: usize = 1024;
 const POOL_IDLE: Duration = Duration::from_secs(60);
 
 /// How a rung is reached.
@@ -224,6 +226,42 @@ impl Target {
     }
 }
 
+/// Resolved hosts, each for `DNS_TTL`. Keyed by host strings that org URLs
+/// supply too: expired entries are pruned as it fills, and it never holds more than
+/// `DNS_MAX` (the oldest goes first).
+#[derive(Default)]
+struct DnsCache(Mutex<HashMap<(String, u16), (SocketAddr, Instant)>>);
+
+impl DnsCache {
+    fn get(&self, host: &str, port: u16, now: Instant) -> Option<SocketAddr> {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (addr, at) = m.get(&(host.to_string(), port))?;
+        (now.saturating_duration_since(*at) < DNS_TTL).then_some(*addr)
+    }
+
+    fn put(&self, host: &str, port: u16, addr: SocketAddr, now: Instant) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (host.to_string(), port);
+        if m.len() >= DNS_MAX && !m.contains_key(&key) {
+            m.retain(|_, (_, at)| now.saturating_duration_since(*at) < DNS_TTL);
+            if m.len() >= DNS_MAX {
+                let oldest = m
+                    .iter()
+                    .min_by_key(|(_, (_, at))| *at)
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = oldest {
+                    m.remove(&k);
+                }
+            }
+        }
+        m.insert(key, (addr, now));
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
 /// Splits `http(s)://host[:port][/prefix]`.
 fn parse_base(url: &str) -> Option<(bool, String, u16, String)> {
     let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
@@ -297,7 +335,7 @@ pub struct Upstreams {
     idle: IdlePool,
     /// Targets built once per rung (provider, model id, base URL).
     targets: Mutex<HashMap<u64, Arc<Target>>>,
-    dns: Mutex<HashMap<(String, u16), (SocketAddr, Instant)>>,
+    dns: DnsCache,
     /// Platform credentials by provider, read from the environment at start.
     credentials: HashMap<String, Arc<str>>,
     providers: HashMap<String, ProviderConfig>,
@@ -349,7 +387,7 @@ impl Upstreams {
             connector: Connector::new(None),
             idle: IdlePool::new(POOL_IDLE),
             targets: Mutex::new(HashMap::new()),
-            dns: Mutex::new(HashMap::new()),
+            dns: DnsCache::default(),
             credentials,
             providers: config.providers.clone().into_iter().collect(),
             aws: sigv4::AwsCredentials::from_env(),
@@ -508,20 +546,15 @@ impl Upstreams {
         if let Ok(ip) = host.parse::<std::net::IpAddr>() {
             return Ok(SocketAddr::new(ip, port));
         }
-        let key = (host.to_string(), port);
-        if let Some((addr, at)) = self.dns.lock().ok().and_then(|m| m.get(&key).copied()) {
-            if at.elapsed() < DNS_TTL {
-                return Ok(addr);
-            }
+        if let Some(addr) = self.dns.get(host, port, Instant::now()) {
+            return Ok(addr);
         }
         let addr = tokio::net::lookup_host((host, port))
             .await
             .map_err(|e| Failure::Connect(format!("dns: {e}")))?
             .next()
             .ok_or_else(|| Failure::Connect("dns: no address".into()))?;
-        if let Ok(mut m) = self.dns.lock() {
-            m.insert(key, (addr, Instant::now()));
-        }
+        self.dns.put(host, port, addr, Instant::now());
         Ok(addr)
     }
 
@@ -1026,6 +1059,26 @@ mod tests {
         assert!(Failure::FirstTokenTimeout.trips_breaker());
         assert!(Failure::DiedBeforeOutput.trips_breaker());
         assert!(!Failure::Deadline.trips_breaker());
+    }
+
+    #[test]
+    fn the_dns_cache_is_bounded_and_pruned() {
+        let cache = DnsCache::default();
+        let addr: SocketAddr = "203.0.113.7:443".parse().unwrap();
+        let t0 = Instant::now();
+        for i in 0..DNS_MAX * 3 {
+            cache.put(&format!("h{i}.example"), 443, addr, t0);
+        }
+        assert_eq!(cache.len(), DNS_MAX, "never past the bound");
+        assert_eq!(
+            cache.get(&format!("h{}.example", DNS_MAX * 3 - 1), 443, t0),
+            Some(addr)
+        );
+        // Once they expired, the next insert sweeps them all out.
+        let later = t0 + DNS_TTL + Duration::from_secs(1);
+        assert_eq!(cache.get("h0.example", 443, later), None);
+        cache.put("fresh.example", 443, addr, later);
+        assert_eq!(cache.len(), 1);
     }
 
     #[test]
