@@ -5,6 +5,7 @@
 //! and give the connection back only when the answer was whole.
 
 use super::auth::{google, sigv4};
+use super::egress;
 use super::h1;
 use super::pool::IdlePool;
 use crate::catalog::RungSpec;
@@ -70,6 +71,9 @@ pub struct Target {
     /// `host[:port]` for the Host header and signing.
     authority: String,
     peer: PeerCache,
+    /// The address comes from an org (a deployment's or connection's base URL, a
+    /// Vertex token_uri): every connection checks where it really goes.
+    org_url: bool,
 }
 
 /// The peer for the last address the host resolved to, built once: a peer owns
@@ -230,16 +234,19 @@ impl Target {
 /// supply too: expired entries are pruned as it fills, and it never holds more than
 /// `DNS_MAX` (the oldest goes first).
 #[derive(Default)]
-struct DnsCache(Mutex<HashMap<(String, u16), (SocketAddr, Instant)>>);
+struct DnsCache(Mutex<HashMap<(String, u16), (Resolved, Instant)>>);
+
+/// The first address a name resolved to, and whether all its addresses were public.
+type Resolved = (SocketAddr, bool);
 
 impl DnsCache {
-    fn get(&self, host: &str, port: u16, now: Instant) -> Option<SocketAddr> {
+    fn get(&self, host: &str, port: u16, now: Instant) -> Option<Resolved> {
         let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let (addr, at) = m.get(&(host.to_string(), port))?;
         (now.saturating_duration_since(*at) < DNS_TTL).then_some(*addr)
     }
 
-    fn put(&self, host: &str, port: u16, addr: SocketAddr, now: Instant) {
+    fn put(&self, host: &str, port: u16, addr: Resolved, now: Instant) {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let key = (host.to_string(), port);
         if m.len() >= DNS_MAX && !m.contains_key(&key) {
@@ -257,13 +264,14 @@ impl DnsCache {
         m.insert(key, (addr, now));
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
 
 /// Splits `http(s)://host[:port][/prefix]`.
-fn parse_base(url: &str) -> Option<(bool, String, u16, String)> {
+pub(crate) fn parse_base(url: &str) -> Option<(bool, String, u16, String)> {
     let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
         (true, r)
     } else {
@@ -345,6 +353,8 @@ pub struct Upstreams {
     vertex: Option<Arc<Vertex>>,
     /// Org Vertex accounts with their token caches, by connection id and stamp.
     own_vertex: Mutex<HashMap<String, Arc<Vertex>>>,
+    /// `[network] allow_private_upstreams`: org URLs may reach any address.
+    allow_private: bool,
 }
 
 /// A Vertex AI service account and its access token.
@@ -353,6 +363,8 @@ struct Vertex {
     tokens: google::TokenCache,
     /// Serializes refreshes: a burst of requests makes one token request.
     refresh: tokio::sync::Mutex<()>,
+    /// An org's account: its token_uri is an org URL.
+    org: bool,
 }
 
 impl Upstreams {
@@ -377,6 +389,7 @@ impl Upstreams {
                     account,
                     tokens: google::TokenCache::new(),
                     refresh: tokio::sync::Mutex::new(()),
+                    org: false,
                 })),
                 Err(e) => {
                     tracing::warn!("vertex service account not usable: {e}");
@@ -393,6 +406,7 @@ impl Upstreams {
             aws: sigv4::AwsCredentials::from_env(),
             vertex,
             own_vertex: Mutex::new(HashMap::new()),
+            allow_private: config.network.allow_private_upstreams,
         }
     }
 
@@ -449,6 +463,7 @@ impl Upstreams {
             None => account.map(|a| a.secret.clone()),
         };
         let mut t = self.build_target(rung, Some(credential))?;
+        t.org_url = !rung.base_url.is_empty();
         t.breaker_key = format!("{rung_id}|{}", t.breaker_key);
         t.set_rung_id(rung_id.to_string());
         t.own_cloud = own_cloud;
@@ -477,6 +492,7 @@ impl Upstreams {
             account,
             tokens: google::TokenCache::new(),
             refresh: tokio::sync::Mutex::new(()),
+            org: true,
         });
         cache.retain(|k, _| !k.starts_with(&format!("{}:", a.conn.id)));
         cache.insert(key, v.clone());
@@ -525,6 +541,7 @@ impl Upstreams {
             ),
             authority: Target::authority(tls, &host, port),
             peer: PeerCache::default(),
+            org_url: false,
             tls,
             ip: host.parse().ok(),
             host,
@@ -542,20 +559,44 @@ impl Upstreams {
         Some(t)
     }
 
-    async fn resolve(&self, host: &str, port: u16) -> Result<SocketAddr, Failure> {
+    /// Where a target connects: its address, or the first its name resolves to.
+    /// For an org URL (unless private upstreams are allowed) every address must be
+    /// public, and the URL https: a row written while the flag was on, or a name
+    /// whose DNS answer changed since it was written, is refused here.
+    async fn address(&self, t: &Target) -> Result<SocketAddr, Failure> {
+        let guard = t.org_url && !self.allow_private;
+        if guard && !t.tls {
+            return Err(Failure::Connect(egress::REFUSED.into()));
+        }
+        let (addr, public) = match t.ip {
+            Some(ip) => (SocketAddr::new(ip, t.port), egress::is_public(ip)),
+            None => self.resolve(&t.host, t.port).await?,
+        };
+        if guard && !public {
+            return Err(Failure::Connect(egress::REFUSED.into()));
+        }
+        Ok(addr)
+    }
+
+    /// The first address `host` resolves to, and whether every address it resolves
+    /// to is public.
+    async fn resolve(&self, host: &str, port: u16) -> Result<(SocketAddr, bool), Failure> {
         if let Ok(ip) = host.parse::<std::net::IpAddr>() {
-            return Ok(SocketAddr::new(ip, port));
+            return Ok((SocketAddr::new(ip, port), egress::is_public(ip)));
         }
-        if let Some(addr) = self.dns.get(host, port, Instant::now()) {
-            return Ok(addr);
+        if let Some(found) = self.dns.get(host, port, Instant::now()) {
+            return Ok(found);
         }
-        let addr = tokio::net::lookup_host((host, port))
+        let all: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
             .await
             .map_err(|e| Failure::Connect(format!("dns: {e}")))?
-            .next()
+            .collect();
+        let addr = *all
+            .first()
             .ok_or_else(|| Failure::Connect("dns: no address".into()))?;
-        self.dns.put(host, port, addr, Instant::now());
-        Ok(addr)
+        let public = all.iter().all(|a| egress::is_public(a.ip()));
+        self.dns.put(host, port, (addr, public), Instant::now());
+        Ok((addr, public))
     }
 
     /// A Vertex access token: the cached one, or a fresh one from the account's
@@ -577,6 +618,7 @@ impl Upstreams {
         let token_target = Target {
             authority: Target::authority(tls, &host, port),
             peer: PeerCache::default(),
+            org_url: v.org,
             rung_id: String::new(),
             rung_json: Vec::new(),
             chat_path: String::new(),
@@ -677,10 +719,7 @@ impl Upstreams {
         content_type: &'static str,
         extra: &[(&'static str, &'static str)],
     ) -> Result<Call<'_>, Failure> {
-        let addr = match t.ip {
-            Some(ip) => SocketAddr::new(ip, t.port),
-            None => self.resolve(&t.host, t.port).await?,
-        };
+        let addr = self.address(t).await?;
         let authority = t.authority.as_str();
         let mut head = Head::new(method, path);
         head.field("Host", Val::Str(authority));
@@ -1064,7 +1103,7 @@ mod tests {
     #[test]
     fn the_dns_cache_is_bounded_and_pruned() {
         let cache = DnsCache::default();
-        let addr: SocketAddr = "203.0.113.7:443".parse().unwrap();
+        let addr: Resolved = ("203.0.113.7:443".parse().unwrap(), true);
         let t0 = Instant::now();
         for i in 0..DNS_MAX * 3 {
             cache.put(&format!("h{i}.example"), 443, addr, t0);
