@@ -186,6 +186,61 @@ async fn org_urls_to_non_public_addresses_are_refused_when_written() {
     assert_eq!(mock.requests().len(), 0, "nothing was called");
 }
 
+/// A custom deployment of a provider with no public endpoint must name its base
+/// URL: the operator's internal endpoint is never an org's, at cost 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployments_never_fall_back_to_the_operators_internal_endpoints() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let opts = platform(&mock, "tests/fixtures/byok.toml")
+        .env(
+            "SLUICE_PROVIDERS__LOCAL__BASE_URL",
+            format!("{}/v1", mock.base_url()),
+        )
+        .env(
+            "SLUICE_PROVIDERS__HOSTED__BASE_URL",
+            format!("{}/v1", mock.base_url()),
+        )
+        .env("SLUICE_NETWORK__ALLOW_PRIVATE_UPSTREAMS", "true");
+    let s = Sluice::start(&b, opts).await;
+    let (_, _, key) = s.org_and_key().await;
+    for (i, p) in ["local", "hosted", "azure"].iter().enumerate() {
+        let (st, v) = api(
+            &s,
+            reqwest::Method::POST,
+            "/api/models",
+            &key,
+            Some(
+                json!({"slug": format!("own-{i}"), "display_name": "x", "providers": [
+                {"provider": "openai", "provider_model_id": "o1"},
+                {"provider": p, "provider_model_id": "llama3"}]}),
+            ),
+        )
+        .await;
+        assert_refused(st, &v, "providers[1].base_url");
+    }
+    let (st, v) = api(
+        &s,
+        reqwest::Method::POST,
+        "/api/models",
+        &key,
+        Some(json!({"slug": "own-ok", "display_name": "x", "providers": [
+            {"provider": "openai", "provider_model_id": "o1"}]})),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    let (st, v) = api(
+        &s,
+        reqwest::Method::POST,
+        "/api/models/own-ok/providers",
+        &key,
+        Some(json!({"provider": "local", "provider_model_id": "llama3"})),
+    )
+    .await;
+    assert_refused(st, &v, "base_url");
+    assert_eq!(mock.count("llama3"), 0);
+}
+
 /// Rows written while private upstreams were allowed are refused at connect time
 /// once the flag is off (an address literal, and `localhost` as the stand-in for a
 /// name whose DNS answer changed since it was written): no

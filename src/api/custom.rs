@@ -65,7 +65,8 @@ fn invalid(field: &'static str, why: String) -> Failure {
 }
 
 /// Where a deployment points, checked before it is stored: a base URL an org names
-/// must obey the network rule.
+/// must obey the network rule, and a provider with no public endpoint (local,
+/// hosted, azure) needs one: the operator's own endpoint is never an org's.
 async fn check_deployment(state: &Shared, rung: &RungSpec, param: String) -> Result<(), Failure> {
     let refused = |why: String| {
         Failure(
@@ -74,6 +75,12 @@ async fn check_deployment(state: &Shared, rung: &RungSpec, param: String) -> Res
         )
     };
     if rung.base_url.is_empty() {
+        if !crate::config::has_public_endpoint(&rung.provider) {
+            return Err(refused(format!(
+                "is required: provider {:?} has no public endpoint, so a deployment of it names its own",
+                rung.provider
+            )));
+        }
         return Ok(());
     }
     let allow = state.config.network.allow_private_upstreams;

@@ -462,6 +462,11 @@ impl Upstreams {
             Some(OwnCloud::Vertex(v)) => Some(Arc::from(v.account.project_id.as_str())),
             None => account.map(|a| a.secret.clone()),
         };
+        // The operator's own endpoint of a provider with no public one (local,
+        // hosted) is never an org's: the org must name its base URL.
+        if rung.base_url.is_empty() && !crate::config::has_public_endpoint(&rung.provider) {
+            return None;
+        }
         let mut t = self.build_target(rung, Some(credential))?;
         t.org_url = !rung.base_url.is_empty();
         t.breaker_key = format!("{rung_id}|{}", t.breaker_key);
