@@ -188,9 +188,11 @@ async fn account(
     opened(state, conn, &sealed)
 }
 
+/// Brings this instance's routing up to date after a write (only what changed is
+/// read).
 async fn reload(state: &Shared) {
-    if let Err(e) = state.byok.reload(&state.db).await {
-        tracing::warn!(error = %e, "routing reload after a write failed; the poll will catch up");
+    if let Err(e) = state.byok.refresh(&state.db).await {
+        tracing::warn!(error = %e, "routing refresh after a write failed; the poll will catch up");
     }
 }
 
@@ -213,7 +215,6 @@ pub async fn check(
         }
         Checked::Unsupported(d) => ("unchecked", d),
     };
-    reload(&state).await;
     Ok(json(
         StatusCode::OK,
         &j!({"id": conn.id, "provider": conn.provider, "setup_alias": conn.setup_alias,
@@ -232,7 +233,6 @@ pub async fn spend_refresh(
     let mut out = match accounts::spend(&state.config, &live).await {
         Ok(micro) => {
             connections::set_spend(&state.db, &conn.id, micro).await?;
-            reload(&state).await;
             connections::find(&state.db, &org_id, &provider, &conn.setup_alias)
                 .await?
                 .map(|c| c.to_json())
