@@ -330,6 +330,12 @@ fn provider_default(name: &str) -> ProviderConfig {
     }
 }
 
+/// Whether a provider's built-in endpoint is a public one (https): `local`,
+/// `hosted` and `azure` have none, so an org's deployment of them names its own.
+pub fn has_public_endpoint(name: &str) -> bool {
+    PROVIDERS.contains(&name) && provider_default(name).base_url.starts_with("https://")
+}
+
 impl Config {
     /// Loads defaults, then `path` (or `conf/sluice.toml` if it exists), then the
     /// environment, and validates the result.

@@ -27,6 +27,9 @@ fn opts(mock: &Mock) -> Opts {
         )
         .env("OPENAI_API_KEY", "sk-platform-openai")
         .env("MISTRAL_API_KEY", "sk-platform-mistral")
+        // Org URLs here point at the mock on loopback (tests/network.rs covers the
+        // rule itself).
+        .env("SLUICE_NETWORK__ALLOW_PRIVATE_UPSTREAMS", "true")
 }
 
 async fn send(

@@ -6,6 +6,7 @@ use super::respond::{json, parse_body, ApiResult, Failure};
 use super::{Authed, Shared};
 use crate::byok::{connections, route, waterfalls, Live};
 use crate::gateway::accounts::{self, Checked};
+use crate::gateway::egress;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
@@ -43,6 +44,33 @@ fn account_body(provider: &str, body: &[u8]) -> Result<(Account, Value), Failure
     Ok((a, config))
 }
 
+/// The org URLs of a create or rotate body (`config.base_url`, a Vertex key's
+/// `token_uri`), checked against the network rule before anything is stored.
+async fn check_urls(
+    state: &Shared,
+    provider: &str,
+    a: &Account,
+    config: &Value,
+) -> Result<(), Failure> {
+    let allow = state.config.network.allow_private_upstreams;
+    let refused = |param: &'static str, why: String| {
+        Failure(ApiError::new(ErrorCode::InvalidParameter, format!("{param} {why}")).param(param))
+    };
+    if let Some(url) = config.get("base_url").and_then(Value::as_str) {
+        egress::check_org_url(url, allow)
+            .await
+            .map_err(|why| refused("config.base_url", why))?;
+    }
+    if provider == "vertex" {
+        if let Ok(account) = crate::gateway::auth::google::ServiceAccount::from_json(&a.secret) {
+            egress::check_org_url(&account.token_uri, allow)
+                .await
+                .map_err(|why| refused("secret.token_uri", why))?;
+        }
+    }
+    Ok(())
+}
+
 fn alias_of(q: &HashMap<String, String>) -> Result<&str, Failure> {
     q.get("setup_alias").map(String::as_str).ok_or_else(|| {
         Failure(
@@ -75,6 +103,7 @@ pub async fn create(
 ) -> ApiResult {
     own(&org_id, &c.org.id)?;
     let (a, config) = account_body(&provider, &body)?;
+    check_urls(&state, &provider, &a, &config).await?;
     let conn = connections::create(
         &state.db,
         &state.byok.sealer,
@@ -99,7 +128,8 @@ pub async fn rotate(
     body: Bytes,
 ) -> ApiResult {
     own(&org_id, &c.org.id)?;
-    let (a, _) = account_body(&provider, &body)?;
+    let (a, config) = account_body(&provider, &body)?;
+    check_urls(&state, &provider, &a, &config).await?;
     let conn = connections::rotate(
         &state.db,
         &state.byok.sealer,
@@ -158,9 +188,11 @@ async fn account(
     opened(state, conn, &sealed)
 }
 
+/// Brings this instance's routing up to date after a write (only what changed is
+/// read).
 async fn reload(state: &Shared) {
-    if let Err(e) = state.byok.reload(&state.db).await {
-        tracing::warn!(error = %e, "routing reload after a write failed; the poll will catch up");
+    if let Err(e) = state.byok.refresh(&state.db).await {
+        tracing::warn!(error = %e, "routing refresh after a write failed; the poll will catch up");
     }
 }
 
@@ -183,7 +215,6 @@ pub async fn check(
         }
         Checked::Unsupported(d) => ("unchecked", d),
     };
-    reload(&state).await;
     Ok(json(
         StatusCode::OK,
         &j!({"id": conn.id, "provider": conn.provider, "setup_alias": conn.setup_alias,
@@ -202,7 +233,6 @@ pub async fn spend_refresh(
     let mut out = match accounts::spend(&state.config, &live).await {
         Ok(micro) => {
             connections::set_spend(&state.db, &conn.id, micro).await?;
-            reload(&state).await;
             connections::find(&state.db, &org_id, &provider, &conn.setup_alias)
                 .await?
                 .map(|c| c.to_json())

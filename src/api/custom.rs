@@ -64,6 +64,31 @@ fn invalid(field: &'static str, why: String) -> Failure {
     Failure(ApiError::invalid_parameter(param, why))
 }
 
+/// Where a deployment points, checked before it is stored: a base URL an org names
+/// must obey the network rule, and a provider with no public endpoint (local,
+/// hosted, azure) needs one: the operator's own endpoint is never an org's.
+async fn check_deployment(state: &Shared, rung: &RungSpec, param: String) -> Result<(), Failure> {
+    let refused = |why: String| {
+        Failure(
+            ApiError::new(ErrorCode::InvalidParameter, format!("{param} {why}"))
+                .param(param.clone()),
+        )
+    };
+    if rung.base_url.is_empty() {
+        if !crate::config::has_public_endpoint(&rung.provider) {
+            return Err(refused(format!(
+                "is required: provider {:?} has no public endpoint, so a deployment of it names its own",
+                rung.provider
+            )));
+        }
+        return Ok(());
+    }
+    let allow = state.config.network.allow_private_upstreams;
+    crate::gateway::egress::check_org_url(&rung.base_url, allow)
+        .await
+        .map_err(refused)
+}
+
 async fn store(state: &Shared, org_id: &str, spec: &ModelSpec, new: bool) -> Result<(), Failure> {
     let text = serde_json::to_string(spec).map_err(|_| Failure(ApiError::internal()))?;
     let now = now_ms();
@@ -123,6 +148,9 @@ pub async fn create(Authed(c): Authed, State(state): State<Shared>, body: Bytes)
             "this slug belongs to a catalog model; choose another",
         )));
     }
+    for (i, r) in spec.rungs.iter().enumerate() {
+        check_deployment(&state, r, format!("providers[{i}].base_url")).await?;
+    }
     store(&state, &c.org.id, &spec, true).await?;
     let catalog = state.catalog.snapshot();
     let row = catalog
@@ -169,6 +197,7 @@ pub async fn add_deployment(
             "the model already has this deployment",
         )));
     }
+    check_deployment(&state, &rung, "base_url".into()).await?;
     spec.rungs.push(rung);
     spec.validate().map_err(|(f, why)| invalid(f, why))?;
     store(&state, &c.org.id, &spec, false).await?;

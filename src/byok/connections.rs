@@ -197,7 +197,12 @@ fn no_account(alias: &str) -> ApiError {
     )
 }
 
-/// Creates a new account; an alias already taken is 409 `account_exists`.
+/// Accounts one org may hold: each is opened into every instance's routing
+/// snapshot, so their number is bounded.
+pub const MAX_PER_ORG: i64 = 50;
+
+/// Creates a new account; an alias already taken is 409 `account_exists`, an org
+/// at [`MAX_PER_ORG`] gets 400 `invalid_request`.
 pub async fn create(
     db: &Db,
     sealer: &Sealer,
@@ -209,6 +214,18 @@ pub async fn create(
 ) -> Result<Connection, ApiError> {
     if find(db, org_id, provider, alias).await?.is_some() {
         return Err(account_exists(alias));
+    }
+    let held: i64 = sqlx::query("SELECT COUNT(*) AS n FROM provider_connections WHERE org_id = $1")
+        .bind(org_id)
+        .fetch_one(&db.pool)
+        .await
+        .map_err(db_error)?
+        .get("n");
+    if held >= MAX_PER_ORG {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("This organization already has {held} provider connections, the most it may hold ({MAX_PER_ORG}); delete one it no longer uses first."),
+        ));
     }
     let id = new_id("conn");
     let now = now_ms();
@@ -319,12 +336,32 @@ pub async fn list(db: &Db, org_id: &str) -> Result<Vec<Connection>, ApiError> {
     Ok(rows.iter().map(|r| from_row(r).0).collect())
 }
 
-/// Every connection with its sealed secret (the routing snapshot).
-pub async fn all(db: &Db) -> anyhow::Result<Vec<(Connection, String)>> {
-    let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM provider_connections"))
+/// Connections changed at or after `since` (Unix ms), with their sealed secrets:
+/// what the routing snapshot reads on each poll.
+pub async fn changed_since(db: &Db, since: i64) -> anyhow::Result<Vec<(Connection, String)>> {
+    let rows = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM provider_connections WHERE updated_at >= $1"
+    ))
+    .bind(since)
+    .fetch_all(&db.pool)
+    .await?;
+    Ok(rows.iter().map(from_row).collect())
+}
+
+/// How many connections exist (a change means rows were deleted or added).
+pub async fn count(db: &Db) -> anyhow::Result<i64> {
+    let row = sqlx::query("SELECT COUNT(*) AS n FROM provider_connections")
+        .fetch_one(&db.pool)
+        .await?;
+    Ok(row.get("n"))
+}
+
+/// Every connection's id, no secrets: how deletions are found.
+pub async fn ids(db: &Db) -> anyhow::Result<Vec<String>> {
+    let rows = sqlx::query("SELECT id FROM provider_connections")
         .fetch_all(&db.pool)
         .await?;
-    Ok(rows.iter().map(from_row).collect())
+    Ok(rows.iter().map(|r| r.get("id")).collect())
 }
 
 /// Removes only the named account.
@@ -345,24 +382,26 @@ pub async fn delete(db: &Db, org_id: &str, provider: &str, alias: &str) -> Resul
     Ok(())
 }
 
+/// Records a check's verdict. `updated_at` stays: it versions what routing reads
+/// (the secret, the config), and a status is not part of it, so a check never makes
+/// any instance re-read the connection (nor drop its Vertex token cache).
 pub async fn set_status(db: &Db, id: &str, ok: bool, detail: &str) -> Result<(), ApiError> {
-    sqlx::query(
-        "UPDATE provider_connections SET status = $1, status_detail = $2, updated_at = $3 WHERE id = $4",
-    )
-    .bind(if ok { "ok" } else { "failed" })
-    .bind(detail)
-    .bind(now_ms())
-    .bind(id)
-    .execute(&db.pool)
-    .await
-    .map_err(db_error)?;
+    sqlx::query("UPDATE provider_connections SET status = $1, status_detail = $2 WHERE id = $3")
+        .bind(if ok { "ok" } else { "failed" })
+        .bind(detail)
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .map_err(db_error)?;
     Ok(())
 }
 
+/// Records the provider's spend figure; like a status, not part of what routing
+/// reads, so `updated_at` stays.
 pub async fn set_spend(db: &Db, id: &str, micro_usd: i64) -> Result<(), ApiError> {
     let now = now_ms();
     sqlx::query(
-        "UPDATE provider_connections SET spend_micro_usd = $1, spend_checked_at = $2, updated_at = $2 WHERE id = $3",
+        "UPDATE provider_connections SET spend_micro_usd = $1, spend_checked_at = $2 WHERE id = $3",
     )
     .bind(micro_usd)
     .bind(now)

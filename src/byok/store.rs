@@ -1,16 +1,22 @@
 //! The routing snapshot every instance serves from: each org's connections (secrets
 //! opened) and waterfall overrides. A versioned poll keeps it fresh (a change made
 //! on any instance routes everywhere within a second); the instance that made a
-//! change reloads at once.
+//! change refreshes at once. Refreshes are incremental: only connections whose
+//! `updated_at` moved are read and opened, and a row count catches deletions.
 
 use super::connections::{self, Connection};
 use super::secrets::Sealer;
 use crate::store::Db;
 use arc_swap::ArcSwap;
 use sqlx::Row;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use tokio::sync::Mutex;
+
+/// How far back each poll re-reads, to catch writes whose transaction committed
+/// after a later-stamped one was already seen (as the key directory does).
+const OVERLAP_MS: i64 = 2_000;
 
 /// A connection with its secret, for calling the provider.
 pub struct Live {
@@ -26,9 +32,11 @@ impl std::fmt::Debug for Live {
     }
 }
 
-#[derive(Default, Debug)]
+#[derive(Clone, Default, Debug)]
 pub struct Routing {
-    pub connections: HashMap<String, Arc<Live>>,
+    connections: HashMap<String, Arc<Live>>,
+    /// (org, provider) -> the org's accounts of that provider, by alias.
+    by_provider: HashMap<(String, String), Vec<Arc<Live>>>,
     /// org -> slug -> the org's chain of rung ids.
     pub waterfalls: HashMap<String, HashMap<String, Arc<Vec<String>>>>,
 }
@@ -41,14 +49,48 @@ impl Routing {
 
     /// The org's first account of a provider (by alias).
     pub fn first_for(&self, org_id: &str, provider: &str) -> Option<&Arc<Live>> {
-        self.connections
-            .values()
-            .filter(|l| l.conn.org_id == org_id && l.conn.provider == provider)
-            .min_by(|a, b| a.conn.setup_alias.cmp(&b.conn.setup_alias))
+        self.by_provider
+            .get(&(org_id.to_string(), provider.to_string()))?
+            .first()
     }
 
     pub fn waterfall(&self, org_id: &str, slug: &str) -> Option<&Arc<Vec<String>>> {
         self.waterfalls.get(org_id)?.get(slug)
+    }
+
+    /// This snapshot with `changed` put in and the connections `gone` taken out;
+    /// the (org, provider) index moves only for the accounts they touch.
+    fn with(&self, changed: Vec<Arc<Live>>, gone: &[String]) -> Routing {
+        let mut next = self.clone();
+        for live in changed {
+            if let Some(old) = next.connections.insert(live.conn.id.clone(), live.clone()) {
+                next.unindex(&old);
+            }
+            let c = &live.conn;
+            let accounts = next
+                .by_provider
+                .entry((c.org_id.clone(), c.provider.clone()))
+                .or_default();
+            accounts.push(live.clone());
+            accounts.sort_by(|a, b| a.conn.setup_alias.cmp(&b.conn.setup_alias));
+        }
+        // After the puts: a row read and then deleted within one refresh goes.
+        for id in gone {
+            if let Some(old) = next.connections.remove(id) {
+                next.unindex(&old);
+            }
+        }
+        next
+    }
+
+    fn unindex(&mut self, old: &Live) {
+        let pair = (old.conn.org_id.clone(), old.conn.provider.clone());
+        if let Some(accounts) = self.by_provider.get_mut(&pair) {
+            accounts.retain(|l| l.conn.id != old.conn.id);
+            if accounts.is_empty() {
+                self.by_provider.remove(&pair);
+            }
+        }
     }
 }
 
@@ -58,8 +100,15 @@ const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_millis(500)
 pub struct ByokStore {
     current: ArcSwap<Routing>,
     pub sealer: Sealer,
-    stamp: AtomicI64,
-    rows: AtomicI64,
+    /// The newest connection `updated_at` seen.
+    watermark: AtomicI64,
+    /// Every connection row seen (id -> `updated_at`), those whose secret does not
+    /// open included: a row count that differs means rows were deleted. One
+    /// refresh at a time.
+    seen: Mutex<HashMap<String, i64>>,
+    /// The waterfalls' row count and newest stamp when last read.
+    waterfall_stamp: AtomicI64,
+    waterfall_rows: AtomicI64,
 }
 
 impl ByokStore {
@@ -67,10 +116,12 @@ impl ByokStore {
         let s = ByokStore {
             current: ArcSwap::from_pointee(Routing::default()),
             sealer,
-            stamp: AtomicI64::new(-1),
-            rows: AtomicI64::new(-1),
+            watermark: AtomicI64::new(i64::MIN + OVERLAP_MS),
+            seen: Mutex::new(HashMap::new()),
+            waterfall_stamp: AtomicI64::new(-1),
+            waterfall_rows: AtomicI64::new(-1),
         };
-        s.reload(db).await?;
+        s.refresh(db).await?;
         Ok(s)
     }
 
@@ -78,63 +129,107 @@ impl ByokStore {
         self.current.load()
     }
 
-    /// Reloads when a row changed or disappeared since the last look.
+    /// Brings the snapshot up to date: connections changed since the last look
+    /// (read and opened one by one, never all of them), deleted ones dropped, and
+    /// the waterfalls re-read when they changed.
     pub async fn refresh(&self, db: &Db) -> anyhow::Result<()> {
+        let mut seen = self.seen.lock().await;
+        let since = self.watermark.load(Ordering::Relaxed) - OVERLAP_MS;
+        let mut newest = self.watermark.load(Ordering::Relaxed);
+        let (mut changed, mut gone) = (Vec::new(), Vec::new());
+        let rows = connections::changed_since(db, since).await?;
+        self.open_new(rows, &mut seen, &mut newest, &mut changed, &mut gone);
+        if connections::count(db).await? != seen.len() as i64 {
+            let ids: HashSet<String> = connections::ids(db).await?.into_iter().collect();
+            let deleted: Vec<String> = seen
+                .keys()
+                .filter(|id| !ids.contains(*id))
+                .cloned()
+                .collect();
+            for id in deleted {
+                seen.remove(&id);
+                gone.push(id);
+            }
+            // A row stamped before the watermark (a writer's clock behind ours):
+            // read everything once, still opening only the rows not seen yet.
+            if ids.len() > seen.len() {
+                let rows = connections::changed_since(db, i64::MIN).await?;
+                self.open_new(rows, &mut seen, &mut newest, &mut changed, &mut gone);
+            }
+        }
+        let waterfalls = self.changed_waterfalls(db).await?;
+        if !changed.is_empty() || !gone.is_empty() || waterfalls.is_some() {
+            let mut next = self.current.load().with(changed, &gone);
+            if let Some(w) = waterfalls {
+                next.waterfalls = w;
+            }
+            self.current.store(Arc::new(next));
+        }
+        self.watermark.store(newest, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Opens the rows not seen at this version yet into `changed`; one whose
+    /// secret no longer opens goes to `gone` (it stops routing).
+    fn open_new(
+        &self,
+        rows: Vec<(Connection, String)>,
+        seen: &mut HashMap<String, i64>,
+        newest: &mut i64,
+        changed: &mut Vec<Arc<Live>>,
+        gone: &mut Vec<String>,
+    ) {
+        for (conn, sealed) in rows {
+            *newest = (*newest).max(conn.updated_at);
+            // Rows inside the overlap window come back each poll: open only new ones.
+            if seen.get(&conn.id) == Some(&conn.updated_at) {
+                continue;
+            }
+            seen.insert(conn.id.clone(), conn.updated_at);
+            match self.sealer.open(&sealed, &conn.id) {
+                Ok(secret) => changed.push(Arc::new(Live {
+                    conn,
+                    secret: Arc::from(secret),
+                })),
+                // Never the secret, only which row.
+                Err(e) => {
+                    tracing::error!(connection = %conn.id, error = %e, "a connection's secret does not open; it is not routed");
+                    gone.push(conn.id);
+                }
+            }
+        }
+    }
+
+    /// Every org's waterfalls, when their row count or newest stamp moved.
+    async fn changed_waterfalls(
+        &self,
+        db: &Db,
+    ) -> anyhow::Result<Option<HashMap<String, HashMap<String, Arc<Vec<String>>>>>> {
         let row = sqlx::query(
-            "SELECT (SELECT COUNT(*) FROM provider_connections) + (SELECT COUNT(*) FROM org_waterfalls) AS n, \
-             (SELECT COALESCE(MAX(updated_at), 0) FROM provider_connections) + \
-             (SELECT COALESCE(MAX(updated_at), 0) FROM org_waterfalls) AS t",
+            "SELECT COUNT(*) AS n, COALESCE(MAX(updated_at), 0) AS t FROM org_waterfalls",
         )
         .fetch_one(&db.pool)
         .await?;
         let (n, t): (i64, i64) = (row.get("n"), row.get("t"));
-        if n != self.rows.load(Ordering::Relaxed) || t != self.stamp.load(Ordering::Relaxed) {
-            self.reload(db).await?;
+        if n == self.waterfall_rows.load(Ordering::Relaxed)
+            && t == self.waterfall_stamp.load(Ordering::Relaxed)
+        {
+            return Ok(None);
         }
-        Ok(())
-    }
-
-    pub async fn reload(&self, db: &Db) -> anyhow::Result<()> {
-        let mut routing = Routing::default();
-        // The same figure `refresh` compares: the sum of each table's newest stamp.
-        let (mut conn_stamp, mut wf_stamp) = (0, 0);
-        let conns = connections::all(db).await?;
-        for (conn, sealed) in &conns {
-            conn_stamp = conn_stamp.max(conn.updated_at);
-            match self.sealer.open(sealed, &conn.id) {
-                Ok(secret) => {
-                    routing.connections.insert(
-                        conn.id.clone(),
-                        Arc::new(Live {
-                            conn: conn.clone(),
-                            secret: Arc::from(secret),
-                        }),
-                    );
-                }
-                // Never the secret, only which row.
-                Err(e) => {
-                    tracing::error!(connection = %conn.id, error = %e, "a connection's secret does not open; it is not routed")
-                }
-            }
-        }
-        let rows = sqlx::query("SELECT org_id, slug, chain, updated_at FROM org_waterfalls")
+        let rows = sqlx::query("SELECT org_id, slug, chain FROM org_waterfalls")
             .fetch_all(&db.pool)
             .await?;
+        let mut all: HashMap<String, HashMap<String, Arc<Vec<String>>>> = HashMap::new();
         for r in &rows {
-            wf_stamp = wf_stamp.max(r.get::<i64, _>("updated_at"));
             let chain: Vec<String> =
                 serde_json::from_str(&r.get::<String, _>("chain")).unwrap_or_default();
-            routing
-                .waterfalls
-                .entry(r.get("org_id"))
+            all.entry(r.get("org_id"))
                 .or_default()
                 .insert(r.get("slug"), Arc::new(chain));
         }
-        self.current.store(Arc::new(routing));
-        self.stamp.store(conn_stamp + wf_stamp, Ordering::Relaxed);
-        self.rows
-            .store((conns.len() + rows.len()) as i64, Ordering::Relaxed);
-        Ok(())
+        self.waterfall_rows.store(n, Ordering::Relaxed);
+        self.waterfall_stamp.store(t, Ordering::Relaxed);
+        Ok(Some(all))
     }
 
     pub fn spawn_refresh(self: &Arc<Self>, db: Db) {
@@ -143,5 +238,66 @@ impl ByokStore {
             let (store, db) = (store.clone(), db.clone());
             async move { store.refresh(&db).await }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live(id: &str, org: &str, provider: &str, alias: &str) -> Arc<Live> {
+        Arc::new(Live {
+            conn: Connection {
+                id: id.into(),
+                org_id: org.into(),
+                provider: provider.into(),
+                setup_alias: alias.into(),
+                config: serde_json::json!({}),
+                status: "unchecked".into(),
+                status_detail: None,
+                spend_micro_usd: None,
+                spend_checked_at: None,
+                created_at: 0,
+                updated_at: 0,
+            },
+            secret: Arc::from("s"),
+        })
+    }
+
+    #[test]
+    fn accounts_are_indexed_by_org_and_provider_as_they_change() {
+        let r = Routing::default().with(
+            vec![
+                live("c1", "o1", "openai", "b"),
+                live("c2", "o1", "openai", "a"),
+                live("c3", "o2", "openai", "a"),
+                live("c4", "o1", "mistral", "a"),
+            ],
+            &[],
+        );
+        let first =
+            |r: &Routing, org: &str, p: &str| r.first_for(org, p).map(|l| l.conn.id.clone());
+        assert_eq!(
+            first(&r, "o1", "openai").as_deref(),
+            Some("c2"),
+            "lowest alias"
+        );
+        assert_eq!(first(&r, "o2", "openai").as_deref(), Some("c3"));
+        assert_eq!(first(&r, "o2", "mistral"), None);
+        // A rename, a deletion: only the touched pairs move.
+        let r = r.with(vec![live("c2", "o1", "openai", "z")], &["c4".into()]);
+        assert_eq!(first(&r, "o1", "openai").as_deref(), Some("c1"));
+        assert_eq!(first(&r, "o1", "mistral"), None);
+        assert!(r.connection("o1", "c4").is_none());
+        assert!(
+            r.connection("o2", "c1").is_none(),
+            "another org's id never resolves"
+        );
+        let r = r.with(Vec::new(), &["c1".into(), "c2".into()]);
+        assert_eq!(first(&r, "o1", "openai"), None);
+        assert!(
+            r.by_provider.keys().all(|(o, _)| o == "o2"),
+            "no empty entries left"
+        );
     }
 }

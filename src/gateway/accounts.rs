@@ -2,7 +2,8 @@
 //! cheap check that the key works (the provider's model list), and the spend the
 //! provider reports where its API offers it.
 
-use super::upstream::{Target, Upstreams};
+use super::egress;
+use super::upstream::{Failure, Target, Upstreams};
 use crate::byok::Live;
 use crate::catalog::RungSpec;
 use crate::config::Config;
@@ -28,6 +29,17 @@ fn target(up: &Upstreams, live: &Live) -> Option<Arc<Target>> {
     up.own_target(&rung, &format!("byok:{}", c.id), Some(live))
 }
 
+/// Why a call about the account got no answer; a refused org URL says so, and
+/// nothing of what such an address would have answered is ever read.
+fn unreachable(provider: &str, f: &Failure) -> String {
+    match f {
+        Failure::Connect(why) if why == egress::REFUSED => format!(
+            "{provider} was not called: the account's URL leads to a non-public address, which this gateway does not allow"
+        ),
+        f => format!("{provider} could not be reached ({})", f.label()),
+    }
+}
+
 /// Lists the provider's models with the account's key: a 2xx means it works.
 pub async fn check(config: &Config, live: &Live) -> Checked {
     let provider = live.conn.provider.as_str();
@@ -43,6 +55,9 @@ pub async fn check(config: &Config, live: &Live) -> Checked {
     if provider == "vertex" {
         return match up.check_own_vertex(&t).await {
             Ok(()) => Checked::Ok("vertex issued an access token for the service account".into()),
+            Err(Failure::Connect(why)) if why == egress::REFUSED => {
+                Checked::Failed(unreachable(provider, &Failure::Connect(why)))
+            }
             Err(f) => Checked::Failed(format!(
                 "vertex refused the service account ({})",
                 f.label()
@@ -63,7 +78,7 @@ pub async fn check(config: &Config, live: &Live) -> Checked {
             Checked::Failed(format!("{provider} refused the key (status {s})"))
         }
         Ok((s, _)) => Checked::Failed(format!("{provider} answered status {s}")),
-        Err(f) => Checked::Failed(format!("{provider} could not be reached ({})", f.label())),
+        Err(f) => Checked::Failed(unreachable(provider, &f)),
     }
 }
 
@@ -87,9 +102,6 @@ pub async fn spend(config: &Config, live: &Live) -> Result<i64, String> {
             Ok((usd * 1_000_000.0).round() as i64)
         }
         Ok((s, _)) => Err(format!("{provider} answered status {s} reading spend")),
-        Err(f) => Err(format!(
-            "{provider} could not be reached reading spend ({})",
-            f.label()
-        )),
+        Err(f) => Err(format!("{} reading spend", unreachable(provider, &f))),
     }
 }

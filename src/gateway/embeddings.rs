@@ -243,7 +243,11 @@ pub async fn serve(
                 ));
             }
             Err(f) => {
-                gw.breaker.failure(&t.breaker_key);
+                if f.trips_breaker() {
+                    gw.breaker.failure(&t.breaker_key);
+                } else {
+                    gw.breaker.abandon(&t.breaker_key);
+                }
                 ex.attempt(&t.provider, &f.label());
                 reasons.push(format!("{} ({})", t.rung_id, describe(&f)));
             }

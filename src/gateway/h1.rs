@@ -13,6 +13,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// A header block larger than this is refused (as a proxy would).
 const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 128;
+/// Interim (1xx) answers skipped before the final one; a server needs one or two,
+/// and each costs a parse: a hostile one could send thousands.
+const MAX_INTERIM: usize = 8;
 /// Bytes asked of the socket per read.
 const READ_SIZE: usize = 16 * 1024;
 
@@ -34,6 +37,16 @@ enum Body {
     Done,
 }
 
+/// What one parse of the buffer found.
+enum Parsed {
+    /// The final answer's head; the body follows.
+    Final,
+    /// An interim (1xx) answer, dropped.
+    Interim,
+    /// More bytes are needed.
+    Partial,
+}
+
 /// One answer being read from `S`.
 pub struct Response<S> {
     stream: S,
@@ -41,6 +54,10 @@ pub struct Response<S> {
     status: u16,
     body: Body,
     keepalive: bool,
+    /// Interim answers skipped so far, and their bytes (counted against
+    /// `MAX_HEAD` with the final head).
+    interim: usize,
+    interim_bytes: usize,
 }
 
 impl<S: AsyncRead + Unpin> Response<S> {
@@ -52,12 +69,14 @@ impl<S: AsyncRead + Unpin> Response<S> {
             status: 0,
             body: Body::Done,
             keepalive: false,
+            interim: 0,
+            interim_bytes: 0,
         };
         loop {
-            if !r.buf.is_empty() && r.parse_head()? {
+            if r.parse_head()? {
                 return Ok(r);
             }
-            if r.buf.len() >= MAX_HEAD {
+            if r.interim_bytes + r.buf.len() >= MAX_HEAD {
                 return Error::e_explain(ErrorType::InvalidHTTPHeader, "response header too large");
             }
             if r.fill().await? == 0 {
@@ -69,22 +88,42 @@ impl<S: AsyncRead + Unpin> Response<S> {
         }
     }
 
-    /// Parses a complete head from the buffer, if there is one; an interim (1xx)
-    /// answer is dropped and `false` returned so the caller reads on.
+    /// Parses a complete head from the buffer, if there is one; interim (1xx)
+    /// answers are dropped (a loop, never recursion: each parse holds a header
+    /// array on the stack) and `false` returned when the caller must read on.
     fn parse_head(&mut self) -> Result<bool> {
+        loop {
+            match self.next_head()? {
+                Parsed::Final => return Ok(true),
+                Parsed::Partial => return Ok(false),
+                Parsed::Interim => {}
+            }
+        }
+    }
+
+    /// Parses one head off the buffer.
+    fn next_head(&mut self) -> Result<Parsed> {
+        if self.buf.is_empty() {
+            return Ok(Parsed::Partial);
+        }
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut resp = httparse::Response::new(&mut headers);
         let len = match resp.parse(&self.buf) {
             Ok(httparse::Status::Complete(n)) => n,
-            Ok(httparse::Status::Partial) => return Ok(false),
+            Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
             Err(e) => {
                 return Error::e_explain(ErrorType::InvalidHTTPHeader, format!("response: {e}"))
             }
         };
         let status = resp.code.unwrap_or(0);
         if (100..200).contains(&status) && status != 101 {
+            self.interim += 1;
+            self.interim_bytes += len;
+            if self.interim > MAX_INTERIM {
+                return Error::e_explain(ErrorType::InvalidHTTPHeader, "too many interim answers");
+            }
             self.buf.advance(len);
-            return Ok(!self.buf.is_empty() && self.parse_head()?);
+            return Ok(Parsed::Interim);
         }
         let mut length = None;
         let mut chunked = false;
@@ -133,7 +172,7 @@ impl<S: AsyncRead + Unpin> Response<S> {
         };
         self.keepalive = !close;
         self.buf.advance(len);
-        Ok(true)
+        Ok(Parsed::Final)
     }
 
     pub fn status(&self) -> u16 {
@@ -309,6 +348,36 @@ mod tests {
         ])
         .await;
         assert_eq!((s, body.unwrap(), reuse), (503, b"no luck".to_vec(), false));
+    }
+
+    #[tokio::test]
+    async fn a_few_interim_answers_are_skipped_and_a_flood_is_refused() {
+        let interim = b"HTTP/1.1 100 Continue\r\n\r\n";
+        let fine = [
+            interim.repeat(MAX_INTERIM),
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(),
+        ]
+        .concat();
+        let (s, body, _) = answer(&[&fine]).await;
+        assert_eq!((s, body.unwrap()), (200, b"ok".to_vec()));
+        let flood = [
+            interim.repeat(MAX_INTERIM + 1),
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(),
+        ]
+        .concat();
+        let (_, body, _) = answer(&[&flood]).await;
+        assert!(body.is_err(), "past the cap the answer is refused");
+    }
+
+    /// Thousands of interim answers in one read: refused, not a stack overflow
+    /// (which would abort the whole process).
+    #[tokio::test]
+    async fn an_interim_flood_in_one_read_does_not_recurse() {
+        let (client, mut server) = tokio::io::duplex(1 << 20);
+        let flood = b"HTTP/1.1 100 \r\n\r\n".repeat(20_000);
+        server.write_all(&flood).await.unwrap();
+        server.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        assert!(Response::read_head(client).await.is_err());
     }
 
     #[tokio::test]

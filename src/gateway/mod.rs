@@ -10,6 +10,7 @@ pub mod auth;
 mod body;
 mod breaker;
 mod chat;
+pub mod egress;
 mod embeddings;
 mod exchange;
 mod h1;

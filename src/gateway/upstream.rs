@@ -5,6 +5,7 @@
 //! and give the connection back only when the answer was whole.
 
 use super::auth::{google, sigv4};
+use super::egress;
 use super::h1;
 use super::pool::IdlePool;
 use crate::catalog::RungSpec;
@@ -29,6 +30,8 @@ const AZURE_API_VERSION: &str = "2024-10-21";
 /// The Anthropic messages API version we speak.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 const DNS_TTL: Duration = Duration::from_secs(60);
+/// Hosts the DNS cache holds at most: org URLs name hosts too, so it is bounded.
+const DNS_MAX: usize = 1024;
 const POOL_IDLE: Duration = Duration::from_secs(60);
 
 /// How a rung is reached.
@@ -68,6 +71,9 @@ pub struct Target {
     /// `host[:port]` for the Host header and signing.
     authority: String,
     peer: PeerCache,
+    /// The address comes from an org (a deployment's or connection's base URL, a
+    /// Vertex token_uri): every connection checks where it really goes.
+    org_url: bool,
 }
 
 /// The peer for the last address the host resolved to, built once: a peer owns
@@ -224,8 +230,48 @@ impl Target {
     }
 }
 
+/// Resolved hosts, each for `DNS_TTL`. Keyed by host strings that org URLs
+/// supply too: expired entries are pruned as it fills, and it never holds more than
+/// `DNS_MAX` (the oldest goes first).
+#[derive(Default)]
+struct DnsCache(Mutex<HashMap<(String, u16), (Resolved, Instant)>>);
+
+/// The first address a name resolved to, and whether all its addresses were public.
+type Resolved = (SocketAddr, bool);
+
+impl DnsCache {
+    fn get(&self, host: &str, port: u16, now: Instant) -> Option<Resolved> {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (addr, at) = m.get(&(host.to_string(), port))?;
+        (now.saturating_duration_since(*at) < DNS_TTL).then_some(*addr)
+    }
+
+    fn put(&self, host: &str, port: u16, addr: Resolved, now: Instant) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (host.to_string(), port);
+        if m.len() >= DNS_MAX && !m.contains_key(&key) {
+            m.retain(|_, (_, at)| now.saturating_duration_since(*at) < DNS_TTL);
+            if m.len() >= DNS_MAX {
+                let oldest = m
+                    .iter()
+                    .min_by_key(|(_, (_, at))| *at)
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = oldest {
+                    m.remove(&k);
+                }
+            }
+        }
+        m.insert(key, (addr, now));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
 /// Splits `http(s)://host[:port][/prefix]`.
-fn parse_base(url: &str) -> Option<(bool, String, u16, String)> {
+pub(crate) fn parse_base(url: &str) -> Option<(bool, String, u16, String)> {
     let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
         (true, r)
     } else {
@@ -276,6 +322,19 @@ impl Failure {
             Failure::Deadline => "deadline".into(),
         }
     }
+
+    /// Whether the failure says the rung is unwell, and so counts toward its
+    /// breaker (shared by every org on a platform rung): 5xx, 408, 429, a refused
+    /// credential (401/403), connect errors, timeouts and deaths. The caller's own
+    /// bad request (400, 404, 413, 422, ...) never does: one org could otherwise
+    /// close a model for everyone.
+    pub fn trips_breaker(&self) -> bool {
+        match self {
+            Failure::Status(s) => *s >= 500 || matches!(s, 401 | 403 | 408 | 429),
+            Failure::Deadline => false,
+            _ => true,
+        }
+    }
 }
 
 pub struct Upstreams {
@@ -284,7 +343,7 @@ pub struct Upstreams {
     idle: IdlePool,
     /// Targets built once per rung (provider, model id, base URL).
     targets: Mutex<HashMap<u64, Arc<Target>>>,
-    dns: Mutex<HashMap<(String, u16), (SocketAddr, Instant)>>,
+    dns: DnsCache,
     /// Platform credentials by provider, read from the environment at start.
     credentials: HashMap<String, Arc<str>>,
     providers: HashMap<String, ProviderConfig>,
@@ -294,6 +353,8 @@ pub struct Upstreams {
     vertex: Option<Arc<Vertex>>,
     /// Org Vertex accounts with their token caches, by connection id and stamp.
     own_vertex: Mutex<HashMap<String, Arc<Vertex>>>,
+    /// `[network] allow_private_upstreams`: org URLs may reach any address.
+    allow_private: bool,
 }
 
 /// A Vertex AI service account and its access token.
@@ -302,6 +363,8 @@ struct Vertex {
     tokens: google::TokenCache,
     /// Serializes refreshes: a burst of requests makes one token request.
     refresh: tokio::sync::Mutex<()>,
+    /// An org's account: its token_uri is an org URL.
+    org: bool,
 }
 
 impl Upstreams {
@@ -326,6 +389,7 @@ impl Upstreams {
                     account,
                     tokens: google::TokenCache::new(),
                     refresh: tokio::sync::Mutex::new(()),
+                    org: false,
                 })),
                 Err(e) => {
                     tracing::warn!("vertex service account not usable: {e}");
@@ -336,12 +400,13 @@ impl Upstreams {
             connector: Connector::new(None),
             idle: IdlePool::new(POOL_IDLE),
             targets: Mutex::new(HashMap::new()),
-            dns: Mutex::new(HashMap::new()),
+            dns: DnsCache::default(),
             credentials,
             providers: config.providers.clone().into_iter().collect(),
             aws: sigv4::AwsCredentials::from_env(),
             vertex,
             own_vertex: Mutex::new(HashMap::new()),
+            allow_private: config.network.allow_private_upstreams,
         }
     }
 
@@ -397,7 +462,13 @@ impl Upstreams {
             Some(OwnCloud::Vertex(v)) => Some(Arc::from(v.account.project_id.as_str())),
             None => account.map(|a| a.secret.clone()),
         };
+        // The operator's own endpoint of a provider with no public one (local,
+        // hosted) is never an org's: the org must name its base URL.
+        if rung.base_url.is_empty() && !crate::config::has_public_endpoint(&rung.provider) {
+            return None;
+        }
         let mut t = self.build_target(rung, Some(credential))?;
+        t.org_url = !rung.base_url.is_empty();
         t.breaker_key = format!("{rung_id}|{}", t.breaker_key);
         t.set_rung_id(rung_id.to_string());
         t.own_cloud = own_cloud;
@@ -426,6 +497,7 @@ impl Upstreams {
             account,
             tokens: google::TokenCache::new(),
             refresh: tokio::sync::Mutex::new(()),
+            org: true,
         });
         cache.retain(|k, _| !k.starts_with(&format!("{}:", a.conn.id)));
         cache.insert(key, v.clone());
@@ -474,6 +546,7 @@ impl Upstreams {
             ),
             authority: Target::authority(tls, &host, port),
             peer: PeerCache::default(),
+            org_url: false,
             tls,
             ip: host.parse().ok(),
             host,
@@ -491,25 +564,44 @@ impl Upstreams {
         Some(t)
     }
 
-    async fn resolve(&self, host: &str, port: u16) -> Result<SocketAddr, Failure> {
-        if let Ok(ip) = host.parse::<std::net::IpAddr>() {
-            return Ok(SocketAddr::new(ip, port));
+    /// Where a target connects: its address, or the first its name resolves to.
+    /// For an org URL (unless private upstreams are allowed) every address must be
+    /// public, and the URL https: a row written while the flag was on, or a name
+    /// whose DNS answer changed since it was written, is refused here.
+    async fn address(&self, t: &Target) -> Result<SocketAddr, Failure> {
+        let guard = t.org_url && !self.allow_private;
+        if guard && !t.tls {
+            return Err(Failure::Connect(egress::REFUSED.into()));
         }
-        let key = (host.to_string(), port);
-        if let Some((addr, at)) = self.dns.lock().ok().and_then(|m| m.get(&key).copied()) {
-            if at.elapsed() < DNS_TTL {
-                return Ok(addr);
-            }
-        }
-        let addr = tokio::net::lookup_host((host, port))
-            .await
-            .map_err(|e| Failure::Connect(format!("dns: {e}")))?
-            .next()
-            .ok_or_else(|| Failure::Connect("dns: no address".into()))?;
-        if let Ok(mut m) = self.dns.lock() {
-            m.insert(key, (addr, Instant::now()));
+        let (addr, public) = match t.ip {
+            Some(ip) => (SocketAddr::new(ip, t.port), egress::is_public(ip)),
+            None => self.resolve(&t.host, t.port).await?,
+        };
+        if guard && !public {
+            return Err(Failure::Connect(egress::REFUSED.into()));
         }
         Ok(addr)
+    }
+
+    /// The first address `host` resolves to, and whether every address it resolves
+    /// to is public.
+    async fn resolve(&self, host: &str, port: u16) -> Result<(SocketAddr, bool), Failure> {
+        if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+            return Ok((SocketAddr::new(ip, port), egress::is_public(ip)));
+        }
+        if let Some(found) = self.dns.get(host, port, Instant::now()) {
+            return Ok(found);
+        }
+        let all: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| Failure::Connect(format!("dns: {e}")))?
+            .collect();
+        let addr = *all
+            .first()
+            .ok_or_else(|| Failure::Connect("dns: no address".into()))?;
+        let public = all.iter().all(|a| egress::is_public(a.ip()));
+        self.dns.put(host, port, (addr, public), Instant::now());
+        Ok((addr, public))
     }
 
     /// A Vertex access token: the cached one, or a fresh one from the account's
@@ -531,6 +623,7 @@ impl Upstreams {
         let token_target = Target {
             authority: Target::authority(tls, &host, port),
             peer: PeerCache::default(),
+            org_url: v.org,
             rung_id: String::new(),
             rung_json: Vec::new(),
             chat_path: String::new(),
@@ -631,10 +724,7 @@ impl Upstreams {
         content_type: &'static str,
         extra: &[(&'static str, &'static str)],
     ) -> Result<Call<'_>, Failure> {
-        let addr = match t.ip {
-            Some(ip) => SocketAddr::new(ip, t.port),
-            None => self.resolve(&t.host, t.port).await?,
-        };
+        let addr = self.address(t).await?;
         let authority = t.authority.as_str();
         let mut head = Head::new(method, path);
         head.field("Host", Val::Str(authority));
@@ -998,6 +1088,41 @@ mod tests {
         bad_name.field("a b", Val::Str("x"));
         assert!(bad_name.to_h1(b"").is_none());
         assert!(Head::new("POST", "/a b").to_h1(b"").is_none());
+    }
+
+    #[test]
+    fn only_the_rungs_own_failures_trip_the_breaker() {
+        for s in [500, 502, 503, 529, 408, 429, 401, 403] {
+            assert!(Failure::Status(s).trips_breaker(), "{s}");
+        }
+        for s in [400, 404, 409, 413, 422] {
+            assert!(!Failure::Status(s).trips_breaker(), "{s}");
+        }
+        assert!(Failure::Connect("refused".into()).trips_breaker());
+        assert!(Failure::HeaderTimeout.trips_breaker());
+        assert!(Failure::FirstTokenTimeout.trips_breaker());
+        assert!(Failure::DiedBeforeOutput.trips_breaker());
+        assert!(!Failure::Deadline.trips_breaker());
+    }
+
+    #[test]
+    fn the_dns_cache_is_bounded_and_pruned() {
+        let cache = DnsCache::default();
+        let addr: Resolved = ("203.0.113.7:443".parse().unwrap(), true);
+        let t0 = Instant::now();
+        for i in 0..DNS_MAX * 3 {
+            cache.put(&format!("h{i}.example"), 443, addr, t0);
+        }
+        assert_eq!(cache.len(), DNS_MAX, "never past the bound");
+        assert_eq!(
+            cache.get(&format!("h{}.example", DNS_MAX * 3 - 1), 443, t0),
+            Some(addr)
+        );
+        // Once they expired, the next insert sweeps them all out.
+        let later = t0 + DNS_TTL + Duration::from_secs(1);
+        assert_eq!(cache.get("h0.example", 443, later), None);
+        cache.put("fresh.example", 443, addr, later);
+        assert_eq!(cache.len(), 1);
     }
 
     #[test]

@@ -295,7 +295,11 @@ pub async fn serve(
                     );
                 }
                 Attempt::Failed(f) => {
-                    gw.breaker.failure(&target.breaker_key);
+                    if f.trips_breaker() {
+                        gw.breaker.failure(&target.breaker_key);
+                    } else {
+                        gw.breaker.abandon(&target.breaker_key);
+                    }
                     reasons.push(format!("{} ({})", target.rung_id, describe(&f)));
                     if f == Failure::DiedBeforeOutput {
                         died += 1;
