@@ -888,3 +888,67 @@ async fn bad_configuration_fails_fast_with_a_message() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test]
+async fn orchestrator_variables_are_ignored_and_a_bad_value_names_its_key() {
+    let b = Backend::fresh().await;
+    // What a Kubernetes Service named sluice injects, the test scripts' own
+    // variables, and the hosted provider's credential as once documented.
+    let injected = [
+        ("SLUICE_SERVICE_HOST", "10.0.0.1"),
+        ("SLUICE_SERVICE_PORT", "8080"),
+        ("SLUICE_PORT", "tcp://10.0.0.1:8080"),
+        ("SLUICE_PORT_8080_TCP_ADDR", "10.0.0.1"),
+        ("SLUICE_TEST_REDIS_URL", "redis://127.0.0.1:1/"),
+        ("SLUICE_HOSTED_API_KEY", "hosted-secret-value"),
+    ];
+    let mut opts = fixture();
+    for (k, v) in injected {
+        opts = opts.env(k, v);
+    }
+    let out = harness::command(&b, &opts).arg("migrate").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("SLUICE_")).collect();
+    assert_eq!(warnings.len(), 1, "one warning line: {err}");
+    for (k, _) in injected {
+        assert!(warnings[0].contains(k), "{k} named: {err}");
+    }
+    assert!(!err.contains("hosted-secret-value"), "no value is logged: {err}");
+
+    // A known key with a bad value still refuses to start, naming the key.
+    let out = harness::command(&b, &fixture().env("SLUICE_SERVER__THREADS", "many"))
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(err.contains("server.threads"), "{err}");
+}
+
+#[tokio::test]
+async fn contract_sections_of_features_not_built_yet_are_accepted_with_one_warning() {
+    let b = Backend::fresh().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sluice.toml");
+    std::fs::write(
+        &file,
+        "[search]\nbackend = \"none\"\n[payments]\nprovider = \"none\"\n\
+         [observability]\nlog_format = \"text\"\n[network]\nallow_private_upstreams = false\n",
+    )
+    .unwrap();
+    let out = harness::command(&b, &fixture())
+        .arg("migrate")
+        .arg("--config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("not built")).collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    for section in ["search", "payments", "observability"] {
+        assert!(warnings[0].contains(section), "{section}: {err}");
+    }
+    assert!(!warnings[0].contains("network"), "{err}");
+}
