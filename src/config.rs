@@ -595,10 +595,7 @@ impl Config {
             user = user.merge(f.clone());
         }
         user = user.merge(env);
-        let set: Vec<&str> = NOT_BUILT
-            .into_iter()
-            .filter(|k| user.contains(k))
-            .collect();
+        let set: Vec<&str> = NOT_BUILT.into_iter().filter(|k| user.contains(k)).collect();
         if !set.is_empty() {
             tracing::warn!(
                 "config keys of features not built yet are accepted and have no effect: {}",
@@ -874,14 +871,23 @@ log_format = "json"
         let base = std::path::absolute(&conf).unwrap();
         assert_eq!(
             c.storage.database_url,
-            format!("sqlite://{}?mode=rwc", base.join("state/sluice.db").display())
+            format!(
+                "sqlite://{}?mode=rwc",
+                base.join("state/sluice.db").display()
+            )
         );
-        assert_eq!(c.catalog.path, base.join("catalog.toml").display().to_string());
+        assert_eq!(
+            c.catalog.path,
+            base.join("catalog.toml").display().to_string()
+        );
         assert_eq!(
             c.storage.usage_spool,
             base.join("state/spool.jsonl").display().to_string()
         );
-        assert_eq!(c.storage.objects, format!("file://{}", base.join("objects").display()));
+        assert_eq!(
+            c.storage.objects,
+            format!("file://{}", base.join("objects").display())
+        );
         assert_eq!(c.secrets.key_file, "/abs/secret.key");
         assert!(!c.responses.prompt_capture_default);
         assert!(!c.signup.enabled && c.web.cookie_secure);

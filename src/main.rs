@@ -43,8 +43,9 @@ enum AdminCommand {
         name: String,
         #[arg(long)]
         email: Option<String>,
-        #[arg(long)]
-        email_verified: bool,
+        /// Default: verified unless --email is given; `--email-verified` alone is true.
+        #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+        email_verified: Option<bool>,
         /// Card on file and the 1 USD verification settled.
         #[arg(long)]
         card_verified: bool,

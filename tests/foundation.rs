@@ -145,7 +145,7 @@ async fn admin_api_is_guarded_and_does_what_the_contract_says() {
         .admin(
             Method::POST,
             "/admin/orgs",
-            Some(json!({"name": "beta", "credits_usd": 2.5, "tier": 1})),
+            Some(json!({"name": "beta", "email": "ops@beta.test", "credits_usd": 2.5, "tier": 1})),
         )
         .await;
     assert_eq!(st, 201);
@@ -914,7 +914,10 @@ async fn orchestrator_variables_are_ignored_and_a_bad_value_names_its_key() {
     for (k, _) in injected {
         assert!(warnings[0].contains(k), "{k} named: {err}");
     }
-    assert!(!err.contains("hosted-secret-value"), "no value is logged: {err}");
+    assert!(
+        !err.contains("hosted-secret-value"),
+        "no value is logged: {err}"
+    );
 
     // A known key with a bad value still refuses to start, naming the key.
     let out = harness::command(&b, &fixture().env("SLUICE_SERVER__THREADS", "many"))
@@ -951,4 +954,153 @@ async fn contract_sections_of_features_not_built_yet_are_accepted_with_one_warni
         assert!(warnings[0].contains(section), "{section}: {err}");
     }
     assert!(!warnings[0].contains("network"), "{err}");
+}
+
+#[tokio::test]
+async fn operator_orgs_are_email_verified_unless_an_address_awaits_verification() {
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, fixture()).await;
+    let verified = |body: Value| {
+        let s = &s;
+        async move {
+            let (st, o) = s.admin(Method::POST, "/admin/orgs", Some(body)).await;
+            assert_eq!(st, 201, "{o}");
+            let id = o["org_id"].as_str().unwrap().to_string();
+            let (_, o) = s
+                .admin(Method::GET, &format!("/admin/orgs/{id}"), None)
+                .await;
+            o["email_verified"].clone()
+        }
+    };
+    assert_eq!(verified(json!({"name": "a"})).await, true);
+    assert_eq!(
+        verified(json!({"name": "b", "email": "b@x.test"})).await,
+        false
+    );
+    assert_eq!(
+        verified(json!({"name": "c", "email_verified": false})).await,
+        false
+    );
+    let body = json!({"name": "d", "email": "d@x.test", "email_verified": true});
+    assert_eq!(verified(body).await, true);
+    // The CLI follows the same rule.
+    let (ok, o) = admin_cli(&b, &["create-org", "--name", "e"]);
+    assert!(ok, "{o}");
+    let (_, shown) = admin_cli(&b, &["show-org", o["org_id"].as_str().unwrap()]);
+    assert_eq!(shown["email_verified"], true);
+    let (ok, o) = admin_cli(&b, &["create-org", "--name", "f", "--email", "f@x.test"]);
+    assert!(ok, "{o}");
+    let (_, shown) = admin_cli(&b, &["show-org", o["org_id"].as_str().unwrap()]);
+    assert_eq!(shown["email_verified"], false);
+    let (ok, o) = admin_cli(
+        &b,
+        &["create-org", "--name", "g", "--email-verified", "false"],
+    );
+    assert!(ok, "{o}");
+    let (_, shown) = admin_cli(&b, &["show-org", o["org_id"].as_str().unwrap()]);
+    assert_eq!(shown["email_verified"], false);
+}
+
+/// `sluice` run the way a new user runs it: from a folder of their own, no config
+/// file, the built-in defaults (SQLite under ./data, the built-in catalog).
+fn bare(cwd: &std::path::Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.current_dir(cwd)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn")
+        .env("SLUICE_SERVER__LISTEN", "127.0.0.1:0")
+        .env("SLUICE_SERVER__WEB_LISTEN", "127.0.0.1:0")
+        .env("SLUICE_SERVER__OPS_LISTEN", "127.0.0.1:0");
+    cmd
+}
+
+fn cli(cwd: &std::path::Path, args: &[&str]) -> Value {
+    let out = bare(cwd).arg("admin").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn the_quickstart_answers_from_any_folder_with_the_mock_as_local_provider() {
+    let mock = sluice_mock::Mock::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = bare(home.path());
+    // The README runs the mock on the local provider's default port; here any port.
+    cmd.env(
+        "SLUICE_PROVIDERS__LOCAL__BASE_URL",
+        format!("{}/v1", mock.base_url()),
+    );
+    let db = format!("sqlite://{}/data/sluice.db", home.path().display());
+    let s = Sluice::spawn(cmd, &db).await;
+    // The README's commands, verbatim: an org with credits and no more, a key.
+    let org = cli(
+        home.path(),
+        &["create-org", "--name", "acme", "--credits-usd", "10"],
+    );
+    let key = cli(
+        home.path(),
+        &["create-key", org["org_id"].as_str().unwrap()],
+    );
+    let key = key["api_key"].as_str().unwrap();
+    // The key works at once: no wait for the directory's poll.
+    let (st, models) = s.get("/v1/models", Some(key)).await;
+    assert_eq!(st, 200, "{models}");
+    let (st, v) = s
+        .post(
+            "/v1/chat/completions",
+            Some(key),
+            &json!({"model": "llama-3.2-3b", "messages": [{"role": "user", "content": "Hello"}]}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert!(v["choices"][0]["message"]["content"].is_string(), "{v}");
+    // The built-in catalog is served, though no catalog file is anywhere near.
+    let (_, all) = list(&s, "?limit=1000").await;
+    assert!(slugs(&all).contains(&"gpt-4.1-mini".to_string()), "{all}");
+    assert!(home.path().join("data/sluice.db").exists());
+}
+
+#[tokio::test]
+async fn relative_paths_in_a_config_file_resolve_against_its_folder() {
+    let home = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let conf = home.path().join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    std::fs::copy(
+        repo_path("tests/fixtures/catalog.toml"),
+        conf.join("models.toml"),
+    )
+    .unwrap();
+    std::fs::write(
+        conf.join("sluice.toml"),
+        "[catalog]\npath = \"models.toml\"\n\
+         [storage]\ndatabase_url = \"sqlite://../state/sluice.db\"\n\
+         usage_spool = \"../state/spool.jsonl\"\n\
+         [secrets]\nkey_file = \"../state/secret.key\"\n",
+    )
+    .unwrap();
+    let mut cmd = bare(elsewhere.path());
+    cmd.arg("--config").arg(conf.join("sluice.toml"));
+    let db = format!("sqlite://{}/state/sluice.db", home.path().display());
+    let s = Sluice::spawn(cmd, &db).await;
+    let (st, all) = list(&s, "?limit=1000").await;
+    assert_eq!(st, 200, "{all}");
+    let fixture = sluice::catalog::load_file(std::path::Path::new(&repo_path(
+        "tests/fixtures/catalog.toml",
+    )))
+    .unwrap();
+    let mut want: Vec<String> = fixture.iter().map(|m| m.slug.clone()).collect();
+    want.sort();
+    let mut got = slugs(&all);
+    got.sort();
+    assert_eq!(got, want, "the file's catalog, not the built-in one");
+    assert!(home.path().join("state/sluice.db").exists());
+    assert!(home.path().join("state/secret.key").exists());
+    assert!(!elsewhere.path().join("data").exists());
+    assert!(!elsewhere.path().join("state").exists());
 }
