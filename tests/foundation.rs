@@ -264,6 +264,21 @@ async fn admin_api_is_guarded_and_does_what_the_contract_says() {
         .await;
     assert_error(st, &v, 400, "invalid_parameter");
     assert_eq!(v["error"]["param"], "expires_at");
+    // Seconds whose milliseconds overflow: refused, not wrapped into the past.
+    for huge in [
+        json!(9_000_000_000_000_000_000u64),
+        json!(9_223_372_036_854_775_807i64),
+    ] {
+        let (st, v) = s
+            .admin(
+                Method::POST,
+                &format!("/admin/orgs/{org_id}/keys"),
+                Some(json!({ "expires_at": huge })),
+            )
+            .await;
+        assert_error(st, &v, 400, "invalid_parameter");
+        assert_eq!(v["error"]["param"], "expires_at");
+    }
 }
 
 #[tokio::test]
@@ -1103,4 +1118,37 @@ async fn relative_paths_in_a_config_file_resolve_against_its_folder() {
     assert!(home.path().join("state/secret.key").exists());
     assert!(!elsewhere.path().join("data").exists());
     assert!(!elsewhere.path().join("state").exists());
+}
+
+#[tokio::test]
+async fn platform_rung_base_urls_are_never_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("catalog.toml");
+    let mut text = std::fs::read_to_string(repo_path("tests/fixtures/catalog.toml")).unwrap();
+    text.push_str(
+        "\n[[model]]\nslug = \"inner-1.0\"\ndisplay_name = \"Inner\"\nkind = \"chat\"\n\
+         owned_by = \"meta\"\ncontext_window = 8192\nmax_input_tokens = 8192\n\
+         modalities = [\"text\"]\nsupported_params = [\"max_tokens\"]\n\
+         price = { input = 1, cached_input = 1, output = 1 }\ncategory = \"general\"\n\
+         max_output_tokens = 1024\n\n[[model.rung]]\nprovider = \"hosted\"\n\
+         provider_model_id = \"inner\"\nbase_url = \"http://gpu-7.corp.internal:8000/v1\"\n",
+    );
+    std::fs::write(&catalog, text).unwrap();
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, Opts::default().catalog(catalog.display())).await;
+    let (_, _, key) = s.org_and_key().await;
+    for (path, key) in [
+        ("/api/models/inner-1.0/providers", None),
+        ("/api/models/inner-1.0/providers", Some(key.as_str())),
+        ("/api/models/inner-1.0", None),
+        ("/api/models?limit=1000", None),
+    ] {
+        let r = s.get(path, key).await;
+        assert_eq!(r.0, 200, "{path}: {}", r.1);
+        assert!(
+            !r.1.to_string().contains("gpu-7.corp.internal"),
+            "{path}: {}",
+            r.1
+        );
+    }
 }

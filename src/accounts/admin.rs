@@ -119,13 +119,17 @@ pub async fn create_key(
 ) -> Result<Value, ApiError> {
     let expires_at = match &req.expires_at {
         None | Some(Value::Null) => None,
+        // Checked: seconds past i64::MAX / 1000 would wrap to a time in the past.
         Some(Value::Number(n)) => Some(
-            n.as_i64().filter(|s| *s > 0).ok_or_else(|| {
-                ApiError::invalid_parameter(
-                    "expires_at",
-                    "expires_at must be a positive Unix time in seconds",
-                )
-            })? * 1000,
+            n.as_i64()
+                .filter(|s| *s > 0)
+                .and_then(|s| s.checked_mul(1000))
+                .ok_or_else(|| {
+                    ApiError::invalid_parameter(
+                        "expires_at",
+                        "expires_at must be a positive Unix time in seconds",
+                    )
+                })?,
         ),
         Some(Value::String(s)) => Some(parse_rfc3339_ms(s).ok_or_else(|| {
             ApiError::invalid_parameter(

@@ -84,7 +84,9 @@ impl Model {
         })
     }
 
-    /// A deployment entry as the management API shows it.
+    /// A deployment entry as the management API shows it. A base URL shows only
+    /// on an org's own model (whose reads only its org gets): the platform's rung
+    /// URLs may name internal hosts.
     pub fn deployment_json(&self, r: &RungSpec) -> Value {
         let mut v = json!({
             "provider": r.provider,
@@ -93,7 +95,7 @@ impl Model {
             "zdr": r.zdr,
             "caps": r.caps,
         });
-        if !r.base_url.is_empty() {
+        if self.owner.is_some() && !r.base_url.is_empty() {
             v["base_url"] = Value::from(r.base_url.as_str());
         }
         v
