@@ -428,6 +428,9 @@ pub struct LimitsConfig {
     pub early_header_ms: u64,
     /// How long an Idempotency-Key result is kept for replay.
     pub idempotency_ttl_seconds: u64,
+    /// Larger answers are not stored for replay (a retry gets 409
+    /// `idempotency_replay_unavailable`): every stored row sits in the database.
+    pub idempotency_max_tape_bytes: usize,
 }
 
 /// The per-rung circuit breaker.
@@ -511,6 +514,7 @@ impl Default for LimitsConfig {
             max_response_bytes: 64 * 1024 * 1024,
             early_header_ms: 10_000,
             idempotency_ttl_seconds: 86_400,
+            idempotency_max_tape_bytes: 4 * 1024 * 1024,
         }
     }
 }

@@ -74,6 +74,7 @@ impl AppState {
             self.counters.clone(),
             self.instance_id.clone(),
         );
+        crate::gateway::idempotency::spawn_sweep(self.db.clone());
     }
 
     pub fn draining(&self) -> bool {

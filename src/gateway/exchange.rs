@@ -54,8 +54,10 @@ pub struct Exchange {
     /// A rung served content: only then is the call billed (failed and empty
     /// attempts cost nothing).
     pub billable: bool,
-    /// What went to the client, kept only for a request with an Idempotency-Key.
+    /// What went to the client, kept only for a request with an Idempotency-Key;
+    /// dropped (`None`) once it outgrows `tape_cap`.
     pub tape: Option<Box<Tape>>,
+    pub tape_cap: usize,
 }
 
 /// An answer as the client received it: status, the headers worth replaying, and
@@ -86,6 +88,7 @@ impl Exchange {
             lane: crate::byok::Lane::Platform,
             billable: false,
             tape: None,
+            tape_cap: usize::MAX,
         }
     }
 
@@ -105,7 +108,12 @@ impl Exchange {
     /// Records body bytes sent to the client when the request is being taped.
     pub fn tape_body(&mut self, bytes: &[u8]) {
         if let Some(t) = self.tape.as_deref_mut() {
-            t.body.extend_from_slice(bytes);
+            if t.body.len().saturating_add(bytes.len()) > self.tape_cap {
+                // Too large to keep for a replay: free it now, not at the end.
+                self.tape = None;
+            } else {
+                t.body.extend_from_slice(bytes);
+            }
         }
     }
 

@@ -184,6 +184,7 @@ pub async fn handle(
                         }
                         Claim::Fresh(t) => {
                             ex.tape = Some(Box::default());
+                            ex.tape_cap = state.config.limits.idempotency_max_tape_bytes;
                             ticket = Some(t);
                         }
                     }
