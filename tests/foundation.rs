@@ -1152,3 +1152,35 @@ async fn platform_rung_base_urls_are_never_shown() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_revocation_stamped_by_a_lagging_clock_still_reaches_every_instance() {
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, fixture()).await;
+    let (_, key_id, key) = s.org_and_key().await;
+    // A second key, made later, moves the instance's watermark past the first.
+    let (_, _, later) = s.org_and_key().await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(s.get("/v1/models", Some(&later)).await.0, 200);
+    assert_eq!(s.get("/v1/models", Some(&key)).await.0, 200);
+    // Revoked by a writer whose clock runs ten seconds behind (another instance,
+    // or the CLI on another machine), straight in the shared database.
+    let db = sluice::store::Db::connect(&b.database_url).await.unwrap();
+    let lagging = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        - 10_000;
+    sqlx::query("UPDATE api_keys SET revoked_at = $1, updated_at = $1 WHERE id = $2")
+        .bind(lagging)
+        .bind(&key_id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.get("/v1/models", Some(&key)).await.0 != 401 {
+        assert!(Instant::now() < deadline, "the revocation was never seen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(s.get("/v1/models", Some(&later)).await.0, 200);
+}

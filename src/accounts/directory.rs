@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How far back each poll re-reads, to catch writes whose transaction committed
-/// after a later-stamped one was already seen.
+/// after a later-stamped one was already seen. Stamps come from the database's
+/// clock (migration 0006), so writers' clocks may disagree.
 const OVERLAP_MS: i64 = 2_000;
 
 /// How often the directory polls for changes.

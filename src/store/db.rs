@@ -56,6 +56,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0005_byok.sql"),
         include_str!("../../migrations/postgres/0005_byok.sql"),
     ),
+    (
+        6,
+        "key and org changes stamped with the database clock",
+        include_str!("../../migrations/sqlite/0006_db_clock_stamps.sql"),
+        include_str!("../../migrations/postgres/0006_db_clock_stamps.sql"),
+    ),
 ];
 
 impl Db {
