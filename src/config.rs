@@ -265,6 +265,33 @@ impl std::fmt::Debug for SecretsConfig {
     }
 }
 
+impl std::fmt::Debug for StorageConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorageConfig")
+            .field("database_url", &without_userinfo(&self.database_url))
+            .field("redis_url", &without_userinfo(&self.redis_url))
+            .field("usage_spool", &self.usage_spool)
+            .field("objects", &self.objects)
+            .field("s3_endpoint", &self.s3_endpoint)
+            .field("signing_secret_env", &self.signing_secret_env)
+            .finish()
+    }
+}
+
+/// A URL with its `user:password@` part replaced.
+fn without_userinfo(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            match rest[..end].rfind('@') {
+                Some(at) => format!("{scheme}://<redacted>@{}", &rest[at + 1..]),
+                None => url.to_string(),
+            }
+        }
+        None => url.to_string(),
+    }
+}
+
 /// What Debug shows of a secret: whether it is set, never its text.
 fn redacted(secret: &str) -> &'static str {
     if secret.is_empty() {
@@ -363,7 +390,8 @@ pub struct ServerConfig {
     pub grace_period_seconds: u64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// Debug hides the URLs' credentials (`postgres://user:pass@…`, `redis://:pass@…`).
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
     pub database_url: String,
@@ -910,8 +938,17 @@ log_format = "json"
         c.admin.token = "admin-token-abc".into();
         c.secrets.key = "c2VjcmV0LWtleS1ieXRlcw==".into();
         c.email.smtp_url = "smtps://user:hunter2@mail:465".into();
+        c.storage.database_url = "postgres://app:pg-pass-9@db.internal/sluice".into();
+        c.storage.redis_url = "redis://:redis-pass-7@cache:6379/0".into();
         let shown = format!("{c:?}");
-        for secret in ["admin-token-abc", "c2VjcmV0LWtleS1ieXRlcw==", "hunter2"] {
+        assert!(shown.contains("db.internal/sluice"), "{shown}");
+        for secret in [
+            "admin-token-abc",
+            "c2VjcmV0LWtleS1ieXRlcw==",
+            "hunter2",
+            "pg-pass-9",
+            "redis-pass-7",
+        ] {
             assert!(!shown.contains(secret), "{secret} in {shown}");
         }
         assert!(shown.contains("<redacted>"));
