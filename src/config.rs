@@ -40,6 +40,14 @@ pub struct Config {
     pub billing: BillingConfig,
     pub secrets: SecretsConfig,
     pub network: NetworkConfig,
+    pub search: SearchConfig,
+    pub tool_search: ToolSearchConfig,
+    pub telemetry: TelemetryConfig,
+    pub email: EmailConfig,
+    pub signup: SignupConfig,
+    pub web: WebConfig,
+    pub payments: PaymentsConfig,
+    pub observability: ObservabilityConfig,
 }
 
 /// Where org-supplied upstream URLs may point.
@@ -52,13 +60,245 @@ pub struct NetworkConfig {
     pub allow_private_upstreams: bool,
 }
 
-/// The key that seals BYOK secrets at rest.
+// Sections of CONTRACT.md's second wave. They are typed and defaulted here so a
+// contract-conforming file loads; features not built yet ignore them, and
+// `Config::load` says so once (see `NOT_BUILT`).
+
+/// Service-run web search.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchConfig {
+    /// none | searxng | brave.
+    pub backend: String,
+    pub url: String,
+    pub api_key_env: String,
+    pub timeout_ms: u64,
+    pub results: u32,
+    pub fee_usd: f64,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        SearchConfig {
+            backend: "none".into(),
+            url: String::new(),
+            api_key_env: String::new(),
+            timeout_ms: 3_000,
+            results: 5,
+            fee_usd: 0.007,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolSearchConfig {
+    pub max_rounds: u32,
+    pub max_results: u32,
+}
+
+impl Default for ToolSearchConfig {
+    fn default() -> Self {
+        ToolSearchConfig {
+            max_rounds: 3,
+            max_results: 5,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    pub max_upload_bytes: u64,
+    pub ticket_ttl: String,
+    pub braintrust_url: String,
+    pub langsmith_url: String,
+    pub langfuse_url: String,
+    pub posthog_url: String,
+    pub mastra_url: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            max_upload_bytes: 52_428_800,
+            ticket_ttl: "2h".into(),
+            braintrust_url: "https://api.braintrust.dev".into(),
+            langsmith_url: "https://api.smith.langchain.com".into(),
+            langfuse_url: "https://cloud.langfuse.com".into(),
+            posthog_url: "https://us.posthog.com".into(),
+            mastra_url: String::new(),
+        }
+    }
+}
+
+/// Outgoing mail. `smtp_url` may carry a password: Debug redacts it.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmailConfig {
+    pub smtp_url: String,
+    pub from: String,
+}
+
+impl std::fmt::Debug for EmailConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmailConfig")
+            .field("smtp_url", &redacted(&self.smtp_url))
+            .field("from", &self.from)
+            .finish()
+    }
+}
+
+impl Default for EmailConfig {
+    fn default() -> Self {
+        EmailConfig {
+            smtp_url: String::new(),
+            from: "sluice <no-reply@localhost>".into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SignupConfig {
+    pub enabled: bool,
+    pub credits_usd: f64,
+    pub per_origin_per_hour: u32,
+}
+
+impl Default for SignupConfig {
+    fn default() -> Self {
+        SignupConfig {
+            enabled: true,
+            credits_usd: 0.0,
+            per_origin_per_hour: 5,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebConfig {
+    pub session_ttl: String,
+    pub cookie_secure: bool,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebConfig {
+            session_ttl: "30d".into(),
+            cookie_secure: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PaymentsConfig {
+    /// none | stripe.
+    pub provider: String,
+    pub api_base: String,
+    pub secret_key_env: String,
+    pub webhook_secret_env: String,
+}
+
+impl Default for PaymentsConfig {
+    fn default() -> Self {
+        PaymentsConfig {
+            provider: "none".into(),
+            api_base: "https://api.stripe.com".into(),
+            secret_key_env: "STRIPE_SECRET_KEY".into(),
+            webhook_secret_env: "STRIPE_WEBHOOK_SECRET".into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ObservabilityConfig {
+    /// text | json.
+    pub log_format: String,
+    pub otlp_endpoint: String,
+}
+
+impl Default for ObservabilityConfig {
+    fn default() -> Self {
+        ObservabilityConfig {
+            log_format: "text".into(),
+            otlp_endpoint: String::new(),
+        }
+    }
+}
+
+/// Config keys (sections or single keys) of features not built yet: accepted, and
+/// named in one warning line when the operator sets them, since they do nothing.
+const NOT_BUILT: [&str; 12] = [
+    "search",
+    "tool_search",
+    "telemetry",
+    "email",
+    "signup",
+    "web",
+    "payments",
+    "observability",
+    "responses.prompt_capture_default",
+    "storage.objects",
+    "storage.s3_endpoint",
+    "storage.signing_secret_env",
+];
+
+/// The key that seals BYOK secrets at rest (Debug redacts it).
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SecretsConfig {
     /// Base64 of 32 random bytes; empty: use (or create) `key_file`.
     pub key: String,
     pub key_file: String,
+}
+
+impl std::fmt::Debug for SecretsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretsConfig")
+            .field("key", &redacted(&self.key))
+            .field("key_file", &self.key_file)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for StorageConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorageConfig")
+            .field("database_url", &without_userinfo(&self.database_url))
+            .field("redis_url", &without_userinfo(&self.redis_url))
+            .field("usage_spool", &self.usage_spool)
+            .field("objects", &self.objects)
+            .field("s3_endpoint", &self.s3_endpoint)
+            .field("signing_secret_env", &self.signing_secret_env)
+            .finish()
+    }
+}
+
+/// A URL with its `user:password@` part replaced.
+fn without_userinfo(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            match rest[..end].rfind('@') {
+                Some(at) => format!("{scheme}://<redacted>@{}", &rest[at + 1..]),
+                None => url.to_string(),
+            }
+        }
+        None => url.to_string(),
+    }
+}
+
+/// What Debug shows of a secret: whether it is set, never its text.
+fn redacted(secret: &str) -> &'static str {
+    if secret.is_empty() {
+        ""
+    } else {
+        "<redacted>"
+    }
 }
 
 impl Default for SecretsConfig {
@@ -150,7 +390,8 @@ pub struct ServerConfig {
     pub grace_period_seconds: u64,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// Debug hides the URLs' credentials (`postgres://user:pass@…`, `redis://:pass@…`).
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
     pub database_url: String,
@@ -159,18 +400,34 @@ pub struct StorageConfig {
     /// A local file where usage events that cannot be written wait for the database;
     /// they are replayed, exactly once, as soon as it answers again.
     pub usage_spool: String,
+    /// Telemetry uploads, files, batch outputs: `file://dir` or `s3://bucket/prefix`.
+    pub objects: String,
+    /// An S3-compatible endpoint; empty: the AWS default chain.
+    pub s3_endpoint: String,
+    /// The variable holding the HMAC key of signed URLs.
+    pub signing_secret_env: String,
+}
+
+#[derive(Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Bearer token of /admin; empty disables /admin. Debug redacts it.
+    pub token: String,
+}
+
+impl std::fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminConfig")
+            .field("token", &redacted(&self.token))
+            .finish()
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct AdminConfig {
-    /// Bearer token of /admin; empty disables /admin.
-    pub token: String,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
 pub struct CatalogConfig {
+    /// The public catalog file; empty: the one built into the binary (the
+    /// repository's conf/catalog.toml as of the build).
     pub path: String,
 }
 
@@ -199,6 +456,9 @@ pub struct LimitsConfig {
     pub early_header_ms: u64,
     /// How long an Idempotency-Key result is kept for replay.
     pub idempotency_ttl_seconds: u64,
+    /// Larger answers are not stored for replay (a retry gets 409
+    /// `idempotency_replay_unavailable`): every stored row sits in the database.
+    pub idempotency_max_tape_bytes: usize,
 }
 
 /// The per-rung circuit breaker.
@@ -225,6 +485,8 @@ impl Default for BreakerConfig {
 pub struct ResponsesConfig {
     /// The previous_response_id window, e.g. "24h" or "30d".
     pub retention: String,
+    /// An org's prompt capture until it changes it.
+    pub prompt_capture_default: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -265,14 +527,9 @@ impl Default for StorageConfig {
             database_url: "sqlite://data/sluice.db".into(),
             redis_url: String::new(),
             usage_spool: "data/usage-spool.jsonl".into(),
-        }
-    }
-}
-
-impl Default for CatalogConfig {
-    fn default() -> Self {
-        CatalogConfig {
-            path: "conf/catalog.toml".into(),
+            objects: "file://data/objects".into(),
+            s3_endpoint: String::new(),
+            signing_secret_env: "GATEWAY_SIGNING_SECRET".into(),
         }
     }
 }
@@ -285,6 +542,7 @@ impl Default for LimitsConfig {
             max_response_bytes: 64 * 1024 * 1024,
             early_header_ms: 10_000,
             idempotency_ttl_seconds: 86_400,
+            idempotency_max_tape_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -293,6 +551,7 @@ impl Default for ResponsesConfig {
     fn default() -> Self {
         ResponsesConfig {
             retention: "30d".into(),
+            prompt_capture_default: true,
         }
     }
 }
@@ -317,7 +576,7 @@ fn provider_default(name: &str) -> ProviderConfig {
             "GOOGLE_APPLICATION_CREDENTIALS",
         ),
         "openrouter" => ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
-        "hosted" => ("http://127.0.0.1:8000/v1", "SLUICE_HOSTED_API_KEY"),
+        "hosted" => ("http://127.0.0.1:8000/v1", "HOSTED_API_KEY"),
         _ => ("http://127.0.0.1:11434/v1", ""),
     };
     ProviderConfig {
@@ -338,27 +597,85 @@ pub fn has_public_endpoint(name: &str) -> bool {
 
 impl Config {
     /// Loads defaults, then `path` (or `conf/sluice.toml` if it exists), then the
-    /// environment, and validates the result.
+    /// environment, and validates the result. Relative paths the file sets resolve
+    /// against the file's folder; `SLUICE_` variables that name no config key are
+    /// ignored with one warning line.
     pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
-        let mut fig = Figment::from(Serialized::defaults(Config::default()));
-        match path {
+        let file = match path {
             Some(p) => {
                 if !p.exists() {
                     bail!("config file {} does not exist", p.display());
                 }
-                fig = fig.merge(Toml::file(p));
+                Some(p.to_path_buf())
             }
-            None => {
-                let p = PathBuf::from("conf/sluice.toml");
-                if p.exists() {
-                    fig = fig.merge(Toml::file(p));
-                }
-            }
+            None => Some(PathBuf::from("conf/sluice.toml")).filter(|p| p.exists()),
+        };
+        let known = known_keys();
+        let env = Env::prefixed("SLUICE_").split("__");
+        let unknown: Vec<String> = env
+            .iter()
+            .map(|(k, _)| k.as_str().to_string())
+            .filter(|k| !key_is_known(&known, k))
+            .map(|k| format!("SLUICE_{}", k.replace('.', "__").to_ascii_uppercase()))
+            .collect();
+        if !unknown.is_empty() {
+            tracing::warn!(
+                "ignoring environment variables that name no config key: {}",
+                unknown.join(", ")
+            );
         }
-        fig = fig.merge(Env::prefixed("SLUICE_").split("__"));
+        // The filter sees the variable's own case; `iter` lower-cases later.
+        let env = env.filter(move |k| key_is_known(&known, &k.as_str().to_ascii_lowercase()));
+        let file_fig = file.as_ref().map(|f| Figment::from(Toml::file(f)));
+        let env_fig = Figment::from(env.clone());
+        let mut user = Figment::new();
+        if let Some(f) = &file_fig {
+            user = user.merge(f.clone());
+        }
+        user = user.merge(env);
+        let set: Vec<&str> = NOT_BUILT.into_iter().filter(|k| user.contains(k)).collect();
+        if !set.is_empty() {
+            tracing::warn!(
+                "config keys of features not built yet are accepted and have no effect: {}",
+                set.join(", ")
+            );
+        }
+        let fig = Figment::from(Serialized::defaults(Config::default())).merge(user);
         let mut config: Config = fig.extract().context("invalid configuration")?;
+        if let (Some(file), Some(file_fig)) = (&file, &file_fig) {
+            let from_file = |key: &str| file_fig.contains(key) && !env_fig.contains(key);
+            config.rebase(&config_dir(file), from_file);
+        }
         config.complete()?;
         Ok(config)
+    }
+
+    /// Resolves the relative paths the config file set against its folder.
+    fn rebase(&mut self, dir: &Path, from_file: impl Fn(&str) -> bool) {
+        if from_file("catalog.path") {
+            self.catalog.path = rebase_path(dir, &self.catalog.path);
+        }
+        if from_file("storage.usage_spool") {
+            self.storage.usage_spool = rebase_path(dir, &self.storage.usage_spool);
+        }
+        if from_file("secrets.key_file") {
+            self.secrets.key_file = rebase_path(dir, &self.secrets.key_file);
+        }
+        if from_file("storage.database_url") && !self.storage.database_url.contains(":memory:") {
+            let url = &self.storage.database_url;
+            if let Some(rest) = url
+                .strip_prefix("sqlite://")
+                .or_else(|| url.strip_prefix("sqlite:"))
+            {
+                let (file, query) = rest.split_at(rest.find('?').unwrap_or(rest.len()));
+                self.storage.database_url = format!("sqlite://{}{query}", rebase_path(dir, file));
+            }
+        }
+        if from_file("storage.objects") {
+            if let Some(rest) = self.storage.objects.strip_prefix("file://") {
+                self.storage.objects = format!("file://{}", rebase_path(dir, rest));
+            }
+        }
     }
 
     /// Fills every provider table from the built-in one and checks values.
@@ -431,6 +748,51 @@ impl Config {
     }
 }
 
+/// The folder a config file's relative paths resolve against (absolute, so logs
+/// and error messages name the real place).
+fn config_dir(file: &Path) -> PathBuf {
+    let dir = file.parent().unwrap_or(Path::new(""));
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// `path` against `dir` when it is relative and set.
+fn rebase_path(dir: &Path, path: &str) -> String {
+    if path.is_empty() || Path::new(path).is_absolute() {
+        path.to_string()
+    } else {
+        dir.join(path).display().to_string()
+    }
+}
+
+/// Every config key as a tree (the defaults, with one table per provider), for
+/// telling the environment's config keys from variables that merely share the
+/// prefix.
+fn known_keys() -> serde_json::Value {
+    let mut tree = serde_json::to_value(Config::default()).unwrap_or_default();
+    for name in PROVIDERS {
+        tree["providers"][name] = serde_json::to_value(provider_default(name)).unwrap_or_default();
+    }
+    tree
+}
+
+/// Whether a dotted, lower-case key path names a config key (a section or a key
+/// in one; a leaf holding a list or nothing takes no further segments).
+fn key_is_known(tree: &serde_json::Value, key: &str) -> bool {
+    let mut node = tree;
+    for seg in key.split('.') {
+        match node.get(seg) {
+            Some(next) => node = next,
+            None => return false,
+        }
+    }
+    true
+}
+
 /// Parses "90s", "15m", "24h", "30d" (a bare number is seconds).
 pub fn parse_duration(s: &str) -> anyhow::Result<Duration> {
     let s = s.trim();
@@ -464,6 +826,147 @@ mod tests {
         );
         assert!(parse_duration("3w").is_err());
         assert!(parse_duration("0s").is_err());
+    }
+
+    #[test]
+    fn only_config_keys_are_known() {
+        let tree = known_keys();
+        for k in [
+            "server",
+            "storage.database_url",
+            "providers.openai.base_url",
+            "providers.hosted.api_key_env",
+            "billing.key_defaults.rpm",
+            "billing.tiers",
+            "network.allow_private_upstreams",
+            "search.backend",
+            "responses.prompt_capture_default",
+            "observability.log_format",
+        ] {
+            assert!(key_is_known(&tree, k), "{k}");
+        }
+        // What orchestrators and the test scripts put beside them.
+        for k in [
+            "service_host",
+            "service_port",
+            "port",
+            "port_8080_tcp_addr",
+            "test_redis_url",
+            "test_database_url",
+            "hosted_api_key",
+            "server.listen.extra",
+            "providers.nosuch.base_url",
+        ] {
+            assert!(!key_is_known(&tree, k), "{k}");
+        }
+    }
+
+    #[test]
+    fn a_contract_file_loads_and_its_paths_resolve_against_its_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("etc");
+        std::fs::create_dir(&conf).unwrap();
+        let file = conf.join("sluice.toml");
+        std::fs::write(
+            &file,
+            r#"
+[storage]
+database_url = "sqlite://state/sluice.db?mode=rwc"
+usage_spool = "state/spool.jsonl"
+objects = "file://objects"
+s3_endpoint = ""
+signing_secret_env = "GATEWAY_SIGNING_SECRET"
+[catalog]
+path = "catalog.toml"
+[secrets]
+key_file = "/abs/secret.key"
+[search]
+backend = "none"
+fee_usd = 0.007
+[tool_search]
+max_rounds = 3
+[responses]
+retention = "30d"
+prompt_capture_default = false
+[telemetry]
+ticket_ttl = "2h"
+[email]
+smtp_url = "smtps://u:p@mail:465"
+[signup]
+enabled = false
+[web]
+cookie_secure = true
+[payments]
+provider = "stripe"
+[network]
+allow_private_upstreams = true
+[observability]
+log_format = "json"
+"#,
+        )
+        .unwrap();
+        let c = Config::load(Some(&file)).unwrap();
+        let base = std::path::absolute(&conf).unwrap();
+        assert_eq!(
+            c.storage.database_url,
+            format!(
+                "sqlite://{}?mode=rwc",
+                base.join("state/sluice.db").display()
+            )
+        );
+        assert_eq!(
+            c.catalog.path,
+            base.join("catalog.toml").display().to_string()
+        );
+        assert_eq!(
+            c.storage.usage_spool,
+            base.join("state/spool.jsonl").display().to_string()
+        );
+        assert_eq!(
+            c.storage.objects,
+            format!("file://{}", base.join("objects").display())
+        );
+        assert_eq!(c.secrets.key_file, "/abs/secret.key");
+        assert!(!c.responses.prompt_capture_default);
+        assert!(!c.signup.enabled && c.web.cookie_secure);
+        assert_eq!(c.payments.provider, "stripe");
+        assert_eq!(c.observability.log_format, "json");
+        assert!(c.network.allow_private_upstreams);
+        // Keys the file does not set keep their (contract) defaults.
+        assert_eq!(c.search.timeout_ms, 3_000);
+        assert_eq!(c.telemetry.max_upload_bytes, 52_428_800);
+        assert_eq!(c.email.from, "sluice <no-reply@localhost>");
+    }
+
+    #[test]
+    fn debug_never_shows_secrets() {
+        let mut c = Config::default();
+        c.admin.token = "admin-token-abc".into();
+        c.secrets.key = "c2VjcmV0LWtleS1ieXRlcw==".into();
+        c.email.smtp_url = "smtps://user:hunter2@mail:465".into();
+        c.storage.database_url = "postgres://app:pg-pass-9@db.internal/sluice".into();
+        c.storage.redis_url = "redis://:redis-pass-7@cache:6379/0".into();
+        let shown = format!("{c:?}");
+        assert!(shown.contains("db.internal/sluice"), "{shown}");
+        for secret in [
+            "admin-token-abc",
+            "c2VjcmV0LWtleS1ieXRlcw==",
+            "hunter2",
+            "pg-pass-9",
+            "redis-pass-7",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("<redacted>"));
+    }
+
+    #[test]
+    fn the_hosted_credential_variable_is_outside_the_config_prefix() {
+        let mut c = Config::default();
+        c.complete().unwrap();
+        for p in c.providers.values() {
+            assert!(!p.api_key_env.starts_with("SLUICE_"), "{}", p.api_key_env);
+        }
     }
 
     #[test]

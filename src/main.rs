@@ -43,8 +43,9 @@ enum AdminCommand {
         name: String,
         #[arg(long)]
         email: Option<String>,
-        #[arg(long)]
-        email_verified: bool,
+        /// Default: verified unless --email is given; `--email-verified` alone is true.
+        #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+        email_verified: Option<bool>,
         /// Card on file and the 1 USD verification settled.
         #[arg(long)]
         card_verified: bool,
@@ -165,7 +166,7 @@ fn block_on<F: std::future::Future<Output = anyhow::Result<()>>>(f: F) -> anyhow
 /// Probes each platform rung's capabilities once, records the verdicts (every
 /// instance serves them within a second) and prints them.
 async fn probe(config: config::Config) -> anyhow::Result<()> {
-    let specs = catalog::load_file(std::path::Path::new(&config.catalog.path))?;
+    let specs = catalog::load_configured(&config.catalog.path)?.unwrap_or_default();
     let db = store::Db::connect(&config.storage.database_url).await?;
     db.migrate().await?;
     let verdicts = gateway::probe::probe_all(&config, &specs).await;

@@ -32,12 +32,8 @@ impl AppState {
     pub async fn build(config: Config) -> anyhow::Result<Arc<AppState>> {
         let db = Db::connect(&config.storage.database_url).await?;
         db.migrate().await?;
-        let catalog_path = std::path::Path::new(&config.catalog.path);
-        if catalog_path.exists() {
-            let specs = crate::catalog::load_file(catalog_path)?;
+        if let Some(specs) = crate::catalog::load_configured(&config.catalog.path)? {
             crate::catalog::upsert_public(&db, &specs).await?;
-        } else {
-            tracing::warn!(path = %catalog_path.display(), "catalog file not found; serving the stored catalog");
         }
         let counters: Arc<dyn Counters> = if config.storage.redis_url.is_empty() {
             Arc::new(MemoryCounters::new())
@@ -78,6 +74,7 @@ impl AppState {
             self.counters.clone(),
             self.instance_id.clone(),
         );
+        crate::gateway::idempotency::spawn_sweep(self.db.clone());
     }
 
     pub fn draining(&self) -> bool {

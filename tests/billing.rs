@@ -450,7 +450,7 @@ async fn an_unverified_email_refuses_credit_drawing_calls() {
         .admin(
             reqwest::Method::POST,
             "/admin/orgs",
-            Some(json!({"name": "new", "credits_usd": 5})),
+            Some(json!({"name": "new", "email": "new@acme.test", "credits_usd": 5})),
         )
         .await;
     assert_eq!(st, 201);

@@ -407,7 +407,9 @@ async fn an_org_waterfall_routes_its_own_rungs_on_the_pass_through_lane() {
 
     // An org whose platform gates refuse (no credits, unverified email) is still
     // served on its own key; platform credits are never touched.
-    let (poor, poor_key) = s.org_with(json!({"name": "byok-only", "tier": 3})).await;
+    let (poor, poor_key) = s
+        .org_with(json!({"name": "byok-only", "email": "poor@acme.test", "tier": 3}))
+        .await;
     let (st, v) = chat(&s, &poor_key, "b-shared", "hi").await;
     assert_error(st, &v, 429, "insufficient_quota");
     let c = connect(

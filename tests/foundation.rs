@@ -145,7 +145,7 @@ async fn admin_api_is_guarded_and_does_what_the_contract_says() {
         .admin(
             Method::POST,
             "/admin/orgs",
-            Some(json!({"name": "beta", "credits_usd": 2.5, "tier": 1})),
+            Some(json!({"name": "beta", "email": "ops@beta.test", "credits_usd": 2.5, "tier": 1})),
         )
         .await;
     assert_eq!(st, 201);
@@ -264,6 +264,21 @@ async fn admin_api_is_guarded_and_does_what_the_contract_says() {
         .await;
     assert_error(st, &v, 400, "invalid_parameter");
     assert_eq!(v["error"]["param"], "expires_at");
+    // Seconds whose milliseconds overflow: refused, not wrapped into the past.
+    for huge in [
+        json!(9_000_000_000_000_000_000u64),
+        json!(9_223_372_036_854_775_807i64),
+    ] {
+        let (st, v) = s
+            .admin(
+                Method::POST,
+                &format!("/admin/orgs/{org_id}/keys"),
+                Some(json!({ "expires_at": huge })),
+            )
+            .await;
+        assert_error(st, &v, 400, "invalid_parameter");
+        assert_eq!(v["error"]["param"], "expires_at");
+    }
 }
 
 #[tokio::test]
@@ -887,4 +902,285 @@ async fn bad_configuration_fails_fast_with_a_message() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[tokio::test]
+async fn orchestrator_variables_are_ignored_and_a_bad_value_names_its_key() {
+    let b = Backend::fresh().await;
+    // What a Kubernetes Service named sluice injects, the test scripts' own
+    // variables, and the hosted provider's credential as once documented.
+    let injected = [
+        ("SLUICE_SERVICE_HOST", "10.0.0.1"),
+        ("SLUICE_SERVICE_PORT", "8080"),
+        ("SLUICE_PORT", "tcp://10.0.0.1:8080"),
+        ("SLUICE_PORT_8080_TCP_ADDR", "10.0.0.1"),
+        ("SLUICE_TEST_REDIS_URL", "redis://127.0.0.1:1/"),
+        ("SLUICE_HOSTED_API_KEY", "hosted-secret-value"),
+    ];
+    let mut opts = fixture();
+    for (k, v) in injected {
+        opts = opts.env(k, v);
+    }
+    let out = harness::command(&b, &opts).arg("migrate").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("SLUICE_")).collect();
+    assert_eq!(warnings.len(), 1, "one warning line: {err}");
+    for (k, _) in injected {
+        assert!(warnings[0].contains(k), "{k} named: {err}");
+    }
+    assert!(
+        !err.contains("hosted-secret-value"),
+        "no value is logged: {err}"
+    );
+
+    // A known key with a bad value still refuses to start, naming the key.
+    let out = harness::command(&b, &fixture().env("SLUICE_SERVER__THREADS", "many"))
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(err.contains("server.threads"), "{err}");
+}
+
+#[tokio::test]
+async fn contract_sections_of_features_not_built_yet_are_accepted_with_one_warning() {
+    let b = Backend::fresh().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sluice.toml");
+    std::fs::write(
+        &file,
+        "[search]\nbackend = \"none\"\n[payments]\nprovider = \"none\"\n\
+         [observability]\nlog_format = \"text\"\n[network]\nallow_private_upstreams = false\n",
+    )
+    .unwrap();
+    let out = harness::command(&b, &fixture())
+        .arg("migrate")
+        .arg("--config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("not built")).collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    for section in ["search", "payments", "observability"] {
+        assert!(warnings[0].contains(section), "{section}: {err}");
+    }
+    assert!(!warnings[0].contains("network"), "{err}");
+}
+
+#[tokio::test]
+async fn operator_orgs_are_email_verified_unless_an_address_awaits_verification() {
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, fixture()).await;
+    let verified = |body: Value| {
+        let s = &s;
+        async move {
+            let (st, o) = s.admin(Method::POST, "/admin/orgs", Some(body)).await;
+            assert_eq!(st, 201, "{o}");
+            let id = o["org_id"].as_str().unwrap().to_string();
+            let (_, o) = s
+                .admin(Method::GET, &format!("/admin/orgs/{id}"), None)
+                .await;
+            o["email_verified"].clone()
+        }
+    };
+    assert_eq!(verified(json!({"name": "a"})).await, true);
+    assert_eq!(
+        verified(json!({"name": "b", "email": "b@x.test"})).await,
+        false
+    );
+    assert_eq!(
+        verified(json!({"name": "c", "email_verified": false})).await,
+        false
+    );
+    let body = json!({"name": "d", "email": "d@x.test", "email_verified": true});
+    assert_eq!(verified(body).await, true);
+    // The CLI follows the same rule.
+    let (ok, o) = admin_cli(&b, &["create-org", "--name", "e"]);
+    assert!(ok, "{o}");
+    let (_, shown) = admin_cli(&b, &["show-org", o["org_id"].as_str().unwrap()]);
+    assert_eq!(shown["email_verified"], true);
+    let (ok, o) = admin_cli(&b, &["create-org", "--name", "f", "--email", "f@x.test"]);
+    assert!(ok, "{o}");
+    let (_, shown) = admin_cli(&b, &["show-org", o["org_id"].as_str().unwrap()]);
+    assert_eq!(shown["email_verified"], false);
+    let (ok, o) = admin_cli(
+        &b,
+        &["create-org", "--name", "g", "--email-verified", "false"],
+    );
+    assert!(ok, "{o}");
+    let (_, shown) = admin_cli(&b, &["show-org", o["org_id"].as_str().unwrap()]);
+    assert_eq!(shown["email_verified"], false);
+}
+
+/// `sluice` run the way a new user runs it: from a folder of their own, no config
+/// file, the built-in defaults (SQLite under ./data, the built-in catalog).
+fn bare(cwd: &std::path::Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.current_dir(cwd)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn")
+        .env("SLUICE_SERVER__LISTEN", "127.0.0.1:0")
+        .env("SLUICE_SERVER__WEB_LISTEN", "127.0.0.1:0")
+        .env("SLUICE_SERVER__OPS_LISTEN", "127.0.0.1:0");
+    cmd
+}
+
+fn cli(cwd: &std::path::Path, args: &[&str]) -> Value {
+    let out = bare(cwd).arg("admin").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn the_quickstart_answers_from_any_folder_with_the_mock_as_local_provider() {
+    let mock = sluice_mock::Mock::start().await;
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = bare(home.path());
+    // The README runs the mock on the local provider's default port; here any port.
+    cmd.env(
+        "SLUICE_PROVIDERS__LOCAL__BASE_URL",
+        format!("{}/v1", mock.base_url()),
+    );
+    let db = format!("sqlite://{}/data/sluice.db", home.path().display());
+    let s = Sluice::spawn(cmd, &db).await;
+    // The README's commands, verbatim: an org with credits and no more, a key.
+    let org = cli(
+        home.path(),
+        &["create-org", "--name", "acme", "--credits-usd", "10"],
+    );
+    let key = cli(
+        home.path(),
+        &["create-key", org["org_id"].as_str().unwrap()],
+    );
+    let key = key["api_key"].as_str().unwrap();
+    // The key works at once: no wait for the directory's poll.
+    let (st, models) = s.get("/v1/models", Some(key)).await;
+    assert_eq!(st, 200, "{models}");
+    let (st, v) = s
+        .post(
+            "/v1/chat/completions",
+            Some(key),
+            &json!({"model": "llama-3.2-3b", "messages": [{"role": "user", "content": "Hello"}]}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert!(v["choices"][0]["message"]["content"].is_string(), "{v}");
+    // The built-in catalog is served, though no catalog file is anywhere near.
+    let (_, all) = list(&s, "?limit=1000").await;
+    assert!(slugs(&all).contains(&"gpt-4.1-mini".to_string()), "{all}");
+    assert!(home.path().join("data/sluice.db").exists());
+}
+
+#[tokio::test]
+async fn relative_paths_in_a_config_file_resolve_against_its_folder() {
+    let home = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let conf = home.path().join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    std::fs::copy(
+        repo_path("tests/fixtures/catalog.toml"),
+        conf.join("models.toml"),
+    )
+    .unwrap();
+    std::fs::write(
+        conf.join("sluice.toml"),
+        "[catalog]\npath = \"models.toml\"\n\
+         [storage]\ndatabase_url = \"sqlite://../state/sluice.db\"\n\
+         usage_spool = \"../state/spool.jsonl\"\n\
+         [secrets]\nkey_file = \"../state/secret.key\"\n",
+    )
+    .unwrap();
+    let mut cmd = bare(elsewhere.path());
+    cmd.arg("--config").arg(conf.join("sluice.toml"));
+    let db = format!("sqlite://{}/state/sluice.db", home.path().display());
+    let s = Sluice::spawn(cmd, &db).await;
+    let (st, all) = list(&s, "?limit=1000").await;
+    assert_eq!(st, 200, "{all}");
+    let fixture = sluice::catalog::load_file(std::path::Path::new(&repo_path(
+        "tests/fixtures/catalog.toml",
+    )))
+    .unwrap();
+    let mut want: Vec<String> = fixture.iter().map(|m| m.slug.clone()).collect();
+    want.sort();
+    let mut got = slugs(&all);
+    got.sort();
+    assert_eq!(got, want, "the file's catalog, not the built-in one");
+    assert!(home.path().join("state/sluice.db").exists());
+    assert!(home.path().join("state/secret.key").exists());
+    assert!(!elsewhere.path().join("data").exists());
+    assert!(!elsewhere.path().join("state").exists());
+}
+
+#[tokio::test]
+async fn platform_rung_base_urls_are_never_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("catalog.toml");
+    let mut text = std::fs::read_to_string(repo_path("tests/fixtures/catalog.toml")).unwrap();
+    text.push_str(
+        "\n[[model]]\nslug = \"inner-1.0\"\ndisplay_name = \"Inner\"\nkind = \"chat\"\n\
+         owned_by = \"meta\"\ncontext_window = 8192\nmax_input_tokens = 8192\n\
+         modalities = [\"text\"]\nsupported_params = [\"max_tokens\"]\n\
+         price = { input = 1, cached_input = 1, output = 1 }\ncategory = \"general\"\n\
+         max_output_tokens = 1024\n\n[[model.rung]]\nprovider = \"hosted\"\n\
+         provider_model_id = \"inner\"\nbase_url = \"http://gpu-7.corp.internal:8000/v1\"\n",
+    );
+    std::fs::write(&catalog, text).unwrap();
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, Opts::default().catalog(catalog.display())).await;
+    let (_, _, key) = s.org_and_key().await;
+    for (path, key) in [
+        ("/api/models/inner-1.0/providers", None),
+        ("/api/models/inner-1.0/providers", Some(key.as_str())),
+        ("/api/models/inner-1.0", None),
+        ("/api/models?limit=1000", None),
+    ] {
+        let r = s.get(path, key).await;
+        assert_eq!(r.0, 200, "{path}: {}", r.1);
+        assert!(
+            !r.1.to_string().contains("gpu-7.corp.internal"),
+            "{path}: {}",
+            r.1
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_revocation_stamped_by_a_lagging_clock_still_reaches_every_instance() {
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, fixture()).await;
+    let (_, key_id, key) = s.org_and_key().await;
+    // A second key, made later, moves the instance's watermark past the first.
+    let (_, _, later) = s.org_and_key().await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(s.get("/v1/models", Some(&later)).await.0, 200);
+    assert_eq!(s.get("/v1/models", Some(&key)).await.0, 200);
+    // Revoked by a writer whose clock runs ten seconds behind (another instance,
+    // or the CLI on another machine), straight in the shared database.
+    let db = sluice::store::Db::connect(&b.database_url).await.unwrap();
+    let lagging = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        - 10_000;
+    sqlx::query("UPDATE api_keys SET revoked_at = $1, updated_at = $1 WHERE id = $2")
+        .bind(lagging)
+        .bind(&key_id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.get("/v1/models", Some(&key)).await.0 != 401 {
+        assert!(Instant::now() < deadline, "the revocation was never seen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(s.get("/v1/models", Some(&later)).await.0, 200);
 }

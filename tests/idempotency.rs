@@ -256,3 +256,26 @@ async fn a_result_lost_with_its_instance_cannot_be_replayed() {
     .await;
     assert_eq!(a.status, 200, "{}", a.text);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_too_large_to_keep_is_not_replayed_nor_run_again() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(
+        &b,
+        opts(&mock).env("SLUICE_LIMITS__IDEMPOTENCY_MAX_TAPE_BYTES", 64),
+    )
+    .await;
+    let (_, _, key) = s.org_and_key().await;
+    let path = "/v1/chat/completions";
+    for (idem, stream) in [("big-whole", false), ("big-stream", true)] {
+        let before = mock.count("o1");
+        let first = send(&s, &key, path, Some(idem), &chat(stream, "hi")).await;
+        assert_eq!(first.status, 200, "{}", first.text);
+        assert!(first.text.len() > 64, "the answer outgrows the cap");
+        let again = send(&s, &key, path, Some(idem), &chat(stream, "hi")).await;
+        let v: Value = serde_json::from_str(&again.text).unwrap();
+        assert_error(again.status, &v, 409, "idempotency_replay_unavailable");
+        assert_eq!(mock.count("o1"), before + 1, "no second provider call");
+    }
+}

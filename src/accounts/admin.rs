@@ -13,8 +13,10 @@ use sluice_filters::{ApiError, ErrorCode};
 pub struct CreateOrg {
     pub name: String,
     pub email: Option<String>,
-    #[serde(default)]
-    pub email_verified: bool,
+    /// Absent: verified unless an `email` is given (an address then awaits its
+    /// verification). The operator vouches for the orgs it makes, so a quickstart
+    /// org can draw its credits at once.
+    pub email_verified: Option<bool>,
     #[serde(default)]
     pub card_verified: bool,
     #[serde(default)]
@@ -93,8 +95,8 @@ pub async fn create_org(
         db,
         orgs::NewOrg {
             name: req.name,
+            email_verified: req.email_verified.unwrap_or(req.email.is_none()),
             email: req.email,
-            email_verified: req.email_verified,
             card_verified: req.card_verified,
             credits_micro_usd: credits,
             tier: req.tier,
@@ -117,13 +119,17 @@ pub async fn create_key(
 ) -> Result<Value, ApiError> {
     let expires_at = match &req.expires_at {
         None | Some(Value::Null) => None,
+        // Checked: seconds past i64::MAX / 1000 would wrap to a time in the past.
         Some(Value::Number(n)) => Some(
-            n.as_i64().filter(|s| *s > 0).ok_or_else(|| {
-                ApiError::invalid_parameter(
-                    "expires_at",
-                    "expires_at must be a positive Unix time in seconds",
-                )
-            })? * 1000,
+            n.as_i64()
+                .filter(|s| *s > 0)
+                .and_then(|s| s.checked_mul(1000))
+                .ok_or_else(|| {
+                    ApiError::invalid_parameter(
+                        "expires_at",
+                        "expires_at must be a positive Unix time in seconds",
+                    )
+                })?,
         ),
         Some(Value::String(s)) => Some(parse_rfc3339_ms(s).ok_or_else(|| {
             ApiError::invalid_parameter(

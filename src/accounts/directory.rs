@@ -2,27 +2,52 @@
 //! against: no SQL per request. Snapshots sit behind `ArcSwap` (lock-free reads) and
 //! are kept fresh by a versioned poll of `updated_at`, so a key revoked through any
 //! instance stops working on every instance sharing the database within a second.
+//! A well-formed key the snapshot does not know yet (minted a moment ago by the
+//! CLI or another instance) is looked up in the database once; unknown ones are
+//! remembered briefly, so garbage keys cannot turn into a query per request.
 
 use super::{keys, orgs, KeyRecord, OrgRecord};
 use crate::store::{now_ms, Db};
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// How far back each poll re-reads, to catch writes whose transaction committed
-/// after a later-stamped one was already seen.
+/// after a later-stamped one was already seen. Stamps come from the database's
+/// clock (migration 0006), so writers' clocks may disagree.
 const OVERLAP_MS: i64 = 2_000;
 
 /// How often the directory polls for changes.
 pub const SYNC_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How long a key hash the database did not know is answered without asking again.
+const MISS_TTL: Duration = Duration::from_secs(10);
+/// Remembered misses at most; past it the expired ones go, then all of them.
+const MISS_CAP: usize = 10_000;
+/// Database look-ups of unknown keys in flight at most; more are answered as misses.
+const MAX_LOOKUPS: usize = 4;
+/// Every this many polls the whole directory is re-read, whatever the stamps say.
+const FULL_RELOAD_EVERY: u32 = 240;
 
 #[derive(Default)]
 pub struct Directory {
     keys: ArcSwap<HashMap<String, Arc<KeyRecord>>>,
     orgs: ArcSwap<HashMap<String, Arc<OrgRecord>>>,
     watermark: AtomicI64,
+    /// Hashes of well-formed keys the database did not know, and when it said so.
+    misses: Mutex<HashMap<String, Instant>>,
+    lookups: AtomicUsize,
+}
+
+/// Releases a look-up slot when the look-up ends, however it ends.
+struct LookupSlot<'a>(&'a AtomicUsize);
+
+impl Drop for LookupSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Directory {
@@ -51,6 +76,77 @@ impl Directory {
         }
         let org = self.orgs.load().get(&key.org_id)?.clone();
         Some((key, org))
+    }
+
+    /// [`Directory::authenticate`], and on a miss for a well-formed key the snapshot
+    /// does not hold, one bounded database look-up: a key works the moment the
+    /// command that made it returns, on every instance. Cached keys never reach SQL.
+    pub async fn authenticate_or_fetch(
+        &self,
+        db: &Db,
+        presented: &str,
+    ) -> Option<(Arc<KeyRecord>, Arc<OrgRecord>)> {
+        if let Some(found) = self.authenticate(presented) {
+            return Some(found);
+        }
+        if !keys::well_formed(presented) {
+            return None;
+        }
+        let hash = keys::hash(presented);
+        if let Some(k) = self.keys.load().get(&hash) {
+            if self.orgs.load().contains_key(&k.org_id) {
+                // Known, and revoked or expired.
+                return None;
+            }
+        }
+        if self.missed_recently(&hash) {
+            return None;
+        }
+        if self.lookups.fetch_add(1, Ordering::Relaxed) >= MAX_LOOKUPS {
+            self.lookups.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        let _slot = LookupSlot(&self.lookups);
+        match self.fetch(db, &hash).await {
+            Ok(true) => self.authenticate(presented),
+            Ok(false) => {
+                self.remember_miss(hash);
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "key look-up failed");
+                None
+            }
+        }
+    }
+
+    /// Reads one key and its org into the snapshot; false when there is no such key.
+    async fn fetch(&self, db: &Db, hash: &str) -> anyhow::Result<bool> {
+        let Some(key) = keys::by_hash(db, hash).await? else {
+            return Ok(false);
+        };
+        let Some(org) = orgs::get(db, &key.org_id).await? else {
+            return Ok(false);
+        };
+        self.put_org(org);
+        self.put_key(key);
+        Ok(true)
+    }
+
+    fn missed_recently(&self, hash: &str) -> bool {
+        let misses = self.misses.lock().unwrap_or_else(|p| p.into_inner());
+        misses.get(hash).is_some_and(|t| t.elapsed() < MISS_TTL)
+    }
+
+    fn remember_miss(&self, hash: String) {
+        let mut misses = self.misses.lock().unwrap_or_else(|p| p.into_inner());
+        if misses.len() >= MISS_CAP {
+            misses.retain(|_, t| t.elapsed() < MISS_TTL);
+            if misses.len() >= MISS_CAP {
+                misses.clear();
+            }
+        }
+        misses.insert(hash, Instant::now());
     }
 
     /// Applies a local write at once (the poll would see it within a tick).
@@ -109,12 +205,22 @@ impl Directory {
         Ok(())
     }
 
-    /// Polls forever on the current runtime.
+    /// Polls forever on the current runtime; now and then (every minute) re-reads
+    /// everything, a backstop for any write whose stamp fell behind the watermark.
     pub fn spawn_sync(self: &Arc<Self>, db: Db) {
         let dir = Arc::clone(self);
+        let polls = Arc::new(std::sync::atomic::AtomicU32::new(0));
         crate::store::spawn_poll(SYNC_INTERVAL, "directory", move || {
-            let (dir, db) = (dir.clone(), db.clone());
-            async move { dir.sync(&db).await }
+            let (dir, db, polls) = (dir.clone(), db.clone(), polls.clone());
+            async move {
+                if polls.fetch_add(1, Ordering::Relaxed) % FULL_RELOAD_EVERY
+                    == FULL_RELOAD_EVERY - 1
+                {
+                    dir.sync_from(&db, i64::MIN).await
+                } else {
+                    dir.sync(&db).await
+                }
+            }
         });
     }
 }
@@ -136,4 +242,57 @@ fn merged<T: PartialEq>(
         next.insert(key(c), Arc::clone(c));
     }
     Arc::new(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_key_minted_elsewhere_works_at_once_and_unknown_keys_are_remembered() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::connect(&format!("sqlite://{}", dir.path().join("t.db").display()))
+            .await
+            .unwrap();
+        db.migrate().await.unwrap();
+        let directory = Directory::load(&db).await.unwrap();
+        // Written as another process would: the snapshot has not seen either row.
+        let org = orgs::create(
+            &db,
+            orgs::NewOrg {
+                name: "acme".into(),
+                email: None,
+                email_verified: true,
+                card_verified: false,
+                credits_micro_usd: 0,
+                tier: 0,
+            },
+        )
+        .await
+        .unwrap();
+        let (_, key) = keys::create(&db, &org, keys::NewKey::default())
+            .await
+            .unwrap();
+        assert!(directory.authenticate(&key).is_none());
+        let (k, o) = directory.authenticate_or_fetch(&db, &key).await.unwrap();
+        assert_eq!(
+            (k.org_id.as_str(), o.id.as_str()),
+            (org.as_str(), org.as_str())
+        );
+        // Now cached: the plain snapshot read answers.
+        assert!(directory.authenticate(&key).is_some());
+
+        let unknown = keys::generate();
+        assert!(directory
+            .authenticate_or_fetch(&db, &unknown)
+            .await
+            .is_none());
+        assert!(directory.missed_recently(&keys::hash(&unknown)));
+        // Malformed credentials never reach the database or the miss list.
+        assert!(directory
+            .authenticate_or_fetch(&db, "xpl_nothex")
+            .await
+            .is_none());
+        assert_eq!(directory.misses.lock().unwrap().len(), 1);
+    }
 }

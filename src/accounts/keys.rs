@@ -176,6 +176,17 @@ pub async fn changed_since(db: &Db, since_ms: i64) -> anyhow::Result<Vec<(KeyRec
         .collect())
 }
 
+/// The key with this hash, revoked or not.
+pub async fn by_hash(db: &Db, hash: &str) -> anyhow::Result<Option<KeyRecord>> {
+    let row = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM api_keys WHERE key_hash = $1"
+    ))
+    .bind(hash)
+    .fetch_optional(&db.pool)
+    .await?;
+    Ok(row.as_ref().map(from_row))
+}
+
 pub async fn get(db: &Db, key_id: &str) -> Result<Option<KeyRecord>, ApiError> {
     let row = sqlx::query(&format!("SELECT {COLUMNS} FROM api_keys WHERE id = $1"))
         .bind(key_id)

@@ -32,10 +32,10 @@ pub struct Authed(pub Caller);
 /// A route that works keyless; a key, if presented, must be valid.
 pub struct MaybeAuthed(pub Option<Caller>);
 
-fn caller(parts: &Parts, state: &Shared) -> Result<Option<Caller>, Failure> {
+async fn caller(parts: &Parts, state: &Shared) -> Result<Option<Caller>, Failure> {
     let has_auth = parts.headers.contains_key(http::header::AUTHORIZATION);
     match presented_key(&parts.headers, false) {
-        Some(k) => match state.directory.authenticate(k) {
+        Some(k) => match state.directory.authenticate_or_fetch(&state.db, k).await {
             Some((key, org)) => Ok(Some(Caller { key, org })),
             None => Err(Failure(ApiError::invalid_key())),
         },
@@ -47,7 +47,8 @@ fn caller(parts: &Parts, state: &Shared) -> Result<Option<Caller>, Failure> {
 impl FromRequestParts<Shared> for Authed {
     type Rejection = Failure;
     async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<Self, Failure> {
-        caller(parts, state)?
+        caller(parts, state)
+            .await?
             .map(Authed)
             .ok_or(Failure(ApiError::invalid_key()))
     }
@@ -56,7 +57,7 @@ impl FromRequestParts<Shared> for Authed {
 impl FromRequestParts<Shared> for MaybeAuthed {
     type Rejection = Failure;
     async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<Self, Failure> {
-        Ok(MaybeAuthed(caller(parts, state)?))
+        Ok(MaybeAuthed(caller(parts, state).await?))
     }
 }
 

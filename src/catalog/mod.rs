@@ -84,7 +84,9 @@ impl Model {
         })
     }
 
-    /// A deployment entry as the management API shows it.
+    /// A deployment entry as the management API shows it. A base URL shows only
+    /// on an org's own model (whose reads only its org gets): the platform's rung
+    /// URLs may name internal hosts.
     pub fn deployment_json(&self, r: &RungSpec) -> Value {
         let mut v = json!({
             "provider": r.provider,
@@ -93,7 +95,7 @@ impl Model {
             "zdr": r.zdr,
             "caps": r.caps,
         });
-        if !r.base_url.is_empty() {
+        if self.owner.is_some() && !r.base_url.is_empty() {
             v["base_url"] = Value::from(r.base_url.as_str());
         }
         v
@@ -160,12 +162,35 @@ impl Catalog {
     }
 }
 
+/// The public catalog built into the binary, served when no catalog file is
+/// configured: a fresh binary works from any working directory.
+pub const BUILTIN: &str = include_str!("../../conf/catalog.toml");
+
+/// The configured public catalog: `catalog.path`, or the built-in one when the
+/// path is empty; `None` when the file is missing (the stored catalog is served).
+pub fn load_configured(path: &str) -> anyhow::Result<Option<Vec<ModelSpec>>> {
+    if path.is_empty() {
+        return parse(BUILTIN, "built-in catalog").map(Some);
+    }
+    let path = Path::new(path);
+    if !path.exists() {
+        tracing::warn!(path = %path.display(), "catalog file not found; serving the stored catalog");
+        return Ok(None);
+    }
+    load_file(path).map(Some)
+}
+
 /// Reads and validates the catalog file.
 pub fn load_file(path: &Path) -> anyhow::Result<Vec<ModelSpec>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the catalog {}", path.display()))?;
+    parse(&text, &path.display().to_string())
+}
+
+/// Parses and validates catalog text; `origin` names it in errors.
+fn parse(text: &str, origin: &str) -> anyhow::Result<Vec<ModelSpec>> {
     let file: model::CatalogFile =
-        toml::from_str(&text).with_context(|| format!("parsing the catalog {}", path.display()))?;
+        toml::from_str(text).with_context(|| format!("parsing the catalog {origin}"))?;
     let mut seen = std::collections::HashSet::new();
     for m in &file.models {
         if let Err((field, why)) = m.validate() {

@@ -54,11 +54,13 @@ pub struct Exchange {
     /// A rung served content: only then is the call billed (failed and empty
     /// attempts cost nothing).
     pub billable: bool,
-    /// What went to the client, kept only for a request with an Idempotency-Key.
+    /// What went to the client, kept only for a request with an Idempotency-Key;
+    /// dropped (`None`) once it outgrows `tape_cap`.
     pub tape: Option<Box<Tape>>,
     /// The prompt's size in tokens as the gateway estimates it (body bytes / 4):
     /// a cut stream whose provider never reported its count bills this.
     pub prompt_estimate: u64,
+    pub tape_cap: usize,
 }
 
 /// An answer as the client received it: status, the headers worth replaying, and
@@ -90,6 +92,7 @@ impl Exchange {
             billable: false,
             tape: None,
             prompt_estimate: 0,
+            tape_cap: usize::MAX,
         }
     }
 
@@ -109,7 +112,12 @@ impl Exchange {
     /// Records body bytes sent to the client when the request is being taped.
     pub fn tape_body(&mut self, bytes: &[u8]) {
         if let Some(t) = self.tape.as_deref_mut() {
-            t.body.extend_from_slice(bytes);
+            if t.body.len().saturating_add(bytes.len()) > self.tape_cap {
+                // Too large to keep for a replay: free it now, not at the end.
+                self.tape = None;
+            } else {
+                t.body.extend_from_slice(bytes);
+            }
         }
     }
 

@@ -11,7 +11,10 @@
 //!
 //! Only answers that may have been billed are kept: a request refused before any
 //! content (a gate, a validation error, every rung failing) releases its key, so a
-//! retry runs anew.
+//! retry runs anew. An answer over `limits.idempotency_max_tape_bytes` is not
+//! stored: its key stays claimed as `unavailable` (a retry must not bill again)
+//! and a retry gets `idempotency_replay_unavailable`. Expired rows are swept in
+//! batches every minute by every instance (deletes of the same rows are harmless).
 
 use super::exchange::{Exchange, Tape};
 use crate::state::AppState;
@@ -28,7 +31,53 @@ use std::time::{Duration, Instant};
 
 const HEARTBEAT: Duration = Duration::from_secs(2);
 const HEARTBEAT_TTL: Duration = Duration::from_secs(6);
+/// A concurrent duplicate's first wait; each next one doubles, up to `POLL_MAX`.
 const POLL: Duration = Duration::from_millis(25);
+const POLL_MAX: Duration = Duration::from_secs(1);
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+/// Rows one sweep statement deletes: short statements, short locks.
+const SWEEP_BATCH: i64 = 1_000;
+
+/// The wait after `d` while a duplicate waits for the first request.
+fn next_poll(d: Duration) -> Duration {
+    (d * 2).min(POLL_MAX)
+}
+
+/// Deletes expired rows, `batch` at a time; returns how many went.
+pub async fn sweep_expired(db: &crate::store::Db, now: i64, batch: i64) -> anyhow::Result<u64> {
+    let mut total = 0;
+    loop {
+        let gone = sqlx::query(
+            "DELETE FROM idempotency_keys WHERE (org_id, idem_key) IN \
+             (SELECT org_id, idem_key FROM idempotency_keys WHERE expires_at <= $1 LIMIT $2)",
+        )
+        .bind(now)
+        .bind(batch)
+        .execute(&db.pool)
+        .await?
+        .rows_affected();
+        total += gone;
+        if gone < u64::try_from(batch).unwrap_or(0) {
+            return Ok(total);
+        }
+        // Let other writers in between batches.
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Sweeps expired rows every minute while the process runs.
+pub fn spawn_sweep(db: crate::store::Db) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SWEEP_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = sweep_expired(&db, now_ms(), SWEEP_BATCH).await {
+                tracing::warn!(error = %e, "idempotency sweep failed");
+            }
+        }
+    });
+}
 
 fn heartbeat_key(instance: &str) -> String {
     format!("inst:{instance}")
@@ -110,6 +159,7 @@ pub async fn claim(
     // A claim older than this can no longer be in flight anywhere.
     let stale_ms =
         i64::try_from(state.config.limits.request_deadline_ms).unwrap_or(i64::MAX) + 30_000;
+    let mut poll = POLL;
     loop {
         let now = now_ms();
         let inserted = sqlx::query(
@@ -162,8 +212,15 @@ pub async fn claim(
                 "This Idempotency-Key was used with a different request body; use a fresh key for a new request.",
             ));
         }
-        if row.get::<String, _>("state") == "done" {
-            return Ok(Claim::Replay(tape_of(&row)));
+        match row.get::<String, _>("state").as_str() {
+            "done" => return Ok(Claim::Replay(tape_of(&row))),
+            "unavailable" => {
+                return Err(ApiError::new(
+                    ErrorCode::IdempotencyReplayUnavailable,
+                    "The original result of this Idempotency-Key was too large to keep for a replay; retry with a new Idempotency-Key.",
+                ))
+            }
+            _ => {}
         }
         let owner: String = row.get("owner");
         let in_flight = now - row.get::<i64, _>("created_at") < stale_ms;
@@ -179,7 +236,8 @@ pub async fn claim(
                 "The request with this Idempotency-Key is still running; retry later to receive its result.",
             ));
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(poll.min(deadline.saturating_duration_since(Instant::now()))).await;
+        poll = next_poll(poll);
     }
 }
 
@@ -226,6 +284,18 @@ pub async fn finish(state: &AppState, ticket: Ticket, ex: &Exchange, status: u16
     let keep = ex.billable || ex.header_sent || (200..300).contains(&status);
     let done =
         match (keep, ex.tape.as_deref()) {
+            // Billed, but too large to keep: a retry must neither replay nor run.
+            (true, None) => {
+                sqlx::query(
+                    "UPDATE idempotency_keys SET state = 'unavailable' \
+                     WHERE org_id = $1 AND idem_key = $2 AND owner = $3",
+                )
+                .bind(&ticket.org_id)
+                .bind(&ticket.key)
+                .bind(&state.instance_id)
+                .execute(pool)
+                .await
+            }
             (true, Some(tape)) => {
                 let headers = serde_json::to_string(&tape.headers).unwrap_or_default();
                 sqlx::query(
@@ -280,5 +350,53 @@ pub async fn replay(session: &mut Session, tape: Tape) -> u16 {
         tape.status
     } else {
         499
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_duplicate_backs_off_to_a_second() {
+        let mut d = POLL;
+        let mut waits = vec![d];
+        for _ in 0..8 {
+            d = next_poll(d);
+            waits.push(d);
+        }
+        let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [25, 50, 100, 200, 400, 800, 1000, 1000, 1000]);
+    }
+
+    #[tokio::test]
+    async fn the_sweep_deletes_expired_rows_in_batches_and_keeps_live_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let db =
+            crate::store::Db::connect(&format!("sqlite://{}", dir.path().join("t.db").display()))
+                .await
+                .unwrap();
+        db.migrate().await.unwrap();
+        for (i, expires_at) in [10, 20, 30, 40, 50, 1_000, 2_000].into_iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO idempotency_keys (org_id, idem_key, route, body_hash, owner, state, \
+                 created_at, expires_at) VALUES ('org_1', $1, 'chat', 'h', 'inst', 'done', 0, $2)",
+            )
+            .bind(format!("k{i}"))
+            .bind(expires_at)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        }
+        assert_eq!(sweep_expired(&db, 100, 2).await.unwrap(), 5);
+        let left: Vec<String> =
+            sqlx::query("SELECT idem_key FROM idempotency_keys ORDER BY idem_key")
+                .fetch_all(&db.pool)
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get("idem_key"))
+                .collect();
+        assert_eq!(left, ["k5", "k6"]);
     }
 }

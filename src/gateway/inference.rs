@@ -59,7 +59,7 @@ pub async fn handle(
     started: Instant,
 ) -> Handled {
     let state = &gw.state;
-    let (key, org) = authenticate(state, session, route == Route::Messages)?;
+    let (key, org) = authenticate(state, session, route == Route::Messages).await?;
     if org.under_review {
         // Every lane, BYOK included.
         return Err(ApiError::new(
@@ -185,6 +185,7 @@ pub async fn handle(
                         }
                         Claim::Fresh(t) => {
                             ex.tape = Some(Box::default());
+                            ex.tape_cap = state.config.limits.idempotency_max_tape_bytes;
                             ticket = Some(t);
                         }
                     }

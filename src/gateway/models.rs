@@ -13,7 +13,7 @@ use std::sync::Arc;
 pub type Handled = Result<u16, ApiError>;
 
 /// The presented key and its org, or 401 `invalid_key`.
-pub fn authenticate(
+pub async fn authenticate(
     state: &AppState,
     session: &Session,
     allow_x_api_key: bool,
@@ -22,7 +22,8 @@ pub fn authenticate(
         .ok_or_else(ApiError::invalid_key)?;
     state
         .directory
-        .authenticate(key)
+        .authenticate_or_fetch(&state.db, key)
+        .await
         .ok_or_else(ApiError::invalid_key)
 }
 
@@ -32,7 +33,7 @@ pub fn granted(org: &OrgRecord, model: &Model) -> bool {
 }
 
 pub async fn list(state: &AppState, session: &mut Session) -> Handled {
-    let (_, org) = authenticate(state, session, false)?;
+    let (_, org) = authenticate(state, session, false).await?;
     let catalog = state.catalog.snapshot();
     let data: Vec<_> = catalog
         .visible(Some(&org.id))
@@ -49,7 +50,7 @@ pub async fn list(state: &AppState, session: &mut Session) -> Handled {
 }
 
 pub async fn one(state: &AppState, session: &mut Session) -> Handled {
-    let (_, org) = authenticate(state, session, false)?;
+    let (_, org) = authenticate(state, session, false).await?;
     let path = session.req_header().uri.path().trim_end_matches('/');
     let id = path
         .rsplit_once("/models/")

@@ -150,9 +150,9 @@ pub fn spawn_periodic(config: Config, db: crate::store::Db) {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let specs = match crate::catalog::load_file(std::path::Path::new(&config.catalog.path))
-            {
-                Ok(s) => s,
+            let specs = match crate::catalog::load_configured(&config.catalog.path) {
+                Ok(Some(s)) => s,
+                Ok(None) => continue,
                 Err(e) => {
                     tracing::warn!(error = %e, "probe: catalog file unreadable");
                     continue;

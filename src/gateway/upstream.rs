@@ -34,8 +34,8 @@ const DNS_TTL: Duration = Duration::from_secs(60);
 const DNS_MAX: usize = 1024;
 const POOL_IDLE: Duration = Duration::from_secs(60);
 
-/// How a rung is reached.
-#[derive(Clone, Debug)]
+/// How a rung is reached. Debug leaves the credential out.
+#[derive(Clone)]
 pub struct Target {
     /// `<provider>:<provider_model_id>`.
     pub rung_id: String,
@@ -87,6 +87,23 @@ type CachedPeer = (SocketAddr, Arc<HttpPeer>, u64);
 impl std::fmt::Debug for PeerCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("PeerCache")
+    }
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("rung_id", &self.rung_id)
+            .field("provider", &self.provider)
+            .field("model_id", &self.model_id)
+            .field("authority", &self.authority)
+            .field("prefix", &self.prefix)
+            .field(
+                "credential",
+                &self.credential.as_ref().map(|_| "<redacted>"),
+            )
+            .field("own_cloud", &self.own_cloud)
+            .finish_non_exhaustive()
     }
 }
 
@@ -1123,6 +1140,34 @@ mod tests {
         assert_eq!(cache.get("h0.example", 443, later), None);
         cache.put("fresh.example", 443, addr, later);
         assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn debug_leaves_the_credential_out() {
+        let mut config = Config::default();
+        config.providers.insert(
+            "openai".into(),
+            crate::config::ProviderConfig {
+                base_url: "https://api.openai.com/v1".into(),
+                ..Default::default()
+            },
+        );
+        let rung = RungSpec {
+            provider: "openai".into(),
+            provider_model_id: "gpt-4.1-mini".into(),
+            base_url: String::new(),
+            zdr: false,
+            caps: Vec::new(),
+        };
+        let t = Upstreams::new(&config)
+            .build_target(&rung, Some(Some(Arc::from("sk-very-secret-123"))))
+            .unwrap();
+        let shown = format!("{t:?}");
+        assert!(!shown.contains("sk-very-secret-123"), "{shown}");
+        assert!(
+            shown.contains("gpt-4.1-mini") && shown.contains("<redacted>"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -56,6 +56,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0005_byok.sql"),
         include_str!("../../migrations/postgres/0005_byok.sql"),
     ),
+    (
+        6,
+        "key and org changes stamped with the database clock",
+        include_str!("../../migrations/sqlite/0006_db_clock_stamps.sql"),
+        include_str!("../../migrations/postgres/0006_db_clock_stamps.sql"),
+    ),
 ];
 
 impl Db {
@@ -142,11 +148,22 @@ impl Db {
             migrations: Cow::Owned(migrations),
             ..Migrator::DEFAULT
         };
-        migrator
-            .run(&self.pool)
-            .await
-            .context("applying migrations")?;
-        Ok(())
+        // Two processes starting on one fresh SQLite file (`serve` and an admin
+        // command, as the quickstart runs them) race: both see migration N
+        // pending, one applies it, the other's CREATE fails and rolls back. A rerun
+        // sees it applied. (PostgreSQL serializes migrators with an advisory lock.)
+        let mut attempt = 0;
+        loop {
+            match migrator.run(&self.pool).await {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt < 5 && self.engine == Engine::Sqlite => {
+                    attempt += 1;
+                    tracing::debug!(error = %e, attempt, "migrations raced another process; again");
+                    tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+                }
+                Err(e) => return Err(e).context("applying migrations"),
+            }
+        }
     }
 
     /// A cheap liveness query, for readiness.
@@ -159,4 +176,28 @@ impl Db {
 pub fn opt_i64(row: &AnyRow, col: &str) -> Option<i64> {
     use sqlx::Row;
     row.try_get::<Option<i64>, _>(col).ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn processes_migrating_one_fresh_sqlite_file_at_once_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("race.db").display());
+        let runs: Vec<_> = (0..6)
+            .map(|_| {
+                let url = url.clone();
+                tokio::spawn(async move {
+                    // Each its own pool, as separate processes would have.
+                    let db = Db::connect(&url).await?;
+                    db.migrate().await
+                })
+            })
+            .collect();
+        for r in runs {
+            r.await.unwrap().unwrap();
+        }
+    }
 }

@@ -131,7 +131,13 @@ pub fn command(backend: &Backend, opts: &Opts) -> Command {
 
 impl Sluice {
     pub async fn start(backend: &Backend, opts: Opts) -> Sluice {
-        let mut child = command(backend, &opts)
+        Sluice::spawn(command(backend, &opts), &backend.database_url).await
+    }
+
+    /// Starts `serve` from a prepared command (a test that changes the working
+    /// directory or the config file).
+    pub async fn spawn(mut cmd: Command, database_url: &str) -> Sluice {
+        let mut child = cmd
             .arg("serve")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -166,7 +172,7 @@ impl Sluice {
             web: addr("web"),
             ops: addr("ops"),
             http: reqwest::Client::new(),
-            database_url: backend.database_url.clone(),
+            database_url: database_url.to_string(),
         };
         s.wait_ready().await;
         s
