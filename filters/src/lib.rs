@@ -10,6 +10,7 @@ pub mod ir;
 pub mod json_edit;
 mod json_scan;
 pub mod policy;
+pub mod relay;
 pub mod route;
 pub mod slug;
 pub mod sse;

@@ -1,10 +1,12 @@
-//! Attempts whose answer is rewritten through the canonical form: a rung of another
-//! wire than the client's format (or a native responses/messages rung, whose answer
-//! is decoded to find the commit point and re-encoded as it arrives).
+//! Attempts on a rung whose answer must be read to find the commit point: a rung
+//! of another wire than the client's format, whose answer is rewritten through the
+//! canonical form, and a native responses or messages rung, whose answer is read
+//! the same way but reaches the client as the provider sent it (`filters::relay`:
+//! only the gateway's own members are set).
 //!
 //! Before commit the decoded events are held (a role chunk, thinking, usage); the
 //! first content commits the rung, and from then on every upstream read is decoded,
-//! encoded in the client's format and written at once.
+//! written in the client's format (encoded, or relayed) and sent at once.
 
 use super::attempt::{
     failed_status, json_header, read_before_commit, ready_now, sse_header, unless_gone, until,
@@ -21,6 +23,8 @@ use pingora::time::fast_timeout::fast_timeout;
 use sluice_filters::ir::{
     Event, FinishReason, Meta, RefusalReason, Response, StreamDecoder, StreamEncoder, Tail,
 };
+use sluice_filters::policy::Inbound;
+use sluice_filters::relay::{self, Owned, Relay};
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
 use std::time::{Duration, Instant};
@@ -52,6 +56,16 @@ fn meta(ex: &Exchange, leg: &Leg, job: &Job) -> Meta {
         created: crate::store::now_ms() / 1000 - age,
         fallback_id: crate::store::new_id("gen"),
         include_usage: job.req.include_usage,
+    }
+}
+
+/// What the gateway sets in a native rung's answer.
+fn owned<'a>(ex: &'a Exchange, leg: &'a Leg, usage: Option<Usage>, receipt: &'a [u8]) -> Owned<'a> {
+    Owned {
+        provider: &leg.target.rung_json,
+        usage: usage.map(|u| ex.priced(u)),
+        receipt,
+        ignored: ex.ignored.as_deref(),
     }
 }
 
@@ -146,12 +160,18 @@ async fn plain(
     ex.usage = resp.usage.unwrap_or_default();
     resp.usage = Some(ex.priced(ex.usage));
     ex.first_token = Some(ex.started.elapsed());
-    let out = wire::render_answer(
-        job.inbound,
-        &resp,
-        &meta(ex, leg, job),
-        &tail(ex, leg, ex.usage, false),
-    );
+    let out = if leg.native {
+        let receipt = ex.receipt_json(&t.provider, "ok");
+        let owned = owned(ex, leg, Some(ex.usage), &receipt);
+        relay::whole(&buf, &owned)
+    } else {
+        wire::render_answer(
+            job.inbound,
+            &resp,
+            &meta(ex, leg, job),
+            &tail(ex, leg, ex.usage, false),
+        )
+    };
     let Some(h) = json_header(ex, &t.provider, "ok") else {
         return Attempt::Terminal(ApiError::internal());
     };
@@ -168,8 +188,18 @@ enum Seen {
     Fail(Attempt),
 }
 
+/// How a committed stream reaches the client.
+enum Output {
+    /// Decoded events encoded in the client's format.
+    Encode(Box<dyn StreamEncoder>),
+    /// The provider's own frames, relayed (a native rung), and the rewritten frames
+    /// not yet written.
+    Relay(Relay, Vec<u8>),
+}
+
 /// The state of one streamed answer, before and after commit.
 struct Flow {
+    output: Output,
     framer: Framer,
     decoder: Box<dyn StreamDecoder>,
     events: Vec<Event>,
@@ -185,14 +215,31 @@ impl Flow {
     /// Decodes every complete frame into `events`.
     /// Before the commit an unreadable frame fails the attempt; after it, the frame
     /// is dropped and the answer goes on (a broken framing still ends it).
-    fn decode(&mut self) -> Result<(), Failure> {
+    /// A relayed frame is rewritten as it is read, with the usage so far (a
+    /// finishing event carries its cost).
+    fn decode(&mut self, ex: &Exchange, leg: &Leg) -> Result<(), Failure> {
+        let receipt = match self.output {
+            Output::Relay(..) => ex.receipt_json(&leg.target.provider, "ok"),
+            Output::Encode(_) => Vec::new(),
+        };
         while let Some(frame) = self.framer.next() {
             let frame = frame.map_err(|_| Failure::BadAnswer)?;
+            let before = self.events.len();
             let read = self
                 .decoder
                 .frame(frame.name.as_deref(), &frame.data, &mut self.events);
             if read.is_err() && !self.committed {
                 return Err(Failure::BadAnswer);
+            }
+            if let Output::Relay(relay, relayed) = &mut self.output {
+                for ev in &self.events[before..] {
+                    if let Event::Usage(u) = ev {
+                        self.usage = Some(*u);
+                    }
+                    relay.observe(ev);
+                }
+                let owned = owned(ex, leg, self.usage, &receipt);
+                relay.frame(frame.name.as_deref(), &frame.data, &owned, relayed);
             }
         }
         Ok(())
@@ -246,22 +293,35 @@ impl Flow {
 
     /// After commit: encodes held and decoded events into `out`. Returns false when
     /// the provider reported an error mid-stream (settled as a cut).
-    fn encode(&mut self, enc: &mut dyn StreamEncoder, out: &mut Vec<u8>) -> bool {
-        for ev in std::mem::take(&mut self.held) {
-            enc.event(&ev, out);
+    fn encode(&mut self, out: &mut Vec<u8>) -> bool {
+        let held = std::mem::take(&mut self.held);
+        if let Output::Encode(enc) = &mut self.output {
+            for ev in &held {
+                enc.event(ev, out);
+            }
         }
         let events = std::mem::take(&mut self.events);
+        let mut healthy = true;
         for ev in events {
             match ev {
-                Event::Error { .. } => return false,
+                Event::Error { .. } => {
+                    healthy = false;
+                    break;
+                }
                 // A refusal after content cannot be taken back; the finish says so.
                 Event::Refusal { .. } => continue,
                 _ => {}
             }
             self.track(&ev);
-            enc.event(&ev, out);
+            if let Output::Encode(enc) = &mut self.output {
+                enc.event(&ev, out);
+            }
         }
-        true
+        if let Output::Relay(_, relayed) = &mut self.output {
+            // The relay already left the error event out.
+            out.append(relayed);
+        }
+        healthy
     }
 }
 
@@ -297,7 +357,17 @@ async fn stream(
         return failed_status(leg.wire, call, status).await;
     }
     let first_deadline = ex.deadline.min(Instant::now() + t.first_token_timeout);
+    let output = if leg.native {
+        let kind = match job.inbound {
+            Inbound::Messages => relay::Kind::Messages,
+            _ => relay::Kind::Responses,
+        };
+        Output::Relay(Relay::new(kind), Vec::new())
+    } else {
+        Output::Encode(wire::encoder(job.inbound, meta(ex, leg, job)))
+    };
     let mut flow = Flow {
+        output,
         framer: Framer::new(leg.wire),
         decoder: wire::decoder(leg.wire),
         events: Vec::new(),
@@ -332,7 +402,7 @@ async fn stream(
         if received > max {
             return Attempt::Failed(Failure::BadAnswer);
         }
-        if let Err(f) = flow.decode() {
+        if let Err(f) = flow.decode(ex, leg) {
             return Attempt::Failed(f);
         }
         match flow.precommit() {
@@ -355,9 +425,8 @@ async fn stream(
         }
         ex.header_sent = true;
     }
-    let mut enc = wire::encoder(job.inbound, meta(ex, leg, job));
     let mut out = Vec::new();
-    let mut healthy = flow.encode(enc.as_mut(), &mut out);
+    let mut healthy = flow.encode(&mut out);
     while healthy && !flow.decoder.done() {
         if !out.is_empty() {
             let cap = out.capacity();
@@ -401,10 +470,10 @@ async fn stream(
                 None => break,
             }
         }
-        if received > max || flow.decode().is_err() {
+        if received > max || flow.decode(ex, leg).is_err() {
             break;
         }
-        healthy = flow.encode(enc.as_mut(), &mut out);
+        healthy = flow.encode(&mut out);
         if ended {
             break;
         }
@@ -424,7 +493,14 @@ async fn stream(
     };
     ex.incomplete = cut;
     ex.usage = usage;
-    enc.end(&tail(ex, leg, usage, cut), &mut out);
+    match &mut flow.output {
+        Output::Encode(enc) => enc.end(&tail(ex, leg, usage, cut), &mut out),
+        Output::Relay(relay, _) => {
+            let receipt = ex.receipt_json(&t.provider, "ok");
+            let owned = owned(ex, leg, Some(usage), &receipt);
+            relay.end(&owned, &meta(ex, leg, job), cut, &mut out);
+        }
+    }
     ex.tape_body(&out);
     if session
         .write_response_body(Some(Bytes::from(out)), true)

@@ -1015,7 +1015,8 @@ fn stop_frame(out: &mut Vec<u8>, index: u32) {
     close_frame(out);
 }
 
-fn put_usage(out: &mut Vec<u8>, u: Usage) {
+/// A stream's usage object, with the call's cost when it is known.
+pub(crate) fn put_usage(out: &mut Vec<u8>, u: Usage) {
     let u = OutUsage::from(u);
     out.extend_from_slice(b"{\"input_tokens\":");
     put_num(out, u.input_tokens);
@@ -1025,6 +1026,10 @@ fn put_usage(out: &mut Vec<u8>, u: Usage) {
     put_num(out, u.cache_read_input_tokens);
     out.extend_from_slice(b",\"output_tokens\":");
     put_num(out, u.output_tokens);
+    if let Some(cost) = u.cost {
+        out.extend_from_slice(b",\"cost\":");
+        let _ = serde_json::to_writer(&mut *out, &cost);
+    }
     out.push(b'}');
 }
 

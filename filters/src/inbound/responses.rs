@@ -24,9 +24,8 @@ use std::borrow::Cow;
 use std::fmt;
 
 /// The member of the final answer that carries the receipt.
-const RECEIPT_MEMBER: &str = "x_gateway";
 /// The member of the final answer that names the dropped fields.
-use crate::ir::IGNORED_MEMBER;
+use crate::ir::{IGNORED_MEMBER, RECEIPT_MEMBER};
 
 /// Top-level fields kept verbatim as extras under their own names: an OpenAI rung
 /// understands them, the canonical form does not model them.

@@ -154,6 +154,10 @@ pub trait StreamDecoder: Send {
 /// fields: the same key as the response header.
 pub const IGNORED_MEMBER: &str = "x-service-ignored-parameters";
 
+/// The member that carries the receipt (attempts and overhead) in a whole answer
+/// and in a stream's finishing event.
+pub const RECEIPT_MEMBER: &str = "x_gateway";
+
 /// What the gateway knows that the client's format must carry.
 #[derive(Clone, Debug, Default)]
 pub struct Meta {
