@@ -194,7 +194,7 @@ enum Output {
     Encode(Box<dyn StreamEncoder>),
     /// The provider's own frames, relayed (a native rung), and the rewritten frames
     /// not yet written.
-    Relay(Relay, Vec<u8>),
+    Relay(Box<Relay>, Vec<u8>),
 }
 
 /// The state of one streamed answer, before and after commit.
@@ -362,7 +362,7 @@ async fn stream(
             Inbound::Messages => relay::Kind::Messages,
             _ => relay::Kind::Responses,
         };
-        Output::Relay(Relay::new(kind), Vec::new())
+        Output::Relay(Box::new(Relay::new(kind)), Vec::new())
     } else {
         Output::Encode(wire::encoder(job.inbound, meta(ex, leg, job)))
     };
