@@ -981,3 +981,73 @@ async fn embeddings_follow_the_orgs_waterfall_too() {
         Some("Bearer sk-platform-openai")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_daily_spend_cap_refuses_platform_spend_only() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (org, _, admin_key) = s.org_and_key().await;
+    // A cap far below any call's worst case, and two requests a minute.
+    let (st, k) = s
+        .admin(
+            reqwest::Method::POST,
+            &format!("/admin/orgs/{org}/keys"),
+            Some(json!({"name": "capped", "daily_spend_cap_usd": 0.000001, "rpm": 3})),
+        )
+        .await;
+    assert_eq!(st, 201, "{k}");
+    let key = k["api_key"].as_str().unwrap().to_string();
+    s.wait_for_key(&key).await;
+    // Platform only: the cap refuses.
+    let (st, v) = chat(&s, &key, "b-shared", "hi").await;
+    assert_error(st, &v, 429, "insufficient_quota");
+    assert_eq!(v["error"]["reason"], "key_daily_cap", "{v}");
+
+    let c = connect(
+        &s,
+        &org,
+        &admin_key,
+        "openai",
+        "own",
+        "sk-org-own",
+        json!({"base_url": format!("{}/v1", mock.base_url())}),
+    )
+    .await;
+    let byok = format!("byok:{}", c["id"].as_str().unwrap());
+    let wf = "/api/models/b-shared/waterfall";
+    // The org's own key first, platform after: the cap refuses the platform rung
+    // alone, and the call goes on on the org's own key.
+    let (st, text) = send(
+        &s,
+        reqwest::Method::PUT,
+        wf,
+        &admin_key,
+        Some(json!({"model_provider_ids": [byok, "openai:o1"]})),
+    )
+    .await;
+    assert_eq!(st, 200, "{text}");
+    let (st, v) = chat(&s, &key, "b-shared", "first").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["provider"], json!(byok));
+    // Only the org's own key on the chain: nothing there is platform spend.
+    let (st, text) = send(
+        &s,
+        reqwest::Method::PUT,
+        wf,
+        &admin_key,
+        Some(json!({"model_provider_ids": [byok]})),
+    )
+    .await;
+    assert_eq!(st, 200, "{text}");
+    let (st, v) = chat(&s, &key, "b-shared", "second").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["provider"], json!(byok));
+    // Requests per minute count every lane: the first (refused) call took none,
+    // the two BYOK calls took two of three, and the fourth is refused.
+    let (st, v) = chat(&s, &key, "b-shared", "third").await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = chat(&s, &key, "b-shared", "fourth").await;
+    assert_error(st, &v, 429, "insufficient_quota");
+    assert_eq!(v["error"]["reason"], "key_rate_limit", "{v}");
+}

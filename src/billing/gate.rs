@@ -1,12 +1,12 @@
 //! The gates a request passes before it is sent, taken in one atomic counters step
 //! and settled to the real use afterwards:
-//! - on every lane, the key's guardrails: daily spend cap (resets 00:00 UTC),
-//!   requests and tokens per minute (the key's own value, else the platform
-//!   default, else uncapped);
-//! - on the platform lane only: the model's payment requirement, the org's tier
-//!   windows (requests per minute; tokens per minute, hour and day), the model's
-//!   free allowance, and the credit balance, which must cover the request's worst
-//!   case.
+//! - on every lane, the key's requests and tokens per minute (the key's own value,
+//!   else the platform default, else uncapped);
+//! - on the platform lane only: the key's daily spend cap (resets 00:00 UTC; it
+//!   caps what the org pays, and its own provider keys cost it nothing here), the
+//!   model's payment requirement, the org's tier windows (requests per minute;
+//!   tokens per minute, hour and day), the model's free allowance, and the credit
+//!   balance, which must cover the request's worst case.
 //!
 //! Holds are taken at the worst case (input estimated from the body, the whole
 //! output budget, list price); settling corrects each to the real cost or tokens,
@@ -132,12 +132,10 @@ struct Window {
 }
 
 impl Window {
-    /// Org and free-allowance windows count platform-funded traffic only.
+    /// The key's daily spend cap, org and free-allowance windows count
+    /// platform-funded traffic only.
     fn platform(&self) -> bool {
-        !matches!(
-            self.limit,
-            Limit::KeyDailyCap | Limit::KeyRpm | Limit::KeyTpm
-        )
+        !matches!(self.limit, Limit::KeyRpm | Limit::KeyTpm)
     }
 }
 
@@ -364,7 +362,9 @@ fn key_windows(ask: &Ask<'_>, billing: &BillingConfig) -> Vec<Window> {
     let id = &ask.key.id;
     let w = ask.worst;
     let mut out = Vec::new();
-    if let Some(cap) = g.daily_spend_cap_micro_usd {
+    // The daily cap caps platform spend: a call only the org's own keys may
+    // serve neither counts toward it nor is refused by it.
+    if let Some(cap) = g.daily_spend_cap_micro_usd.filter(|_| ask.platform) {
         let k = ["kday:", id.as_str()].concat();
         out.push(window(
             k,

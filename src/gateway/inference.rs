@@ -414,8 +414,9 @@ async fn admit_lanes<'a>(
         }
     };
     if let Some(e) = refusal {
-        // Key guardrails refuse every lane; anything else only the platform's.
-        let key_limit = e.message.starts_with("key_");
+        // Key rate guardrails refuse every lane; the daily spend cap and anything
+        // else only the platform's.
+        let key_limit = e.message.starts_with("key_") && !e.message.starts_with("key_daily_cap");
         if !has_own || key_limit || e.code != ErrorCode::InsufficientQuota {
             return Err(e);
         }
