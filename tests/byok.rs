@@ -1051,3 +1051,53 @@ async fn a_keys_daily_spend_cap_refuses_platform_spend_only() {
     assert_error(st, &v, 429, "insufficient_quota");
     assert_eq!(v["error"]["reason"], "key_rate_limit", "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_catalog_shows_the_lane_the_orgs_chain_serves_first() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (org, _, key) = s.org_and_key().await;
+    let lane = |v: &Value, slug: &str| {
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["alias"] == slug)
+            .map(|m| m["lane"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let (st, v) = s.get("/api/gateway/catalog", Some(&key)).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(lane(&v, "b-shared"), "platform_funded");
+    let c = connect(
+        &s,
+        &org,
+        &key,
+        "openai",
+        "own",
+        "sk-org-own",
+        json!({"base_url": format!("{}/v1", mock.base_url())}),
+    )
+    .await;
+    let byok = format!("byok:{}", c["id"].as_str().unwrap());
+    let wf = "/api/models/b-shared/waterfall";
+    for (chain, want) in [
+        (json!([byok, "openai:o1"]), "pass_through"),
+        (json!([byok]), "pass_through"),
+        (json!(["openai:o1", byok]), "platform_funded"),
+    ] {
+        let (st, text) = send(
+            &s,
+            reqwest::Method::PUT,
+            wf,
+            &key,
+            Some(json!({"model_provider_ids": chain})),
+        )
+        .await;
+        assert_eq!(st, 200, "{text}");
+        let (st, v) = s.get("/api/gateway/catalog", Some(&key)).await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(lane(&v, "b-shared"), want, "chain {chain}");
+    }
+}
