@@ -451,3 +451,36 @@ async fn platform_default_guardrails_apply_to_keys_that_set_none() {
     assert_eq!(v["platform_defaults"]["requests_per_minute"], 2);
     assert_eq!(v["daily_spend_cap_usd"], Value::Null);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_max_tokens_is_held_at_the_models_output_maximum() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (org, _) = s
+        .org_with(json!({"name": "huge", "email_verified": true, "card_verified": true,
+                         "credits_usd": 5, "tier": 3}))
+        .await;
+    // 10,000 tokens a minute: room for the model's 8,192-token output maximum
+    // plus the prompt, not for anything larger.
+    let (st, k) = s
+        .admin(
+            reqwest::Method::POST,
+            &format!("/admin/orgs/{org}/keys"),
+            Some(json!({"name": "tpm", "tpm": 10_000})),
+        )
+        .await;
+    assert_eq!(st, 201, "{k}");
+    let key = k["api_key"].as_str().unwrap().to_string();
+    s.wait_for_key(&key).await;
+    // u64::MAX output tokens: held at 8,192 (not wrapped to a tiny figure, not
+    // refused as endless), so it fits the window and is served.
+    let (st, v) = chat(&s, &key, "g-std", Some(u64::MAX)).await;
+    assert_eq!(st, 200, "{v}");
+    // On the free allowance (400 tokens an hour), the same budget is the model's
+    // maximum, which the allowance cannot cover: refused, not served free.
+    let (st, v) = chat(&s, &key, "g-free", Some(u64::MAX)).await;
+    assert_quota(st, &v, "free_limit_reached", "free_limit_reached");
+    let (st, v) = chat(&s, &key, "g-free", Some(u64::MAX - 1)).await;
+    assert_quota(st, &v, "free_limit_reached", "free_limit_reached");
+}

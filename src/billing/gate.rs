@@ -35,6 +35,17 @@ pub struct WorstCase {
     pub tokens: i64,
 }
 
+/// The output budget a request is held for: its `max_tokens` clamped to the
+/// model's output maximum (a provider writes no more than that), the maximum when
+/// it sets none. A model that states no maximum (0) takes the request's figure.
+pub fn output_budget(max_tokens: Option<u64>, model_max: u64) -> u64 {
+    match (max_tokens, model_max) {
+        (Some(n), 0) => n,
+        (Some(n), max) => n.min(max),
+        (None, max) => max,
+    }
+}
+
 /// The most a request can use: every body byte an input token (JSON makes that an
 /// overestimate of the text) and the whole output budget, at list price.
 pub fn worst_case(price: &Price, body_bytes: usize, max_output: u64) -> WorstCase {

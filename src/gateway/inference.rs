@@ -189,7 +189,7 @@ pub async fn handle(
                     }
                 }
             }
-            let budget = req.max_tokens.unwrap_or(model.spec.max_output_tokens);
+            let budget = gate::output_budget(req.max_tokens, model.spec.max_output_tokens);
             let worst = gate::worst_case(&model.spec.price, body.len(), budget);
             admission = match admit_lanes(state, &mut rungs, |p| ask(worst, p)).await {
                 Ok(a) => a,

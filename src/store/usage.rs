@@ -239,6 +239,11 @@ fn insert_sql(engine: Engine, n: usize, returning: bool) -> String {
     sql
 }
 
+/// A count as the BIGINT columns store it: saturated, never wrapped negative.
+fn sat(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 fn bind_events<'q>(mut q: AnyQuery<'q>, events: &[UsageEvent], now: i64) -> AnyQuery<'q> {
     for e in events {
         let id = if e.id.is_empty() {
@@ -254,10 +259,10 @@ fn bind_events<'q>(mut q: AnyQuery<'q>, events: &[UsageEvent], now: i64) -> AnyQ
             .bind(e.model.clone())
             .bind(e.rung.clone())
             .bind(e.lane.to_string())
-            .bind(e.input_tokens as i64)
-            .bind(e.cached_tokens as i64)
-            .bind(e.output_tokens as i64)
-            .bind(e.reasoning_tokens as i64)
+            .bind(sat(e.input_tokens))
+            .bind(sat(e.cached_tokens))
+            .bind(sat(e.output_tokens))
+            .bind(sat(e.reasoning_tokens))
             .bind(e.cost_micro_usd)
             .bind(e.status as i64)
             .bind(e.error_class.clone())
