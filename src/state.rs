@@ -40,7 +40,9 @@ impl AppState {
             tracing::warn!(path = %catalog_path.display(), "catalog file not found; serving the stored catalog");
         }
         let counters: Arc<dyn Counters> = if config.storage.redis_url.is_empty() {
-            Arc::new(MemoryCounters::new())
+            let memory = Arc::new(MemoryCounters::new());
+            memory.spawn_sweeper();
+            memory
         } else {
             Arc::new(RedisCounters::connect(&config.storage.redis_url).await?)
         };

@@ -1,13 +1,24 @@
 //! In-process counters for a single instance: one map behind a mutex. Entries carry
-//! their own expiry and are swept lazily.
+//! their own expiry: reads ignore expired entries, and a timer task sweeps them out
+//! every [`SWEEP_EVERY`], off the request path (a request never scans the map).
+//!
+//! Cache-affinity markers (`aff:{org}:…`) are the one family a client can make
+//! without bound (one per distinct `prompt_cache_key`), so each org keeps at most
+//! [`AFFINITY_PER_ORG`] of them: a new one past the cap evicts that org's oldest.
+//! Losing a marker only costs its conversation a cold prompt cache.
 
 use super::{
     credited_mark, now_secs, window_counter, BalanceReq, Counters, WindowOutcome, WindowReq,
 };
 use async_trait::async_trait;
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use super::{AFFINITY, AFFINITY_PER_ORG};
+
+/// How often expired entries are swept out.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 enum Value {
     Int(i64),
@@ -24,8 +35,29 @@ struct Entry {
 type Map = HashMap<String, Entry, foldhash::fast::RandomState>;
 
 #[derive(Default)]
+struct Inner {
+    map: Map,
+    /// Each org's affinity markers, oldest first (a key may linger here after its
+    /// entry expired; the sweep drops those).
+    affinity: HashMap<String, VecDeque<String>, foldhash::fast::RandomState>,
+}
+
+impl std::ops::Deref for Inner {
+    type Target = Map;
+    fn deref(&self) -> &Map {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for Inner {
+    fn deref_mut(&mut self) -> &mut Map {
+        &mut self.map
+    }
+}
+
+#[derive(Default)]
 pub struct MemoryCounters {
-    map: Mutex<Map>,
+    inner: Mutex<Inner>,
 }
 
 impl MemoryCounters {
@@ -33,9 +65,65 @@ impl MemoryCounters {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Map> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves plain data behind; keep serving.
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sweeps expired entries every [`SWEEP_EVERY`] for as long as the counters
+    /// live. Must run inside the runtime.
+    pub fn spawn_sweeper(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                match weak.upgrade() {
+                    Some(c) => c.sweep(),
+                    None => return,
+                }
+            }
+        });
+    }
+
+    /// Drops every expired entry, and affinity bookkeeping for markers gone.
+    pub fn sweep(&self) {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let Inner { map, affinity } = &mut *inner;
+        map.retain(|_, e| live(e, now));
+        affinity.retain(|_, keys| {
+            keys.retain(|k| map.contains_key(k));
+            !keys.is_empty()
+        });
+    }
+
+    /// How many entries the map holds, expired ones not yet swept included.
+    pub fn len(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Records a new affinity marker under its org and evicts the org's oldest past
+/// the cap.
+fn note_affinity(inner: &mut Inner, key: &str) {
+    let Some(org) = key
+        .strip_prefix(AFFINITY)
+        .and_then(|rest| rest.split(':').next())
+    else {
+        return;
+    };
+    let keys = inner.affinity.entry(org.to_string()).or_default();
+    keys.push_back(key.to_string());
+    while keys.len() > AFFINITY_PER_ORG {
+        if let Some(old) = keys.pop_front() {
+            inner.map.remove(&old);
+        }
     }
 }
 
@@ -94,9 +182,6 @@ impl Counters for MemoryCounters {
         let now = Instant::now();
         let secs = now_secs();
         let mut map = self.lock();
-        if map.len() > 100_000 {
-            map.retain(|_, e| live(e, now));
-        }
         let live_balance = balance.map(|b| sync_balance(&mut map, b, now));
         let keys: Vec<String> = windows
             .iter()
@@ -167,17 +252,22 @@ impl Counters for MemoryCounters {
         only_if_absent: bool,
     ) -> anyhow::Result<bool> {
         let now = Instant::now();
-        let mut map = self.lock();
-        if only_if_absent && map.get(key).is_some_and(|e| live(e, now)) {
+        let mut inner = self.lock();
+        let present = inner.get(key).is_some_and(|e| live(e, now));
+        if only_if_absent && present {
             return Ok(false);
         }
-        map.insert(
+        let fresh = !inner.contains_key(key);
+        inner.insert(
             key.to_string(),
             Entry {
                 value: Value::Str(value.to_string()),
                 expires: Some(now + ttl),
             },
         );
+        if fresh {
+            note_affinity(&mut inner, key);
+        }
         Ok(true)
     }
 
@@ -204,8 +294,51 @@ impl Counters for MemoryCounters {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[tokio::test]
     async fn memory_counters_keep_the_contract() {
         super::super::contract::run(&super::MemoryCounters::new(), "t").await;
+    }
+
+    #[tokio::test]
+    async fn the_sweep_drops_expired_entries_and_takes_never_scan() {
+        let c = MemoryCounters::new();
+        let short = Duration::from_millis(1);
+        for i in 0..1_000 {
+            c.put_marker(&format!("m:{i}"), "x", short, false)
+                .await
+                .unwrap();
+        }
+        c.put_marker("m:keep", "x", Duration::from_secs(60), false)
+            .await
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        // A take leaves expired entries to the sweep.
+        let w = WindowReq {
+            key: "w".into(),
+            window_secs: 60,
+            amount: 1,
+            limit: 10,
+        };
+        c.take(std::slice::from_ref(&w), None).await.unwrap();
+        assert_eq!(c.len(), 1_002);
+        c.sweep();
+        assert_eq!(c.len(), 2, "the live marker and the window stay");
+        assert_eq!(c.get_marker("m:keep").await.unwrap().as_deref(), Some("x"));
+    }
+
+    #[tokio::test]
+    async fn each_org_keeps_a_bounded_number_of_affinity_markers() {
+        let c = MemoryCounters::new();
+        let ttl = Duration::from_secs(600);
+        c.put_marker("aff:t_org_b:m:one", "r", ttl, false)
+            .await
+            .unwrap();
+        super::super::contract::affinity_cap(&c, "t").await;
+        assert_eq!(c.len(), AFFINITY_PER_ORG + 1);
+        // Sweeping keeps the bookkeeping in step with the map.
+        c.sweep();
+        assert_eq!(c.lock().affinity["t_org_a"].len(), AFFINITY_PER_ORG);
     }
 }

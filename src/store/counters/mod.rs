@@ -12,6 +12,16 @@ pub use self::redis::RedisCounters;
 use async_trait::async_trait;
 use std::time::Duration;
 
+/// The key family of cache-affinity markers, `aff:{org}:{model}:{digest}` (written
+/// by the waterfall). A client can make these without bound (one per distinct
+/// `prompt_cache_key`), so both stores keep at most [`AFFINITY_PER_ORG`] per org:
+/// a new one past the cap evicts the org's oldest, which only costs that
+/// conversation a cold prompt cache.
+pub const AFFINITY: &str = "aff:";
+
+/// Cache-affinity markers one org may hold at once (each lives 600 s).
+pub const AFFINITY_PER_ORG: usize = 10_000;
+
 /// One fixed rate window to check and add to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WindowReq {
@@ -272,5 +282,26 @@ pub(crate) mod contract {
             "markers expire"
         );
         assert!(c.ping().await);
+    }
+
+    /// Affinity markers past the per-org cap evict the org's oldest, never another
+    /// org's.
+    pub async fn affinity_cap(c: &dyn Counters, ns: &str) {
+        let ttl = Duration::from_secs(600);
+        let other = format!("aff:{ns}_org_b:m:one");
+        c.put_marker(&other, "r", ttl, false).await.unwrap();
+        let key = |i: usize| format!("aff:{ns}_org_a:m:{i}");
+        for i in 0..AFFINITY_PER_ORG + 500 {
+            c.put_marker(&key(i), "r", ttl, false).await.unwrap();
+        }
+        assert_eq!(c.get_marker(&key(0)).await.unwrap(), None);
+        assert_eq!(c.get_marker(&key(499)).await.unwrap(), None);
+        assert!(c.get_marker(&key(500)).await.unwrap().is_some());
+        let newest = key(AFFINITY_PER_ORG + 499);
+        assert!(c.get_marker(&newest).await.unwrap().is_some());
+        assert!(c.get_marker(&other).await.unwrap().is_some());
+        // Re-marking a conversation keeps its place and evicts nothing.
+        c.put_marker(&newest, "r2", ttl, false).await.unwrap();
+        assert!(c.get_marker(&key(500)).await.unwrap().is_some());
     }
 }

@@ -66,10 +66,35 @@ end
 return {0, 0}
 "#;
 
+/// KEYS: an affinity marker, its org's index (a sorted set of markers in the
+/// order they were made) and the index's sequence. ARGV: value, ttl ms, the
+/// per-org cap. Sets the marker; a new one joins the index, and past the cap the
+/// oldest entries go (an entry whose marker already expired counts until then, so
+/// the live markers stay at or under the cap).
+const AFFINITY_PUT: &str = r#"
+local fresh = redis.call('EXISTS', KEYS[1]) == 0
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if fresh then
+  local ttl, cap = tonumber(ARGV[2]), tonumber(ARGV[3])
+  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), KEYS[1])
+  redis.call('PEXPIRE', KEYS[3], ttl)
+  local over = redis.call('ZCARD', KEYS[2]) - cap
+  if over > 0 then
+    local old = redis.call('ZPOPMIN', KEYS[2], over)
+    for i = 1, #old, 2 do
+      redis.call('DEL', old[i])
+    end
+  end
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
+return 1
+"#;
+
 pub struct RedisCounters {
     conn: ConnectionManager,
     prefix: String,
     take: Script,
+    affinity_put: Script,
 }
 
 impl RedisCounters {
@@ -82,6 +107,7 @@ impl RedisCounters {
             conn,
             prefix: "sluice:".into(),
             take: Script::new(TAKE),
+            affinity_put: Script::new(AFFINITY_PUT),
         })
     }
 
@@ -177,11 +203,29 @@ impl Counters for RedisCounters {
         only_if_absent: bool,
     ) -> anyhow::Result<bool> {
         let mut conn = self.conn.clone();
+        let ttl_ms = ttl.as_millis().max(1) as u64;
+        // Affinity markers are capped per org, like the in-process ones.
+        let org = key
+            .strip_prefix(super::AFFINITY)
+            .and_then(|rest| rest.split(':').next());
+        if let (Some(org), false) = (org, only_if_absent) {
+            let _: i64 = self
+                .affinity_put
+                .key(self.k(key))
+                .key(self.k(&["affidx:", org].concat()))
+                .key(self.k(&["affseq:", org].concat()))
+                .arg(value)
+                .arg(ttl_ms)
+                .arg(super::AFFINITY_PER_ORG)
+                .invoke_async(&mut conn)
+                .await?;
+            return Ok(true);
+        }
         let mut cmd = redis::cmd("SET");
         cmd.arg(self.k(key))
             .arg(value)
             .arg("PX")
-            .arg(ttl.as_millis().max(1) as u64);
+            .arg(ttl_ms);
         if only_if_absent {
             cmd.arg("NX");
         }
@@ -223,5 +267,6 @@ mod tests {
             .expect("Redis is up");
         let ns = format!("test{}", rand::random::<u32>());
         super::super::contract::run(&c, &ns).await;
+        super::super::contract::affinity_cap(&c, &ns).await;
     }
 }
