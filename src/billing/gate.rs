@@ -1,7 +1,9 @@
 //! The gates a request passes before it is sent, taken in one atomic counters step
 //! and settled to the real use afterwards:
 //! - on every lane, the key's requests and tokens per minute (the key's own value,
-//!   else the platform default, else uncapped);
+//!   else the platform default, else uncapped), the org's requests per minute
+//!   across every lane, and the requests the org and the key may have in flight
+//!   (slots, given back when the request is settled, however it ended);
 //! - on the platform lane only: the key's daily spend cap (resets 00:00 UTC; it
 //!   caps what the org pays, and its own provider keys cost it nothing here), the
 //!   model's payment requirement, the org's tier windows (requests per minute;
@@ -27,6 +29,11 @@ use sluice_filters::{ApiError, ErrorCode};
 const MINUTE: u64 = 60;
 const HOUR: u64 = 3_600;
 const DAY: u64 = 86_400;
+
+/// How long Redis keeps a concurrency counter that no take gave an expiry to: the
+/// slots of an instance that died holding them count at most this long. (A slot
+/// released after the counter expired leaves it one lower until it expires again.)
+const SLOT_TTL: u64 = 900;
 
 /// What a request may use at most.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +115,8 @@ enum Measure {
     ListCost,
     /// The live balance, which counts down: corrected to the billed cost.
     Balance,
+    /// A request in flight: given back whole, on every lane.
+    Slot,
 }
 
 /// Which limit a window is, for its refusal.
@@ -124,6 +133,9 @@ enum Limit {
     FreeDay,
     FreeMonth,
     FreeLifetime,
+    OrgAllRpm,
+    OrgConcurrency,
+    KeyConcurrency,
 }
 
 impl Limit {
@@ -146,7 +158,14 @@ impl Window {
     /// The key's daily spend cap, org and free-allowance windows count
     /// platform-funded traffic only.
     fn platform(&self) -> bool {
-        !matches!(self.limit, Limit::KeyRpm | Limit::KeyTpm)
+        !matches!(
+            self.limit,
+            Limit::KeyRpm
+                | Limit::KeyTpm
+                | Limit::OrgAllRpm
+                | Limit::OrgConcurrency
+                | Limit::KeyConcurrency
+        )
     }
 }
 
@@ -362,6 +381,7 @@ fn window(key: String, secs: u64, amount: i64, limit: i64, l: Limit, m: Measure)
             window_secs: secs,
             amount,
             limit,
+            ttl_secs: if m == Measure::Slot { SLOT_TTL } else { 0 },
         },
         limit: l,
         measure: m,
@@ -400,6 +420,23 @@ fn key_windows(ask: &Ask<'_>, billing: &BillingConfig) -> Vec<Window> {
             Limit::KeyTpm,
             Measure::Tokens,
         ));
+    }
+    // Every lane: the org's own keys and deployments use the gateway too.
+    let org = &ask.org.id;
+    if billing.org_requests_per_minute_all_lanes > 0 {
+        let k = ["oall:", org.as_str()].concat();
+        let limit = billing.org_requests_per_minute_all_lanes;
+        out.push(window(k, MINUTE, 1, limit, Limit::OrgAllRpm, Measure::Request));
+    }
+    // The key's cap first: a refusal names the narrowest limit reached.
+    for (name, id, limit, l) in [
+        ("kconc:", id, billing.key_defaults.concurrency, Limit::KeyConcurrency),
+        ("oconc:", org, billing.org_concurrency_all_lanes, Limit::OrgConcurrency),
+    ] {
+        if limit > 0 {
+            let k = [name, id.as_str()].concat();
+            out.push(window(k, 0, 1, limit, l, Measure::Slot));
+        }
     }
     out
 }
@@ -500,8 +537,29 @@ fn requirement(ask: &Ask<'_>) -> Result<(), ApiError> {
     }
 }
 
+/// 429 `unavailable_route` for the all-lane caps: throttles, gone as soon as a
+/// minute turns or a request ends, so retrying with backoff helps (unlike
+/// `insufficient_quota`).
+fn throttled(reason: &'static str, message: String) -> ApiError {
+    ApiError::new(ErrorCode::UnavailableRoute, message)
+        .with_status(429)
+        .with_extra("reason", reason)
+}
+
 fn window_error(w: &Window, current: i64, ask: &Ask<'_>) -> ApiError {
     let limit = w.req.limit;
+    match w.limit {
+        Limit::OrgAllRpm => return throttled("org_request_rate", format!(
+            "org_request_rate: this organization may send {limit} requests per minute across every lane, its own provider keys included; retry with backoff in the next minute."
+        )),
+        Limit::OrgConcurrency => return throttled("org_concurrency", format!(
+            "org_concurrency: this organization already has {limit} requests in flight, the most it may have on every lane together; retry with backoff when one ends."
+        )),
+        Limit::KeyConcurrency => return throttled("key_concurrency", format!(
+            "key_concurrency: this key already has {limit} requests in flight, the most one key may have; retry with backoff when one ends."
+        )),
+        _ => {}
+    }
     let tokens = ask.worst.tokens;
     let tier = ask.org.tier;
     let (prefix, message) = match w.limit {
@@ -587,6 +645,7 @@ pub async fn settle(counters: &dyn Counters, hold: Hold, used: Used) {
                     Measure::Tokens => used.tokens - held,
                     Measure::ListCost => used.list_micro_usd - held,
                     Measure::Balance => held - used.billed_micro_usd,
+                    Measure::Slot => -held,
                 }
             };
             (delta != 0).then_some((h.counter, delta))

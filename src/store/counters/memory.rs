@@ -320,6 +320,7 @@ mod tests {
             window_secs: 60,
             amount: 1,
             limit: 10,
+            ttl_secs: 0,
         };
         c.take(std::slice::from_ref(&w), None).await.unwrap();
         assert_eq!(c.len(), 1_002);

@@ -34,6 +34,10 @@ pub struct WindowReq {
     pub amount: i64,
     /// The window refuses an add that would take it past this.
     pub limit: i64,
+    /// For a counter with no window (`window_secs` 0): Redis gives it this expiry
+    /// when it has none (0: never expires). It bounds how long slots held by an
+    /// instance that died stay counted; the in-process store dies with its slots.
+    pub ttl_secs: u64,
 }
 
 /// A draw on a shared balance, taken in the same atomic step as the windows.
@@ -158,6 +162,7 @@ pub(crate) mod contract {
             window_secs: 60,
             amount,
             limit,
+            ttl_secs: 0,
         };
         assert_eq!(
             c.take(&[w("a", 3, 5), w("b", 10, 100)], None)
@@ -187,6 +192,7 @@ pub(crate) mod contract {
             window_secs: 0,
             amount,
             limit,
+            ttl_secs: 0,
         };
         assert_eq!(
             c.take(&[life(4, 5)], None).await.unwrap(),

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// KEYS: the window keys, then (with a balance) the balance and its credited mark.
 /// ARGV[1]: the number of windows; per window (amount, limit, ttl; ttl 0 never
-/// expires); with a balance (credited, snapshot balance, amount, floor). Syncs the
+/// expires, a negative ttl sets -ttl only on a key without an expiry); with a balance (credited, snapshot balance, amount, floor). Syncs the
 /// balance with the credited total, checks every window and the balance, then adds
 /// to all, or to none; returns {0, 0} when taken, else {index+1, current}.
 const TAKE: &str = r#"
@@ -58,6 +58,8 @@ for i = 1, n do
   redis.call('INCRBY', KEYS[i], tonumber(ARGV[(i-1)*3+2]))
   if ttl > 0 then
     redis.call('EXPIRE', KEYS[i], ttl)
+  elseif ttl < 0 and redis.call('TTL', KEYS[i]) < 0 then
+    redis.call('EXPIRE', KEYS[i], -ttl)
   end
 end
 if live then
@@ -136,9 +138,9 @@ impl Counters for RedisCounters {
         for w in windows {
             inv.key(self.window_key(&w.key, w.window_secs, now));
             let ttl = if w.window_secs == 0 {
-                0
+                -i64::try_from(w.ttl_secs).unwrap_or(i64::MAX)
             } else {
-                w.window_secs + 1
+                i64::try_from(w.window_secs + 1).unwrap_or(i64::MAX)
             };
             inv.arg(w.amount).arg(w.limit).arg(ttl);
         }
