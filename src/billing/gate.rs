@@ -270,6 +270,7 @@ pub async fn admit(
                 .map_err(store_down)?
             {
                 WindowOutcome::Added => return Ok(admitted(with_free, None, now, true)),
+                WindowOutcome::Unseeded => return Err(store_down(unseeded())),
                 WindowOutcome::Refused { index, current } => {
                     let w = &with_free[index];
                     if !w.limit.is_free() {
@@ -285,10 +286,11 @@ pub async fn admit(
             }
         }
     }
+    // No snapshot balance: a counter that lost it is seeded from the ledger.
     let balance = BalanceReq {
         key: ["bal:", ask.org.id.as_str()].concat(),
+        org_id: ask.org.id.clone(),
         credited: ask.org.credited_micro_usd,
-        balance: ask.org.balance_micro_usd,
         amount: ask.worst.micro_usd,
         floor: 0,
     };
@@ -320,6 +322,7 @@ async fn take(
         .map_err(store_down)?
     {
         WindowOutcome::Added => Ok(admitted(windows, balance, now, free)),
+        WindowOutcome::Unseeded => Err(store_down(unseeded())),
         WindowOutcome::Refused { index, current } => match windows.get(index) {
             Some(w) => Err(window_error(w, current, ask)),
             None => Err(refuse(
@@ -361,6 +364,12 @@ fn admitted(windows: Vec<Window>, balance: Option<BalanceReq>, now: u64, free: b
 
 fn reqs(windows: &[Window]) -> Vec<WindowReq> {
     windows.iter().map(|w| w.req.clone()).collect()
+}
+
+/// Counters used without the seeding layer (`SeededCounters`) cannot start a
+/// balance: refuse rather than guess it.
+fn unseeded() -> anyhow::Error {
+    anyhow::anyhow!("the balance counter is not seeded")
 }
 
 fn store_down(e: anyhow::Error) -> ApiError {
@@ -426,12 +435,29 @@ fn key_windows(ask: &Ask<'_>, billing: &BillingConfig) -> Vec<Window> {
     if billing.org_requests_per_minute_all_lanes > 0 {
         let k = ["oall:", org.as_str()].concat();
         let limit = billing.org_requests_per_minute_all_lanes;
-        out.push(window(k, MINUTE, 1, limit, Limit::OrgAllRpm, Measure::Request));
+        out.push(window(
+            k,
+            MINUTE,
+            1,
+            limit,
+            Limit::OrgAllRpm,
+            Measure::Request,
+        ));
     }
     // The key's cap first: a refusal names the narrowest limit reached.
     for (name, id, limit, l) in [
-        ("kconc:", id, billing.key_defaults.concurrency, Limit::KeyConcurrency),
-        ("oconc:", org, billing.org_concurrency_all_lanes, Limit::OrgConcurrency),
+        (
+            "kconc:",
+            id,
+            billing.key_defaults.concurrency,
+            Limit::KeyConcurrency,
+        ),
+        (
+            "oconc:",
+            org,
+            billing.org_concurrency_all_lanes,
+            Limit::OrgConcurrency,
+        ),
     ] {
         if limit > 0 {
             let k = [name, id.as_str()].concat();
@@ -467,14 +493,77 @@ fn has_allowance(f: &FreeAllowance) -> bool {
     f.tokens_per_hour > 0 || f.tokens_per_day > 0 || f.usd_per_month > 0.0 || f.usd_lifetime > 0.0
 }
 
+/// The counter names of a model's free allowance for an org.
+fn free_base(org_id: &str, slug: &str) -> String {
+    format!("free:{org_id}:{slug}")
+}
+
+/// The monthly cap counts a calendar month (UTC), named in the counter.
+fn month_name(now: u64) -> String {
+    crate::api::usage::day_string((now / DAY) as i64)[..7].to_string()
+}
+
+/// The first second of `now`'s calendar month (UTC).
+pub fn month_start(now: u64) -> u64 {
+    let day = crate::api::usage::day_string((now / DAY) as i64);
+    let dom: u64 = day[8..].parse().unwrap_or(1);
+    (now / DAY - (dom - 1)) * DAY
+}
+
+/// One org's use of one model's free allowance in the windows open now, as the
+/// ledger has it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FreeUse {
+    pub org_id: String,
+    pub model: String,
+    /// Weighted tokens this hour and today (UTC).
+    pub hour_tokens: i64,
+    pub day_tokens: i64,
+    /// List-price cost this calendar month and ever.
+    pub month_list: i64,
+    pub life_list: i64,
+}
+
+/// Puts free allowance use back into counters that forgot it (an in-process
+/// restart), so the allowances stand where the ledger says.
+pub async fn restore_free(
+    counters: &dyn Counters,
+    uses: &[FreeUse],
+    now: u64,
+) -> anyhow::Result<()> {
+    let month = month_name(now);
+    for u in uses {
+        let base = free_base(&u.org_id, &u.model);
+        let windows: Vec<WindowReq> = [
+            (format!("{base}:h"), HOUR, u.hour_tokens),
+            (format!("{base}:d"), DAY, u.day_tokens),
+            (format!("{base}:m:{month}"), 0, u.month_list),
+            (format!("{base}:life"), 0, u.life_list),
+        ]
+        .into_iter()
+        .filter(|(_, _, n)| *n > 0)
+        .map(|(key, window_secs, amount)| WindowReq {
+            key,
+            window_secs,
+            amount,
+            limit: i64::MAX,
+            ttl_secs: 0,
+        })
+        .collect();
+        if !windows.is_empty() {
+            counters.take(&windows, None).await?;
+        }
+    }
+    Ok(())
+}
+
 fn free_windows(ask: &Ask<'_>, now: u64) -> Vec<Window> {
     let f = &ask.model.free;
-    let base = format!("free:{}:{}", ask.org.id, ask.model.slug);
+    let base = free_base(&ask.org.id, &ask.model.slug);
     let w = ask.worst;
     let tokens = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let micro = |usd: f64| crate::accounts::usd_to_micro(usd).unwrap_or(i64::MAX);
-    // The monthly cap counts a calendar month (UTC), named in the counter.
-    let month = &crate::api::usage::day_string((now / DAY) as i64)[..7];
+    let month = month_name(now);
     [
         (
             tokens(f.tokens_per_hour),
@@ -662,6 +751,18 @@ pub async fn settle(counters: &dyn Counters, hold: Hold, used: Used) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn months_start_on_their_first_day() {
+        // 2025-11-22 12:00 UTC.
+        let now = 20_414 * DAY + 43_200;
+        assert_eq!(month_start(now), (20_414 - 21) * DAY);
+        assert_eq!(
+            crate::api::usage::day_string((month_start(now) / DAY) as i64),
+            "2025-11-01"
+        );
+        assert_eq!(month_start(20_393 * DAY), 20_393 * DAY);
+    }
 
     #[test]
     fn cached_input_counts_at_its_price_weight() {

@@ -245,6 +245,7 @@ pub async fn handle(
         }
     };
     gate::settle(counters, admission.hold, used).await;
+    let free = admission.free;
     let format = inbound.map_or(Format::OpenAi, wire::format_of);
     let (status, error_class) = match outcome {
         Outcome::Written(s) => (s, None),
@@ -292,6 +293,7 @@ pub async fn handle(
         &org.id,
         status,
         error_class,
+        (used, free),
     );
     Ok(if status == 499 {
         499
@@ -312,6 +314,7 @@ fn record(
     org_id: &str,
     status: u16,
     error_class: Option<String>,
+    (used, free): (gate::Used, bool),
 ) {
     let m = &state.metrics;
     let label = route.label();
@@ -350,6 +353,11 @@ fn record(
         attempts: ex.attempts.clone(),
         empty_attempts: ex.empty_attempts,
         latency_ms: ex.started.elapsed().as_millis() as u64,
+        // What the windows keep, so a restart can rebuild them from the ledger.
+        free: free && ex.billable,
+        weighted_tokens: used.tokens,
+        list_micro_usd: used.list_micro_usd,
+        at_ms: crate::store::now_ms(),
     });
 }
 

@@ -56,6 +56,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0005_byok.sql"),
         include_str!("../../migrations/postgres/0005_byok.sql"),
     ),
+    (
+        6,
+        "usage windows: free, weighted tokens, list cost",
+        include_str!("../../migrations/sqlite/0006_usage_windows.sql"),
+        include_str!("../../migrations/postgres/0006_usage_windows.sql"),
+    ),
 ];
 
 impl Db {

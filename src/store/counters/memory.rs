@@ -151,25 +151,18 @@ fn set_int(map: &mut Map, key: &str, v: i64, expires: Option<Instant>) {
     }
 }
 
-/// Brings the live balance up to date with the credited total; returns it.
-fn sync_balance(map: &mut Map, b: &BalanceReq, now: Instant) -> i64 {
+/// Brings the live balance up to date with the credited total; returns it, or
+/// `None` when the counter was never seeded.
+fn sync_balance(map: &mut Map, b: &BalanceReq, now: Instant) -> Option<i64> {
     let mark = credited_mark(&b.key);
-    match int_of(map, &mark, now) {
-        None => {
-            set_int(map, &b.key, b.balance, None);
-            set_int(map, &mark, b.credited, None);
-            b.balance
-        }
-        Some(seen) => {
-            let mut live = int_of(map, &b.key, now).unwrap_or(0);
-            if b.credited > seen {
-                live += b.credited - seen;
-                set_int(map, &b.key, live, None);
-                set_int(map, &mark, b.credited, None);
-            }
-            live
-        }
+    let seen = int_of(map, &mark, now)?;
+    let mut live = int_of(map, &b.key, now).unwrap_or(0);
+    if b.credited > seen {
+        live += b.credited - seen;
+        set_int(map, &b.key, live, None);
+        set_int(map, &mark, b.credited, None);
     }
+    Some(live)
 }
 
 #[async_trait]
@@ -182,7 +175,13 @@ impl Counters for MemoryCounters {
         let now = Instant::now();
         let secs = now_secs();
         let mut map = self.lock();
-        let live_balance = balance.map(|b| sync_balance(&mut map, b, now));
+        let live_balance = match balance {
+            Some(b) => match sync_balance(&mut map, b, now) {
+                Some(live) => Some(live),
+                None => return Ok(WindowOutcome::Unseeded),
+            },
+            None => None,
+        };
         let keys: Vec<String> = windows
             .iter()
             .map(|w| window_counter(&w.key, w.window_secs, secs))
@@ -210,6 +209,17 @@ impl Counters for MemoryCounters {
         Ok(WindowOutcome::Added)
     }
 
+    async fn seed_balance(&self, key: &str, balance: i64, credited: i64) -> anyhow::Result<()> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        let mark = credited_mark(key);
+        if int_of(&map, &mark, now).is_none() {
+            set_int(&mut map, key, balance, None);
+            set_int(&mut map, &mark, credited, None);
+        }
+        Ok(())
+    }
+
     async fn window_total(&self, key: &str, window_secs: u64) -> anyhow::Result<i64> {
         let k = window_counter(key, window_secs, now_secs());
         Ok(int_of(&self.lock(), &k, Instant::now()).unwrap_or(0))
@@ -219,13 +229,12 @@ impl Counters for MemoryCounters {
         let now = Instant::now();
         let mut map = self.lock();
         let v = int_of(&map, key, now).unwrap_or(0) + amount;
-        map.insert(
-            key.to_string(),
-            Entry {
-                value: Value::Int(v),
-                expires: None,
-            },
-        );
+        // A live window keeps its expiry: settling must not make it permanent.
+        let expires = map
+            .get(key)
+            .filter(|e| live(e, now))
+            .and_then(|e| e.expires);
+        set_int(&mut map, key, v, expires);
         Ok(v)
     }
 

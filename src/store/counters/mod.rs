@@ -5,9 +5,11 @@
 
 mod memory;
 mod redis;
+pub mod seeded;
 
 pub use self::memory::MemoryCounters;
 pub use self::redis::RedisCounters;
+pub use self::seeded::SeededCounters;
 
 use async_trait::async_trait;
 use std::time::Duration;
@@ -46,13 +48,18 @@ pub struct WindowReq {
 /// up. Grants reach it without any instance having to be told: `credited` is the
 /// org's running total of credits ever added (from the same database row as
 /// `balance`), and the counter remembers the total it has already taken in; a larger
-/// figure adds the difference, once, whichever instance brings it. A missing counter
-/// starts at `balance`.
+/// figure adds the difference, once, whichever instance brings it.
+///
+/// A counter without its credited mark (first use, an in-process restart, a Redis
+/// that lost data) is not guessed from any snapshot: the take answers
+/// [`WindowOutcome::Unseeded`], and the balance is seeded from the database minus
+/// the usage not written there yet (see [`seeded`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BalanceReq {
     pub key: String,
+    /// The org whose balance it is.
+    pub org_id: String,
     pub credited: i64,
-    pub balance: i64,
     pub amount: i64,
     /// The draw is refused when it would take the live balance below this.
     pub floor: i64,
@@ -67,6 +74,9 @@ pub enum WindowOutcome {
     /// The balance, when asked for, has the index after the last window, and
     /// `current` is then the live balance.
     Refused { index: usize, current: i64 },
+    /// The balance counter has no credited mark: nothing was taken; seed it with
+    /// [`Counters::seed_balance`] and take again.
+    Unseeded,
 }
 
 #[async_trait]
@@ -78,6 +88,10 @@ pub trait Counters: Send + Sync {
         windows: &[WindowReq],
         balance: Option<&BalanceReq>,
     ) -> anyhow::Result<WindowOutcome>;
+
+    /// Starts a balance counter at `balance` with its credited mark at `credited`,
+    /// unless the mark exists (another request seeded it first).
+    async fn seed_balance(&self, key: &str, balance: i64, credited: i64) -> anyhow::Result<()>;
 
     /// The current total of a window (0 when absent).
     async fn window_total(&self, key: &str, window_secs: u64) -> anyhow::Result<i64>;
@@ -206,15 +220,26 @@ pub(crate) mod contract {
             }
         ));
         assert_eq!(c.get(&k("life")).await.unwrap(), Some(4));
-        // Balances: start from the snapshot, draw, refuse below the floor, and take
-        // in each new credit once whoever brings it.
-        let bal = |credited, balance, amount| BalanceReq {
+        // Balances: an unseeded counter takes nothing and says so; once seeded,
+        // draw, refuse below the floor, and take in each new credit once whoever
+        // brings it.
+        let bal = |credited, _snapshot: i64, amount| BalanceReq {
             key: k("org"),
+            org_id: "org".into(),
             credited,
-            balance,
             amount,
             floor: 0,
         };
+        assert_eq!(
+            c.take(&[w("c", 1, 10)], Some(&bal(100, 100, 70)))
+                .await
+                .unwrap(),
+            WindowOutcome::Unseeded
+        );
+        assert_eq!(c.window_total(&k("c"), 60).await.unwrap(), 0);
+        c.seed_balance(&k("org"), 100, 100).await.unwrap();
+        // A second seed (another request raced to it) changes nothing.
+        c.seed_balance(&k("org"), 999, 999).await.unwrap();
         assert_eq!(
             c.take(&[w("c", 1, 10)], Some(&bal(100, 100, 70)))
                 .await
@@ -229,7 +254,7 @@ pub(crate) mod contract {
                 index: 1,
                 current: 30
             },
-            "a stale snapshot does not reset the live balance"
+            "a seeded balance is never reset"
         );
         assert_eq!(
             c.window_total(&k("c"), 60).await.unwrap(),

@@ -12,9 +12,11 @@ use std::time::Duration;
 
 /// KEYS: the window keys, then (with a balance) the balance and its credited mark.
 /// ARGV[1]: the number of windows; per window (amount, limit, ttl; ttl 0 never
-/// expires, a negative ttl sets -ttl only on a key without an expiry); with a balance (credited, snapshot balance, amount, floor). Syncs the
-/// balance with the credited total, checks every window and the balance, then adds
-/// to all, or to none; returns {0, 0} when taken, else {index+1, current}.
+/// expires, a negative ttl sets -ttl only on a key without an expiry); with a
+/// balance (credited, amount, floor). Syncs the balance with the credited total,
+/// checks every window and the balance, then adds to all, or to none; returns
+/// {0, 0} when taken, {-1, 0} when the balance has no credited mark (nothing
+/// taken), else {index+1, current}.
 const TAKE: &str = r#"
 local n = tonumber(ARGV[1])
 local live = nil
@@ -25,19 +27,16 @@ if #KEYS > n then
   local credited = tonumber(ARGV[base+1])
   local seen = redis.call('GET', mk)
   if not seen then
-    live = tonumber(ARGV[base+2])
+    return {-1, 0}
+  end
+  live = tonumber(redis.call('GET', bk) or '0')
+  if credited > tonumber(seen) then
+    live = live + credited - tonumber(seen)
     redis.call('SET', bk, live)
     redis.call('SET', mk, credited)
-  else
-    live = tonumber(redis.call('GET', bk) or '0')
-    if credited > tonumber(seen) then
-      live = live + credited - tonumber(seen)
-      redis.call('SET', bk, live)
-      redis.call('SET', mk, credited)
-    end
   end
-  draw = tonumber(ARGV[base+3])
-  if live - draw < tonumber(ARGV[base+4]) then
+  draw = tonumber(ARGV[base+2])
+  if live - draw < tonumber(ARGV[base+3]) then
     for i = 1, n do
       local cur = tonumber(redis.call('GET', KEYS[i]) or '0')
       if cur + tonumber(ARGV[(i-1)*3+2]) > tonumber(ARGV[(i-1)*3+3]) then
@@ -90,6 +89,16 @@ if fresh then
   redis.call('PEXPIRE', KEYS[2], ttl)
 end
 return 1
+"#;
+
+/// KEYS: a balance and its credited mark. ARGV: balance, credited. Sets both
+/// unless the mark exists.
+const SEED: &str = r#"
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+return 0
 "#;
 
 pub struct RedisCounters {
@@ -146,21 +155,33 @@ impl Counters for RedisCounters {
         }
         if let Some(b) = balance {
             inv.key(self.k(&b.key)).key(self.k(&credited_mark(&b.key)));
-            inv.arg(b.credited)
-                .arg(b.balance)
-                .arg(b.amount)
-                .arg(b.floor);
+            inv.arg(b.credited).arg(b.amount).arg(b.floor);
         }
         let mut conn = self.conn.clone();
         let (idx, cur): (i64, i64) = inv.invoke_async(&mut conn).await?;
         Ok(if idx == 0 {
             WindowOutcome::Added
+        } else if idx < 0 {
+            WindowOutcome::Unseeded
         } else {
             WindowOutcome::Refused {
                 index: (idx - 1) as usize,
                 current: cur,
             }
         })
+    }
+
+    async fn seed_balance(&self, key: &str, balance: i64, credited: i64) -> anyhow::Result<()> {
+        // Rare (once per org after a loss): the script is not kept prepared.
+        let mut conn = self.conn.clone();
+        let _: () = redis::Script::new(SEED)
+            .key(self.k(key))
+            .key(self.k(&credited_mark(key)))
+            .arg(balance)
+            .arg(credited)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(())
     }
 
     async fn add_many(&self, adds: &[(String, i64)]) -> anyhow::Result<()> {
@@ -224,10 +245,7 @@ impl Counters for RedisCounters {
             return Ok(true);
         }
         let mut cmd = redis::cmd("SET");
-        cmd.arg(self.k(key))
-            .arg(value)
-            .arg("PX")
-            .arg(ttl_ms);
+        cmd.arg(self.k(key)).arg(value).arg("PX").arg(ttl_ms);
         if only_if_absent {
             cmd.arg("NX");
         }
