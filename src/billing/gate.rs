@@ -743,7 +743,9 @@ pub async fn settle(counters: &dyn Counters, hold: Hold, used: Used) {
     if adds.is_empty() {
         return;
     }
-    if let Err(e) = counters.add_many(&adds).await {
+    // A hold whose counter is gone (its window closed, a slot counter expired)
+    // needs no correction, and must not bring the counter back without expiry.
+    if let Err(e) = counters.correct_many(&adds).await {
         tracing::error!(error = %e, "settling the request's holds failed");
     }
 }

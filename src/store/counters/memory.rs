@@ -238,6 +238,19 @@ impl Counters for MemoryCounters {
         Ok(v)
     }
 
+    async fn correct_many(&self, adds: &[(String, i64)]) -> anyhow::Result<()> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        for (k, v) in adds {
+            if let Some(e) = map.get_mut(k.as_str()).filter(|e| live(e, now)) {
+                if let Value::Int(n) = &mut e.value {
+                    *n += v;
+                }
+            }
+        }
+        Ok(())
+    }
+
     async fn get(&self, key: &str) -> anyhow::Result<Option<i64>> {
         Ok(int_of(&self.lock(), key, Instant::now()))
     }

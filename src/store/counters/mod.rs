@@ -107,6 +107,13 @@ pub trait Counters: Send + Sync {
         Ok(())
     }
 
+    /// Corrects held amounts (settling): adds to each counter that still exists,
+    /// keeping its expiry, and leaves a counter that is gone (its window over, a
+    /// slot counter expired, a store that lost it) gone. Creating it would leave
+    /// a counter without an expiry behind, never swept, and start it off by the
+    /// correction.
+    async fn correct_many(&self, adds: &[(String, i64)]) -> anyhow::Result<()>;
+
     /// The value of a plain counter (`None` when absent).
     async fn get(&self, key: &str) -> anyhow::Result<Option<i64>>;
 
@@ -277,6 +284,29 @@ pub(crate) mod contract {
         c.add_many(&[(k("org"), 5), (k("other"), 2)]).await.unwrap();
         assert_eq!(c.get(&k("org")).await.unwrap(), Some(15));
         assert_eq!(c.get(&k("other")).await.unwrap(), Some(2));
+        // Corrections reach counters that exist and create none.
+        c.correct_many(&[(k("org"), -5), (k("gone"), -3)])
+            .await
+            .unwrap();
+        assert_eq!(c.get(&k("org")).await.unwrap(), Some(10));
+        assert_eq!(c.get(&k("gone")).await.unwrap(), None);
+        // A window corrected after it closed is not brought back.
+        let short = WindowReq {
+            key: k("short"),
+            window_secs: 1,
+            amount: 5,
+            limit: 10,
+            ttl_secs: 0,
+        };
+        assert_eq!(
+            c.take(std::slice::from_ref(&short), None).await.unwrap(),
+            WindowOutcome::Added
+        );
+        let name = window_counter(&short.key, 1, now_secs());
+        c.correct_many(&[(name.clone(), -2)]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2_100)).await;
+        c.correct_many(&[(name.clone(), -3)]).await.unwrap();
+        assert_eq!(c.get(&name).await.unwrap(), None, "expired and left gone");
         // Plain counters.
         assert_eq!(c.get(&k("bal")).await.unwrap(), None);
         c.set(&k("bal"), 100).await.unwrap();

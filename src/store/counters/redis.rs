@@ -101,11 +101,23 @@ end
 return 0
 "#;
 
+/// KEYS: counters; ARGV: an amount per counter. Adds each amount to its counter
+/// when the counter exists (INCRBY keeps its expiry); a missing one stays missing.
+const CORRECT: &str = r#"
+for i = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('INCRBY', KEYS[i], ARGV[i])
+  end
+end
+return 0
+"#;
+
 pub struct RedisCounters {
     conn: ConnectionManager,
     prefix: String,
     take: Script,
     affinity_put: Script,
+    correct: Script,
 }
 
 impl RedisCounters {
@@ -119,6 +131,7 @@ impl RedisCounters {
             prefix: "sluice:".into(),
             take: Script::new(TAKE),
             affinity_put: Script::new(AFFINITY_PUT),
+            correct: Script::new(CORRECT),
         })
     }
 
@@ -191,6 +204,19 @@ impl Counters for RedisCounters {
         }
         let mut conn = self.conn.clone();
         let _: () = pipe.query_async(&mut conn).await?;
+        Ok(())
+    }
+
+    async fn correct_many(&self, adds: &[(String, i64)]) -> anyhow::Result<()> {
+        if adds.is_empty() {
+            return Ok(());
+        }
+        let mut inv = self.correct.prepare_invoke();
+        for (k, v) in adds {
+            inv.key(self.k(k)).arg(*v);
+        }
+        let mut conn = self.conn.clone();
+        let _: i64 = inv.invoke_async(&mut conn).await?;
         Ok(())
     }
 

@@ -94,6 +94,10 @@ impl Counters for SeededCounters {
         self.inner.add_many(adds).await
     }
 
+    async fn correct_many(&self, adds: &[(String, i64)]) -> anyhow::Result<()> {
+        self.inner.correct_many(adds).await
+    }
+
     async fn get(&self, key: &str) -> anyhow::Result<Option<i64>> {
         self.inner.get(key).await
     }
