@@ -354,7 +354,7 @@ fn record(
         empty_attempts: ex.empty_attempts,
         latency_ms: ex.started.elapsed().as_millis() as u64,
         // What the windows keep, so a restart can rebuild them from the ledger.
-        free: free && ex.billable,
+        free: free && ex.billable && ex.lane == Lane::Platform,
         weighted_tokens: used.tokens,
         list_micro_usd: used.list_micro_usd,
         at_ms: crate::store::now_ms(),
