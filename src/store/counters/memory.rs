@@ -158,7 +158,7 @@ fn sync_balance(map: &mut Map, b: &BalanceReq, now: Instant) -> Option<i64> {
     let seen = int_of(map, &mark, now)?;
     let mut live = int_of(map, &b.key, now).unwrap_or(0);
     if b.credited > seen {
-        live += b.credited - seen;
+        live = live.saturating_add(b.credited - seen);
         set_int(map, &b.key, live, None);
         set_int(map, &mark, b.credited, None);
     }
@@ -188,23 +188,23 @@ impl Counters for MemoryCounters {
             .collect();
         for (i, (w, k)) in windows.iter().zip(&keys).enumerate() {
             let current = int_of(&map, k, now).unwrap_or(0);
-            if current + w.amount > w.limit {
+            if current.saturating_add(w.amount) > w.limit {
                 return Ok(WindowOutcome::Refused { index: i, current });
             }
         }
         if let (Some(b), Some(live)) = (balance, live_balance) {
-            if live - b.amount < b.floor {
+            if live.saturating_sub(b.amount) < b.floor {
                 return Ok(WindowOutcome::Refused {
                     index: windows.len(),
                     current: live,
                 });
             }
-            set_int(&mut map, &b.key, live - b.amount, None);
+            set_int(&mut map, &b.key, live.saturating_sub(b.amount), None);
         }
         for (w, k) in windows.iter().zip(keys) {
             let current = int_of(&map, &k, now).unwrap_or(0);
             let expires = (w.window_secs > 0).then(|| now + Duration::from_secs(w.window_secs + 1));
-            set_int(&mut map, &k, current + w.amount, expires);
+            set_int(&mut map, &k, current.saturating_add(w.amount), expires);
         }
         Ok(WindowOutcome::Added)
     }
@@ -228,7 +228,7 @@ impl Counters for MemoryCounters {
     async fn add(&self, key: &str, amount: i64) -> anyhow::Result<i64> {
         let now = Instant::now();
         let mut map = self.lock();
-        let v = int_of(&map, key, now).unwrap_or(0) + amount;
+        let v = int_of(&map, key, now).unwrap_or(0).saturating_add(amount);
         // A live window keeps its expiry: settling must not make it permanent.
         let expires = map
             .get(key)
@@ -244,7 +244,7 @@ impl Counters for MemoryCounters {
         for (k, v) in adds {
             if let Some(e) = map.get_mut(k.as_str()).filter(|e| live(e, now)) {
                 if let Value::Int(n) = &mut e.value {
-                    *n += v;
+                    *n = n.saturating_add(*v);
                 }
             }
         }
@@ -349,6 +349,39 @@ mod tests {
         c.sweep();
         assert_eq!(c.len(), 2, "the live marker and the window stay");
         assert_eq!(c.get_marker("m:keep").await.unwrap().as_deref(), Some("x"));
+    }
+
+    #[tokio::test]
+    async fn huge_amounts_saturate_and_are_refused() {
+        let c = MemoryCounters::new();
+        let w = |amount| WindowReq {
+            key: "w".into(),
+            window_secs: 60,
+            amount,
+            limit: 100,
+            ttl_secs: 0,
+        };
+        assert_eq!(c.take(&[w(5)], None).await.unwrap(), WindowOutcome::Added);
+        assert_eq!(
+            c.take(&[w(i64::MAX)], None).await.unwrap(),
+            WindowOutcome::Refused {
+                index: 0,
+                current: 5
+            }
+        );
+        c.seed_balance("b", 10, 10).await.unwrap();
+        let b = BalanceReq {
+            key: "b".into(),
+            org_id: "o".into(),
+            credited: 10,
+            amount: i64::MAX,
+            floor: 0,
+        };
+        c.set("b", -5).await.unwrap();
+        assert!(matches!(
+            c.take(&[], Some(&b)).await.unwrap(),
+            WindowOutcome::Refused { .. }
+        ));
     }
 
     #[tokio::test]
