@@ -73,6 +73,15 @@ async fn run(name: &str, counters: &dyn Counters, n: usize) {
         tokens_per_day: huge,
     };
     let (key, org) = records(&format!("{name}{}", rand::random::<u32>()));
+    // The service seeds balances from the ledger (SeededCounters); here, at once.
+    counters
+        .seed_balance(
+            &format!("bal:{}", org.id),
+            org.balance_micro_usd,
+            org.credited_micro_usd,
+        )
+        .await
+        .expect("seeded");
     let worst = gate::worst_case(&model.price, 400, 256);
     let ask = Ask {
         key: &key,

@@ -320,6 +320,11 @@ pub struct BillingConfig {
     pub tier_up_purchase_usd: f64,
     /// The org tiers, tier 0 first; an org above the last takes the last.
     pub tiers: Vec<TierConfig>,
+    /// Requests per minute one org may send on every lane together (its own
+    /// provider keys and deployments included); 0: uncapped.
+    pub org_requests_per_minute_all_lanes: i64,
+    /// Requests one org may have in flight at once, on every lane; 0: uncapped.
+    pub org_concurrency_all_lanes: i64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -328,6 +333,9 @@ pub struct KeyDefaults {
     pub daily_spend_cap_usd: Option<f64>,
     pub rpm: Option<i64>,
     pub tpm: Option<i64>,
+    /// Requests one key may have in flight at once, on every lane (keys set none
+    /// of their own); 0: uncapped.
+    pub concurrency: i64,
 }
 
 /// One tier's platform-funded limits, counted across all the org's keys; absent is
@@ -350,7 +358,10 @@ impl Default for BillingConfig {
             tokens_per_day: Some(tpd),
         };
         BillingConfig {
-            key_defaults: KeyDefaults::default(),
+            key_defaults: KeyDefaults {
+                concurrency: 64,
+                ..KeyDefaults::default()
+            },
             tier_up_purchase_usd: 5.0,
             tiers: vec![
                 tier(60, 200_000, 2_000_000, 10_000_000),
@@ -358,6 +369,8 @@ impl Default for BillingConfig {
                 tier(5_000, 20_000_000, 300_000_000, 2_000_000_000),
                 TierConfig::default(),
             ],
+            org_requests_per_minute_all_lanes: 60_000,
+            org_concurrency_all_lanes: 256,
         }
     }
 }

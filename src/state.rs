@@ -4,9 +4,10 @@ use crate::accounts::Directory;
 use crate::catalog::CatalogStore;
 use crate::config::Config;
 use crate::ops::metrics::Metrics;
-use crate::store::counters::{MemoryCounters, RedisCounters};
+use crate::store::counters::{MemoryCounters, RedisCounters, SeededCounters};
 use crate::store::usage::{spawn_writer, UsageSink};
 use crate::store::{Counters, Db};
+use anyhow::Context as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -35,17 +36,36 @@ impl AppState {
         if let Some(specs) = crate::catalog::load_configured(&config.catalog.path)? {
             crate::catalog::upsert_public(&db, &specs).await?;
         }
-        let counters: Arc<dyn Counters> = if config.storage.redis_url.is_empty() {
-            Arc::new(MemoryCounters::new())
+        let in_process = config.storage.redis_url.is_empty();
+        let inner: Arc<dyn Counters> = if in_process {
+            let memory = Arc::new(MemoryCounters::new());
+            memory.spawn_sweeper();
+            memory
         } else {
             Arc::new(RedisCounters::connect(&config.storage.redis_url).await?)
         };
+        // Usage a previous run spooled goes in first, so the ledger is whole.
+        let spool = std::path::PathBuf::from(&config.storage.usage_spool);
+        crate::store::usage::replay(&db, &spool, &Default::default()).await;
+        if in_process {
+            // Fresh in-process counters know no free allowance use: put back what
+            // the ledger (and a spool the database still refuses) says. Without
+            // the ledger the allowances are not known, so the start fails.
+            let now = crate::store::counters::now_secs();
+            let unstored = crate::store::usage::read_spool(&spool);
+            let uses = crate::store::usage::free_use(&db, now, &unstored)
+                .await
+                .context("reading free allowance use from the ledger")?;
+            crate::billing::gate::restore_free(inner.as_ref(), &uses, now).await?;
+        }
         let directory = Arc::new(Directory::load(&db).await?);
-        let usage = spawn_writer(
+        let usage = spawn_writer(db.clone(), &config.storage.database_url, spool)?;
+        // Balances a counter does not hold are seeded from the ledger.
+        let counters: Arc<dyn Counters> = Arc::new(SeededCounters::new(
+            inner,
             db.clone(),
-            &config.storage.database_url,
-            config.storage.usage_spool.clone().into(),
-        )?;
+            usage.unwritten.clone(),
+        ));
         let catalog = Arc::new(CatalogStore::load(&db).await?);
         let sealer =
             crate::byok::secrets::Sealer::load(&config.secrets.key, &config.secrets.key_file)?;

@@ -986,3 +986,267 @@ async fn embeddings_follow_the_orgs_waterfall_too() {
         Some("Bearer sk-platform-openai")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_daily_spend_cap_refuses_platform_spend_only() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (org, _, admin_key) = s.org_and_key().await;
+    // A cap far below any call's worst case, and two requests a minute.
+    let (st, k) = s
+        .admin(
+            reqwest::Method::POST,
+            &format!("/admin/orgs/{org}/keys"),
+            Some(json!({"name": "capped", "daily_spend_cap_usd": 0.000001, "rpm": 3})),
+        )
+        .await;
+    assert_eq!(st, 201, "{k}");
+    let key = k["api_key"].as_str().unwrap().to_string();
+    s.wait_for_key(&key).await;
+    clear_of_minute_boundary().await;
+    // Platform only: the cap refuses.
+    let (st, v) = chat(&s, &key, "b-shared", "hi").await;
+    assert_error(st, &v, 429, "insufficient_quota");
+    assert_eq!(v["error"]["reason"], "key_daily_cap", "{v}");
+
+    let c = connect(
+        &s,
+        &org,
+        &admin_key,
+        "openai",
+        "own",
+        "sk-org-own",
+        json!({"base_url": format!("{}/v1", mock.base_url())}),
+    )
+    .await;
+    let byok = format!("byok:{}", c["id"].as_str().unwrap());
+    let wf = "/api/models/b-shared/waterfall";
+    // The org's own key first, platform after: the cap refuses the platform rung
+    // alone, and the call goes on on the org's own key.
+    let (st, text) = send(
+        &s,
+        reqwest::Method::PUT,
+        wf,
+        &admin_key,
+        Some(json!({"model_provider_ids": [byok, "openai:o1"]})),
+    )
+    .await;
+    assert_eq!(st, 200, "{text}");
+    let (st, v) = chat(&s, &key, "b-shared", "first").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["provider"], json!(byok));
+    // Only the org's own key on the chain: nothing there is platform spend.
+    let (st, text) = send(
+        &s,
+        reqwest::Method::PUT,
+        wf,
+        &admin_key,
+        Some(json!({"model_provider_ids": [byok]})),
+    )
+    .await;
+    assert_eq!(st, 200, "{text}");
+    let (st, v) = chat(&s, &key, "b-shared", "second").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["provider"], json!(byok));
+    // Requests per minute count every lane: the first (refused) call took none,
+    // the two BYOK calls took two of three, and the fourth is refused.
+    let (st, v) = chat(&s, &key, "b-shared", "third").await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = chat(&s, &key, "b-shared", "fourth").await;
+    assert_error(st, &v, 429, "insufficient_quota");
+    assert_eq!(v["error"]["reason"], "key_rate_limit", "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_catalog_shows_the_lane_the_orgs_chain_serves_first() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (org, _, key) = s.org_and_key().await;
+    let lane = |v: &Value, slug: &str| {
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["alias"] == slug)
+            .map(|m| m["lane"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let (st, v) = s.get("/api/gateway/catalog", Some(&key)).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(lane(&v, "b-shared"), "platform_funded");
+    let c = connect(
+        &s,
+        &org,
+        &key,
+        "openai",
+        "own",
+        "sk-org-own",
+        json!({"base_url": format!("{}/v1", mock.base_url())}),
+    )
+    .await;
+    let byok = format!("byok:{}", c["id"].as_str().unwrap());
+    let wf = "/api/models/b-shared/waterfall";
+    for (chain, want) in [
+        (json!([byok, "openai:o1"]), "pass_through"),
+        (json!([byok]), "pass_through"),
+        (json!(["openai:o1", byok]), "platform_funded"),
+    ] {
+        let (st, text) = send(
+            &s,
+            reqwest::Method::PUT,
+            wf,
+            &key,
+            Some(json!({"model_provider_ids": chain})),
+        )
+        .await;
+        assert_eq!(st, 200, "{text}");
+        let (st, v) = s.get("/api/gateway/catalog", Some(&key)).await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(lane(&v, "b-shared"), want, "chain {chain}");
+    }
+}
+
+/// Stays clear of a minute boundary, so a per-minute window holds for the test.
+async fn clear_of_minute_boundary() {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    if secs % 60 > 50 {
+        tokio::time::sleep(Duration::from_secs(61 - secs % 60)).await;
+    }
+}
+
+/// An org whose chain for b-shared is its own key alone (the pass-through lane),
+/// with `keys` keys; returns them.
+async fn byok_only_org(s: &Sluice, mock: &Mock, keys: usize) -> Vec<String> {
+    let (org, _, key) = s.org_and_key().await;
+    let c = connect(
+        s,
+        &org,
+        &key,
+        "openai",
+        "own",
+        "sk-org-own",
+        json!({"base_url": format!("{}/v1", mock.base_url())}),
+    )
+    .await;
+    let byok = format!("byok:{}", c["id"].as_str().unwrap());
+    let (st, text) = send(
+        s,
+        reqwest::Method::PUT,
+        "/api/models/b-shared/waterfall",
+        &key,
+        Some(json!({"model_provider_ids": [byok]})),
+    )
+    .await;
+    assert_eq!(st, 200, "{text}");
+    let mut out = vec![key];
+    while out.len() < keys {
+        let (st, k) = s
+            .admin(
+                reqwest::Method::POST,
+                &format!("/admin/orgs/{org}/keys"),
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(st, 201, "{k}");
+        let k = k["api_key"].as_str().unwrap().to_string();
+        s.wait_for_key(&k).await;
+        out.push(k);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lane_has_an_org_request_rate_and_concurrency_caps() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(
+        &b,
+        opts(&mock)
+            .env("SLUICE_BILLING__ORG_REQUESTS_PER_MINUTE_ALL_LANES", 3)
+            .env("SLUICE_BILLING__ORG_CONCURRENCY_ALL_LANES", 2)
+            .env("SLUICE_BILLING__KEY_DEFAULTS__CONCURRENCY", 1),
+    )
+    .await;
+    let throttled = |st: u16, v: &Value, reason: &str| {
+        assert_error(st, v, 429, "unavailable_route");
+        assert_eq!(v["error"]["reason"], reason, "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{reason}:")),
+            "{v}"
+        );
+    };
+
+    // The org's requests per minute count on its own keys' lane too, across keys.
+    let keys = byok_only_org(&s, &mock, 2).await;
+    clear_of_minute_boundary().await;
+    for (i, k) in [&keys[0], &keys[1], &keys[0]].into_iter().enumerate() {
+        let (st, v) = chat(&s, k, "b-shared", &format!("rate {i}")).await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["usage"]["cost"], 0.0);
+    }
+    let (st, v) = chat(&s, &keys[1], "b-shared", "rate 3").await;
+    throttled(st, &v, "org_request_rate");
+
+    // Concurrency: one request in flight per key, two per org, on every lane.
+    let keys = byok_only_org(&s, &mock, 3).await;
+    let seen = mock.count("o1");
+    mock.script(
+        "o1",
+        vec![
+            Step::DelayFirstToken(Duration::from_secs(3)),
+            Step::DelayFirstToken(Duration::from_secs(3)),
+        ],
+    );
+    let slow = |key: String| {
+        let http = s.http.clone();
+        let url = format!("{}/v1/chat/completions", s.gateway);
+        tokio::spawn(async move {
+            http.post(url)
+                .bearer_auth(key)
+                .json(&json!({"model": "b-shared", "max_tokens": 20,
+                              "messages": [{"role": "user", "content": "slow"}]}))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+        })
+    };
+    let mock = &mock;
+    let wait_sent = |n: u64| async move {
+        for _ in 0..100 {
+            if mock.count("o1") >= seen + n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the slow request never reached the provider");
+    };
+    let first = slow(keys[0].clone());
+    wait_sent(1).await;
+    let second = slow(keys[1].clone());
+    wait_sent(2).await;
+    let (st, v) = chat(&s, &keys[0], "b-shared", "busy key").await;
+    throttled(st, &v, "key_concurrency");
+    let (st, v) = chat(&s, &keys[2], "b-shared", "busy org").await;
+    throttled(st, &v, "org_concurrency");
+    // The first client goes away: its slots come back once the request ends.
+    first.abort();
+    let _ = first.await;
+    assert_eq!(second.await.unwrap().unwrap(), 200);
+    let mut last = (0, Value::Null);
+    for _ in 0..100 {
+        last = chat(&s, &keys[0], "b-shared", "after").await;
+        if last.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(last.0, 200, "{}", last.1);
+}

@@ -451,3 +451,224 @@ async fn platform_default_guardrails_apply_to_keys_that_set_none() {
     assert_eq!(v["platform_defaults"]["requests_per_minute"], 2);
     assert_eq!(v["daily_spend_cap_usd"], Value::Null);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_max_tokens_is_held_at_the_models_output_maximum() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (org, _) = s
+        .org_with(
+            json!({"name": "huge", "email_verified": true, "card_verified": true,
+                         "credits_usd": 5, "tier": 3}),
+        )
+        .await;
+    // 10,000 tokens a minute: room for the model's 8,192-token output maximum
+    // plus the prompt, not for anything larger.
+    let (st, k) = s
+        .admin(
+            reqwest::Method::POST,
+            &format!("/admin/orgs/{org}/keys"),
+            Some(json!({"name": "tpm", "tpm": 10_000})),
+        )
+        .await;
+    assert_eq!(st, 201, "{k}");
+    let key = k["api_key"].as_str().unwrap().to_string();
+    s.wait_for_key(&key).await;
+    // u64::MAX output tokens: held at 8,192 (not wrapped to a tiny figure, not
+    // refused as endless), so it fits the window and is served.
+    let (st, v) = chat(&s, &key, "g-std", Some(u64::MAX)).await;
+    assert_eq!(st, 200, "{v}");
+    // On the free allowance (400 tokens an hour), the same budget is the model's
+    // maximum, which the allowance cannot cover: refused, not served free.
+    let (st, v) = chat(&s, &key, "g-free", Some(u64::MAX)).await;
+    assert_quota(st, &v, "free_limit_reached", "free_limit_reached");
+    let (st, v) = chat(&s, &key, "g-free", Some(u64::MAX - 1)).await;
+    assert_quota(st, &v, "free_limit_reached", "free_limit_reached");
+}
+
+/// Runs statements on the test's database from outside the service.
+async fn exec_sql(database_url: &str, statements: &[&str]) {
+    use sqlx::Connection;
+    if database_url.starts_with("postgres") {
+        let mut c = sqlx::PgConnection::connect(database_url).await.unwrap();
+        for s in statements {
+            sqlx::query(s).execute(&mut c).await.unwrap();
+        }
+    } else {
+        let mut c = sqlx::SqliteConnection::connect(database_url).await.unwrap();
+        for s in statements {
+            sqlx::query(s).execute(&mut c).await.unwrap();
+        }
+    }
+}
+
+/// Makes the database refuse usage rows (the rest of it keeps answering), or
+/// take them again.
+async fn refuse_usage_rows(b: &Backend, refuse: bool) {
+    let pg = b.is_postgres();
+    let statements: &[&str] = match (refuse, pg) {
+        (true, true) => &[
+            "CREATE OR REPLACE FUNCTION refuse_usage() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'usage refused'; END $$ LANGUAGE plpgsql",
+            "CREATE TRIGGER refuse_usage BEFORE INSERT ON usage_events FOR EACH ROW EXECUTE FUNCTION refuse_usage()",
+        ],
+        (true, false) => &[
+            "CREATE TRIGGER refuse_usage BEFORE INSERT ON usage_events BEGIN SELECT RAISE(ABORT, 'usage refused'); END",
+        ],
+        (false, true) => &["DROP TRIGGER IF EXISTS refuse_usage ON usage_events"],
+        (false, false) => &["DROP TRIGGER IF EXISTS refuse_usage"],
+    };
+    exec_sql(&b.database_url, statements).await;
+}
+
+/// The live balance the gate sees, in micro-USD: a request whose worst case no
+/// balance here covers is refused with the available figure in its message.
+async fn live_balance_micro(s: &Sluice, key: &str) -> i64 {
+    let (st, v) = chat(s, key, "g-std", None).await;
+    assert_quota(st, &v, "insufficient_credits", "insufficient_credits");
+    let msg = v["error"]["message"].as_str().unwrap();
+    let usd = msg
+        .split_once("balance (")
+        .and_then(|(_, rest)| rest.split_once(" USD available"))
+        .map(|(n, _)| n.parse::<f64>().unwrap())
+        .unwrap_or_else(|| panic!("{msg}"));
+    (usd * 1e6).round() as i64
+}
+
+async fn wait_for(what: &str, mut ready: impl AsyncFnMut() -> bool) {
+    for _ in 0..100 {
+        if ready().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("never happened: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_balances_and_free_allowances_where_the_ledger_says() {
+    let mock = Mock::start().await;
+    // 800 characters: 200 output tokens an answer.
+    mock.set_default("o1", Step::Text("x".repeat(800)));
+    let b = Backend::fresh().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("usage-spool.jsonl");
+    let o = opts(&mock).env("SLUICE_STORAGE__USAGE_SPOOL", spool.display());
+    let s = Sluice::start(&b, o.clone()).await;
+    let credits = 10_000; // 0.01 USD
+    let (org, key) = s
+        .org_with(
+            json!({"name": "restart", "email_verified": true, "card_verified": true,
+                         "credits_usd": 0.01, "tier": 3}),
+        )
+        .await;
+    // g-free allows 400 tokens an hour: one 300-token budget fits, and once about
+    // 210 are used, a second does not.
+    let (st, v) = chat(&s, &key, "g-free", Some(300)).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["usage"]["cost"], 0.0, "{v}");
+    let (st, v) = chat(&s, &key, "g-free", Some(300)).await;
+    assert_quota(st, &v, "free_limit_reached", "free_limit_reached");
+    wait_for("the free call is stored", async || {
+        let (_, v) = s.get("/api/gateway/usage/events?limit=5", Some(&key)).await;
+        v["data"].as_array().is_some_and(|d| d.len() == 1)
+    })
+    .await;
+
+    // The database stops taking usage rows: a paid call's event is spooled.
+    refuse_usage_rows(&b, true).await;
+    let (st, v) = chat(&s, &key, "g-std", Some(300)).await;
+    assert_eq!(st, 200, "{v}");
+    let cost = (v["usage"]["cost"].as_f64().unwrap() * 1e6).round() as i64;
+    assert!(cost > 1_000, "{v}");
+    wait_for("the paid call is spooled", async || spool.exists()).await;
+    assert_eq!(live_balance_micro(&s, &key).await, credits - cost);
+
+    // Restart while the database still refuses usage rows: the ledger (rows and
+    // spool) says the free hour is spent and the call was paid for.
+    drop(s);
+    let s = Sluice::start(&b, o.clone()).await;
+    let (st, v) = chat(&s, &key, "g-free", Some(300)).await;
+    assert_quota(st, &v, "free_limit_reached", "free_limit_reached");
+    assert_eq!(live_balance_micro(&s, &key).await, credits - cost);
+    assert!(
+        (s.balance_usd(&org).await - 0.01).abs() < 1e-9,
+        "not stored yet"
+    );
+
+    // The database takes rows again: the spool goes in once, and the live
+    // balance does not move.
+    refuse_usage_rows(&b, false).await;
+    let want = (credits - cost) as f64 / 1e6;
+    wait_for("the spool is replayed", async || {
+        (s.balance_usd(&org).await - want).abs() < 1e-9
+    })
+    .await;
+    assert_eq!(live_balance_micro(&s, &key).await, credits - cost);
+
+    // And once more, from a clean ledger.
+    drop(s);
+    let s = Sluice::start(&b, o).await;
+    let (st, v) = chat(&s, &key, "g-free", Some(300)).await;
+    assert_quota(st, &v, "free_limit_reached", "free_limit_reached");
+    assert_eq!(live_balance_micro(&s, &key).await, credits - cost);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_balance_redis_lost_is_reseeded_from_the_ledger_not_a_snapshot() {
+    let mock = Mock::start().await;
+    mock.set_default("o1", Step::Text("x".repeat(800)));
+    let b = Backend::fresh().await;
+    let Some(redis_url) = b.redis_url.clone() else {
+        eprintln!("SLUICE_TEST_REDIS_URL unset: this runs in the Redis pass");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("usage-spool.jsonl");
+    let s = Sluice::start(
+        &b,
+        opts(&mock).env("SLUICE_STORAGE__USAGE_SPOOL", spool.display()),
+    )
+    .await;
+    let credits = 10_000;
+    let (org, key) = s
+        .org_with(json!({"name": "lost", "email_verified": true, "credits_usd": 0.01, "tier": 3}))
+        .await;
+    // One paid call stored, one spooled.
+    let mut spent = 0;
+    for refuse in [false, true] {
+        refuse_usage_rows(&b, refuse).await;
+        let (st, v) = chat(&s, &key, "g-std", Some(300)).await;
+        assert_eq!(st, 200, "{v}");
+        spent += (v["usage"]["cost"].as_f64().unwrap() * 1e6).round() as i64;
+        if !refuse {
+            let want = (credits - spent) as f64 / 1e6;
+            wait_for("the call is stored", async || {
+                (s.balance_usd(&org).await - want).abs() < 1e-9
+            })
+            .await;
+        }
+    }
+    wait_for("the second call is spooled", async || spool.exists()).await;
+    assert_eq!(live_balance_micro(&s, &key).await, credits - spent);
+
+    // Redis loses the balance and its mark.
+    let client = redis::Client::open(redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let bal = format!("sluice:bal:{org}");
+    let _: () = redis::cmd("DEL")
+        .arg(&bal)
+        .arg(format!("{bal}:credited"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // Reseeded: the database (one call charged) less the spooled call.
+    assert_eq!(live_balance_micro(&s, &key).await, credits - spent);
+    refuse_usage_rows(&b, false).await;
+    let want = (credits - spent) as f64 / 1e6;
+    wait_for("the spool is replayed", async || {
+        (s.balance_usd(&org).await - want).abs() < 1e-9
+    })
+    .await;
+    assert_eq!(live_balance_micro(&s, &key).await, credits - spent);
+}

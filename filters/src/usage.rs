@@ -17,12 +17,28 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Input and output together; saturates, since both are provider-supplied.
     pub fn total(&self) -> u64 {
-        self.input_tokens + self.output_tokens
+        self.input_tokens.saturating_add(self.output_tokens)
     }
 
     /// `usage.cost` in USD, when priced.
     pub fn cost_usd(&self) -> Option<f64> {
         self.cost_micro_usd.map(|m| m as f64 / 1_000_000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Usage;
+
+    #[test]
+    fn totals_saturate() {
+        let u = Usage {
+            input_tokens: u64::MAX,
+            output_tokens: 5,
+            ..Usage::default()
+        };
+        assert_eq!(u.total(), u64::MAX);
     }
 }

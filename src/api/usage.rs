@@ -215,17 +215,22 @@ pub async fn catalog(
 ) -> ApiResult {
     let org = own_org(&q, &c.org.id)?;
     let snapshot = state.catalog.snapshot();
+    let routing = state.byok.snapshot();
     let data: Vec<Value> = snapshot
         .visible(Some(org))
         .into_iter()
         .filter(|m| !m.spec.restricted || m.owner.is_some() || c.org.grants.contains(&m.spec.slug))
         .map(|m| {
-            // An org's own models are served by its own endpoints; public ones
-            // draw platform credits until the org brings its own keys.
-            let lane = if m.owner.is_some() {
-                "pass_through"
-            } else {
-                "platform_funded"
+            // The lane is the one the org's effective chain serves first: an
+            // org chain that starts with a `byok:` rung is pass-through. A chain
+            // the ZDR policy empties falls back to where the model itself lives.
+            let first = crate::byok::route::effective(m, &c.org, &routing)
+                .first()
+                .map(|r| r.lane);
+            let lane = match first {
+                Some(l) => l.as_str(),
+                None if m.owner.is_some() => "pass_through",
+                None => "platform_funded",
             };
             j!({"alias": m.spec.slug, "kind": m.spec.kind, "lane": lane,
                 "providers": m.default_chain()})

@@ -1,12 +1,14 @@
 //! The gates a request passes before it is sent, taken in one atomic counters step
 //! and settled to the real use afterwards:
-//! - on every lane, the key's guardrails: daily spend cap (resets 00:00 UTC),
-//!   requests and tokens per minute (the key's own value, else the platform
-//!   default, else uncapped);
-//! - on the platform lane only: the model's payment requirement, the org's tier
-//!   windows (requests per minute; tokens per minute, hour and day), the model's
-//!   free allowance, and the credit balance, which must cover the request's worst
-//!   case.
+//! - on every lane, the key's requests and tokens per minute (the key's own value,
+//!   else the platform default, else uncapped), the org's requests per minute
+//!   across every lane, and the requests the org and the key may have in flight
+//!   (slots, given back when the request is settled, however it ended);
+//! - on the platform lane only: the key's daily spend cap (resets 00:00 UTC; it
+//!   caps what the org pays, and its own provider keys cost it nothing here), the
+//!   model's payment requirement, the org's tier windows (requests per minute;
+//!   tokens per minute, hour and day), the model's free allowance, and the credit
+//!   balance, which must cover the request's worst case.
 //!
 //! Holds are taken at the worst case (input estimated from the body, the whole
 //! output budget, list price); settling corrects each to the real cost or tokens,
@@ -28,11 +30,27 @@ const MINUTE: u64 = 60;
 const HOUR: u64 = 3_600;
 const DAY: u64 = 86_400;
 
+/// How long Redis keeps a concurrency counter that no take gave an expiry to: the
+/// slots of an instance that died holding them count at most this long. (A slot
+/// released after the counter expired leaves it one lower until it expires again.)
+const SLOT_TTL: u64 = 900;
+
 /// What a request may use at most.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorstCase {
     pub micro_usd: i64,
     pub tokens: i64,
+}
+
+/// The output budget a request is held for: its `max_tokens` clamped to the
+/// model's output maximum (a provider writes no more than that), the maximum when
+/// it sets none. A model that states no maximum (0) takes the request's figure.
+pub fn output_budget(max_tokens: Option<u64>, model_max: u64) -> u64 {
+    match (max_tokens, model_max) {
+        (Some(n), 0) => n,
+        (Some(n), max) => n.min(max),
+        (None, max) => max,
+    }
 }
 
 /// The most a request can use: every body byte an input token (JSON makes that an
@@ -97,6 +115,8 @@ enum Measure {
     ListCost,
     /// The live balance, which counts down: corrected to the billed cost.
     Balance,
+    /// A request in flight: given back whole, on every lane.
+    Slot,
 }
 
 /// Which limit a window is, for its refusal.
@@ -113,6 +133,9 @@ enum Limit {
     FreeDay,
     FreeMonth,
     FreeLifetime,
+    OrgAllRpm,
+    OrgConcurrency,
+    KeyConcurrency,
 }
 
 impl Limit {
@@ -132,11 +155,16 @@ struct Window {
 }
 
 impl Window {
-    /// Org and free-allowance windows count platform-funded traffic only.
+    /// The key's daily spend cap, org and free-allowance windows count
+    /// platform-funded traffic only.
     fn platform(&self) -> bool {
         !matches!(
             self.limit,
-            Limit::KeyDailyCap | Limit::KeyRpm | Limit::KeyTpm
+            Limit::KeyRpm
+                | Limit::KeyTpm
+                | Limit::OrgAllRpm
+                | Limit::OrgConcurrency
+                | Limit::KeyConcurrency
         )
     }
 }
@@ -242,6 +270,7 @@ pub async fn admit(
                 .map_err(store_down)?
             {
                 WindowOutcome::Added => return Ok(admitted(with_free, None, now, true)),
+                WindowOutcome::Unseeded => return Err(store_down(unseeded())),
                 WindowOutcome::Refused { index, current } => {
                     let w = &with_free[index];
                     if !w.limit.is_free() {
@@ -257,10 +286,11 @@ pub async fn admit(
             }
         }
     }
+    // No snapshot balance: a counter that lost it is seeded from the ledger.
     let balance = BalanceReq {
         key: ["bal:", ask.org.id.as_str()].concat(),
+        org_id: ask.org.id.clone(),
         credited: ask.org.credited_micro_usd,
-        balance: ask.org.balance_micro_usd,
         amount: ask.worst.micro_usd,
         floor: 0,
     };
@@ -292,6 +322,7 @@ async fn take(
         .map_err(store_down)?
     {
         WindowOutcome::Added => Ok(admitted(windows, balance, now, free)),
+        WindowOutcome::Unseeded => Err(store_down(unseeded())),
         WindowOutcome::Refused { index, current } => match windows.get(index) {
             Some(w) => Err(window_error(w, current, ask)),
             None => Err(refuse(
@@ -335,6 +366,12 @@ fn reqs(windows: &[Window]) -> Vec<WindowReq> {
     windows.iter().map(|w| w.req.clone()).collect()
 }
 
+/// Counters used without the seeding layer (`SeededCounters`) cannot start a
+/// balance: refuse rather than guess it.
+fn unseeded() -> anyhow::Error {
+    anyhow::anyhow!("the balance counter is not seeded")
+}
+
 fn store_down(e: anyhow::Error) -> ApiError {
     // Limits and credits are the customer's money: without the store that
     // enforces them, the request is not sent.
@@ -353,6 +390,7 @@ fn window(key: String, secs: u64, amount: i64, limit: i64, l: Limit, m: Measure)
             window_secs: secs,
             amount,
             limit,
+            ttl_secs: if m == Measure::Slot { SLOT_TTL } else { 0 },
         },
         limit: l,
         measure: m,
@@ -364,7 +402,9 @@ fn key_windows(ask: &Ask<'_>, billing: &BillingConfig) -> Vec<Window> {
     let id = &ask.key.id;
     let w = ask.worst;
     let mut out = Vec::new();
-    if let Some(cap) = g.daily_spend_cap_micro_usd {
+    // The daily cap caps platform spend: a call only the org's own keys may
+    // serve neither counts toward it nor is refused by it.
+    if let Some(cap) = g.daily_spend_cap_micro_usd.filter(|_| ask.platform) {
         let k = ["kday:", id.as_str()].concat();
         out.push(window(
             k,
@@ -389,6 +429,40 @@ fn key_windows(ask: &Ask<'_>, billing: &BillingConfig) -> Vec<Window> {
             Limit::KeyTpm,
             Measure::Tokens,
         ));
+    }
+    // Every lane: the org's own keys and deployments use the gateway too.
+    let org = &ask.org.id;
+    if billing.org_requests_per_minute_all_lanes > 0 {
+        let k = ["oall:", org.as_str()].concat();
+        let limit = billing.org_requests_per_minute_all_lanes;
+        out.push(window(
+            k,
+            MINUTE,
+            1,
+            limit,
+            Limit::OrgAllRpm,
+            Measure::Request,
+        ));
+    }
+    // The key's cap first: a refusal names the narrowest limit reached.
+    for (name, id, limit, l) in [
+        (
+            "kconc:",
+            id,
+            billing.key_defaults.concurrency,
+            Limit::KeyConcurrency,
+        ),
+        (
+            "oconc:",
+            org,
+            billing.org_concurrency_all_lanes,
+            Limit::OrgConcurrency,
+        ),
+    ] {
+        if limit > 0 {
+            let k = [name, id.as_str()].concat();
+            out.push(window(k, 0, 1, limit, l, Measure::Slot));
+        }
     }
     out
 }
@@ -419,14 +493,77 @@ fn has_allowance(f: &FreeAllowance) -> bool {
     f.tokens_per_hour > 0 || f.tokens_per_day > 0 || f.usd_per_month > 0.0 || f.usd_lifetime > 0.0
 }
 
+/// The counter names of a model's free allowance for an org.
+fn free_base(org_id: &str, slug: &str) -> String {
+    format!("free:{org_id}:{slug}")
+}
+
+/// The monthly cap counts a calendar month (UTC), named in the counter.
+fn month_name(now: u64) -> String {
+    crate::api::usage::day_string((now / DAY) as i64)[..7].to_string()
+}
+
+/// The first second of `now`'s calendar month (UTC).
+pub fn month_start(now: u64) -> u64 {
+    let day = crate::api::usage::day_string((now / DAY) as i64);
+    let dom: u64 = day[8..].parse().unwrap_or(1);
+    (now / DAY - (dom - 1)) * DAY
+}
+
+/// One org's use of one model's free allowance in the windows open now, as the
+/// ledger has it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FreeUse {
+    pub org_id: String,
+    pub model: String,
+    /// Weighted tokens this hour and today (UTC).
+    pub hour_tokens: i64,
+    pub day_tokens: i64,
+    /// List-price cost this calendar month and ever.
+    pub month_list: i64,
+    pub life_list: i64,
+}
+
+/// Puts free allowance use back into counters that forgot it (an in-process
+/// restart), so the allowances stand where the ledger says.
+pub async fn restore_free(
+    counters: &dyn Counters,
+    uses: &[FreeUse],
+    now: u64,
+) -> anyhow::Result<()> {
+    let month = month_name(now);
+    for u in uses {
+        let base = free_base(&u.org_id, &u.model);
+        let windows: Vec<WindowReq> = [
+            (format!("{base}:h"), HOUR, u.hour_tokens),
+            (format!("{base}:d"), DAY, u.day_tokens),
+            (format!("{base}:m:{month}"), 0, u.month_list),
+            (format!("{base}:life"), 0, u.life_list),
+        ]
+        .into_iter()
+        .filter(|(_, _, n)| *n > 0)
+        .map(|(key, window_secs, amount)| WindowReq {
+            key,
+            window_secs,
+            amount,
+            limit: i64::MAX,
+            ttl_secs: 0,
+        })
+        .collect();
+        if !windows.is_empty() {
+            counters.take(&windows, None).await?;
+        }
+    }
+    Ok(())
+}
+
 fn free_windows(ask: &Ask<'_>, now: u64) -> Vec<Window> {
     let f = &ask.model.free;
-    let base = format!("free:{}:{}", ask.org.id, ask.model.slug);
+    let base = free_base(&ask.org.id, &ask.model.slug);
     let w = ask.worst;
     let tokens = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let micro = |usd: f64| crate::accounts::usd_to_micro(usd).unwrap_or(i64::MAX);
-    // The monthly cap counts a calendar month (UTC), named in the counter.
-    let month = &crate::api::usage::day_string((now / DAY) as i64)[..7];
+    let month = month_name(now);
     [
         (
             tokens(f.tokens_per_hour),
@@ -489,8 +626,29 @@ fn requirement(ask: &Ask<'_>) -> Result<(), ApiError> {
     }
 }
 
+/// 429 `unavailable_route` for the all-lane caps: throttles, gone as soon as a
+/// minute turns or a request ends, so retrying with backoff helps (unlike
+/// `insufficient_quota`).
+fn throttled(reason: &'static str, message: String) -> ApiError {
+    ApiError::new(ErrorCode::UnavailableRoute, message)
+        .with_status(429)
+        .with_extra("reason", reason)
+}
+
 fn window_error(w: &Window, current: i64, ask: &Ask<'_>) -> ApiError {
     let limit = w.req.limit;
+    match w.limit {
+        Limit::OrgAllRpm => return throttled("org_request_rate", format!(
+            "org_request_rate: this organization may send {limit} requests per minute across every lane, its own provider keys included; retry with backoff in the next minute."
+        )),
+        Limit::OrgConcurrency => return throttled("org_concurrency", format!(
+            "org_concurrency: this organization already has {limit} requests in flight, the most it may have on every lane together; retry with backoff when one ends."
+        )),
+        Limit::KeyConcurrency => return throttled("key_concurrency", format!(
+            "key_concurrency: this key already has {limit} requests in flight, the most one key may have; retry with backoff when one ends."
+        )),
+        _ => {}
+    }
     let tokens = ask.worst.tokens;
     let tier = ask.org.tier;
     let (prefix, message) = match w.limit {
@@ -576,6 +734,7 @@ pub async fn settle(counters: &dyn Counters, hold: Hold, used: Used) {
                     Measure::Tokens => used.tokens - held,
                     Measure::ListCost => used.list_micro_usd - held,
                     Measure::Balance => held - used.billed_micro_usd,
+                    Measure::Slot => -held,
                 }
             };
             (delta != 0).then_some((h.counter, delta))
@@ -584,7 +743,9 @@ pub async fn settle(counters: &dyn Counters, hold: Hold, used: Used) {
     if adds.is_empty() {
         return;
     }
-    if let Err(e) = counters.add_many(&adds).await {
+    // A hold whose counter is gone (its window closed, a slot counter expired)
+    // needs no correction, and must not bring the counter back without expiry.
+    if let Err(e) = counters.correct_many(&adds).await {
         tracing::error!(error = %e, "settling the request's holds failed");
     }
 }
@@ -592,6 +753,18 @@ pub async fn settle(counters: &dyn Counters, hold: Hold, used: Used) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn months_start_on_their_first_day() {
+        // 2025-11-22 12:00 UTC.
+        let now = 20_414 * DAY + 43_200;
+        assert_eq!(month_start(now), (20_414 - 21) * DAY);
+        assert_eq!(
+            crate::api::usage::day_string((month_start(now) / DAY) as i64),
+            "2025-11-01"
+        );
+        assert_eq!(month_start(20_393 * DAY), 20_393 * DAY);
+    }
 
     #[test]
     fn cached_input_counts_at_its_price_weight() {

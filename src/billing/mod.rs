@@ -12,10 +12,11 @@ use sluice_filters::usage::Usage;
 pub fn cost_micro_usd(price: &Price, usage: &Usage) -> u64 {
     let cached = usage.cached_tokens.min(usage.input_tokens);
     let fresh = usage.input_tokens - cached;
-    let per_million = fresh as u128 * price.input as u128
-        + cached as u128 * price.cached_input as u128
-        + usage.output_tokens as u128 * price.output as u128;
-    let micro = (per_million + 500_000) / 1_000_000;
+    // Three u64 x u64 products can pass u128: saturate (the result caps anyway).
+    let per_million = (fresh as u128 * price.input as u128)
+        .saturating_add(cached as u128 * price.cached_input as u128)
+        .saturating_add(usage.output_tokens as u128 * price.output as u128);
+    let micro = per_million.saturating_add(500_000) / 1_000_000;
     u64::try_from(micro).unwrap_or(u64::MAX)
 }
 

@@ -142,7 +142,7 @@ async fn rung(
         };
         let got = embed::decode(wire, &buf, batch.len()).map_err(|_| Failure::BadAnswer)?;
         // Providers that report no token count are billed on an estimate.
-        tokens += got.tokens.unwrap_or_else(|| batch.estimated_tokens());
+        tokens = tokens.saturating_add(got.tokens.unwrap_or_else(|| batch.estimated_tokens()));
         all.vectors.extend(got.vectors);
         if all.model.is_none() {
             all.model = got.model;

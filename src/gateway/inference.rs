@@ -191,7 +191,7 @@ pub async fn handle(
                     }
                 }
             }
-            let budget = req.max_tokens.unwrap_or(model.spec.max_output_tokens);
+            let budget = gate::output_budget(req.max_tokens, model.spec.max_output_tokens);
             let worst = gate::worst_case(&model.spec.price, body.len(), budget);
             admission = match admit_lanes(state, &mut rungs, |p| ask(worst, p)).await {
                 Ok(a) => a,
@@ -247,6 +247,7 @@ pub async fn handle(
         }
     };
     gate::settle(counters, admission.hold, used).await;
+    let free = admission.free;
     let format = inbound.map_or(Format::OpenAi, wire::format_of);
     let (status, error_class) = match outcome {
         Outcome::Written(s) => (s, None),
@@ -294,6 +295,7 @@ pub async fn handle(
         &org.id,
         status,
         error_class,
+        (used, free),
     );
     Ok(if status == 499 {
         499
@@ -314,6 +316,7 @@ fn record(
     org_id: &str,
     status: u16,
     error_class: Option<String>,
+    (used, free): (gate::Used, bool),
 ) {
     let m = &state.metrics;
     let label = route.label();
@@ -352,6 +355,11 @@ fn record(
         attempts: ex.attempts.clone(),
         empty_attempts: ex.empty_attempts,
         latency_ms: ex.started.elapsed().as_millis() as u64,
+        // What the windows keep, so a restart can rebuild them from the ledger.
+        free: free && ex.billable && ex.lane == Lane::Platform,
+        weighted_tokens: used.tokens,
+        list_micro_usd: used.list_micro_usd,
+        at_ms: crate::store::now_ms(),
     });
 }
 
@@ -416,8 +424,9 @@ async fn admit_lanes<'a>(
         }
     };
     if let Some(e) = refusal {
-        // Key guardrails refuse every lane; anything else only the platform's.
-        let key_limit = e.message.starts_with("key_");
+        // Key rate guardrails refuse every lane; the daily spend cap and anything
+        // else only the platform's.
+        let key_limit = e.message.starts_with("key_") && !e.message.starts_with("key_daily_cap");
         if !has_own || key_limit || e.code != ErrorCode::InsufficientQuota {
             return Err(e);
         }

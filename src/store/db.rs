@@ -62,6 +62,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0006_db_clock_stamps.sql"),
         include_str!("../../migrations/postgres/0006_db_clock_stamps.sql"),
     ),
+    (
+        7,
+        "usage windows: free, weighted tokens, list cost",
+        include_str!("../../migrations/sqlite/0007_usage_windows.sql"),
+        include_str!("../../migrations/postgres/0007_usage_windows.sql"),
+    ),
 ];
 
 impl Db {

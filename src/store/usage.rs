@@ -7,12 +7,17 @@
 //! first write, a write inserts only ids not yet stored and charges the balance for
 //! exactly the rows it inserted (one transaction), and a batch the database refuses
 //! goes to a local spool file that is replayed once the database answers again.
+//!
+//! What is charged but not yet in the database (buffered, being written, spooled,
+//! a spool left by the last run) is tallied per org in [`Unwritten`], so a balance
+//! counter seeded from the database can take it off (`counters::seeded`).
 
 use super::db::Engine;
 use super::{new_ordered_id, now_ms, Db};
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -48,16 +53,99 @@ pub struct UsageEvent {
     /// Attempts that ended their turn empty (recorded at zero cost).
     pub empty_attempts: u32,
     pub latency_ms: u64,
+    /// Served on the model's free allowance (billed nothing).
+    #[serde(default)]
+    pub free: bool,
+    /// Tokens as the limits count them (cached input at its price weight).
+    #[serde(default)]
+    pub weighted_tokens: i64,
+    /// The usage at the model's list price (what free allowances count).
+    #[serde(default)]
+    pub list_micro_usd: i64,
+    /// When the request ended (Unix ms): the row's `created_at`, so a spooled
+    /// event replayed later still lands in the windows it was used in.
+    #[serde(default)]
+    pub at_ms: i64,
+}
+
+impl UsageEvent {
+    /// What the event draws from the org's balance.
+    fn charge(&self) -> i64 {
+        if self.lane == "platform_funded" {
+            self.cost_micro_usd.max(0)
+        } else {
+            0
+        }
+    }
+}
+
+/// Each org's charges not yet written to the database, and the lock that makes a
+/// write's commit and its removal from here one step for readers.
+#[derive(Default)]
+pub struct Unwritten {
+    commit: tokio::sync::Mutex<()>,
+    by_org: Mutex<HashMap<String, i64>>,
+}
+
+impl Unwritten {
+    fn adjust(&self, events: &[UsageEvent], sign: i64) {
+        let mut map = self.by_org.lock().unwrap_or_else(|e| e.into_inner());
+        for e in events {
+            let c = e.charge();
+            if c == 0 {
+                continue;
+            }
+            let v = map.entry(e.org_id.clone()).or_insert(0);
+            *v = v.saturating_add(sign * c);
+            if *v == 0 {
+                map.remove(&e.org_id);
+            }
+        }
+    }
+
+    /// Runs `read` (a database read) with no write committing meanwhile, and
+    /// returns its answer with the org's unwritten charges at that moment.
+    pub async fn read_with<T, F, Fut>(&self, org_id: &str, read: F) -> anyhow::Result<(T, T, i64)>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<(T, T)>>,
+    {
+        let _held = self.commit.lock().await;
+        let (a, b) = read().await?;
+        let pending = self
+            .by_org
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(org_id)
+            .copied()
+            .unwrap_or(0);
+        Ok((a, b, pending))
+    }
+
+    /// Commits a write's transaction and takes its events off the tally, as one
+    /// step for [`Unwritten::read_with`].
+    async fn commit(
+        &self,
+        tx: sqlx::Transaction<'_, sqlx::Any>,
+        events: &[UsageEvent],
+    ) -> anyhow::Result<()> {
+        let _held = self.commit.lock().await;
+        tx.commit().await?;
+        self.adjust(events, -1);
+        Ok(())
+    }
 }
 
 /// Where requests leave their events; cheap to clone.
 #[derive(Clone, Default)]
 pub struct UsageSink {
     pending: Arc<Mutex<Vec<UsageEvent>>>,
+    pub unwritten: Arc<Unwritten>,
 }
 
 impl UsageSink {
     pub fn record(&self, ev: UsageEvent) {
+        self.unwritten.adjust(std::slice::from_ref(&ev), 1);
         self.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -80,6 +168,8 @@ impl UsageSink {
 /// start fails the start of the service: events would otherwise only pile up.
 pub fn spawn_writer(db: Db, url: &str, spool: PathBuf) -> anyhow::Result<UsageSink> {
     let sink = UsageSink::default();
+    // A spool the last run left is charged but not written yet.
+    sink.unwritten.adjust(&read_spool(&spool), 1);
     let drained = sink.clone();
     let url = url.to_string();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -110,14 +200,15 @@ pub fn spawn_writer(db: Db, url: &str, spool: PathBuf) -> anyhow::Result<UsageSi
 async fn write_loop(db: Db, spool: PathBuf, drained: UsageSink) {
     let mut tick = tokio::time::interval(FLUSH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let tally = &drained.unwritten;
     loop {
         tick.tick().await;
-        replay(&db, &spool).await;
+        replay(&db, &spool, tally).await;
         let mut batch = drained.take();
         for e in &mut batch {
             e.id = new_ordered_id("ue");
         }
-        write_or_spool(&db, &spool, &batch).await;
+        write_or_spool(&db, &spool, &batch, tally).await;
     }
 }
 
@@ -147,16 +238,16 @@ fn chunks(events: &[UsageEvent]) -> Vec<&[UsageEvent]> {
 }
 
 /// Writes events in chunks; a chunk that fails twice goes to the spool.
-async fn write_or_spool(db: &Db, spool: &Path, events: &[UsageEvent]) {
-    if events.is_empty() || insert_fresh(db, events).await.is_ok() {
+async fn write_or_spool(db: &Db, spool: &Path, events: &[UsageEvent], tally: &Unwritten) {
+    if events.is_empty() || insert_fresh(db, events, tally).await.is_ok() {
         return;
     }
     for part in chunks(events) {
-        if insert(db, part).await.is_ok() {
+        if insert(db, part, tally).await.is_ok() {
             continue;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-        if let Err(e) = insert(db, part).await {
+        if let Err(e) = insert(db, part, tally).await {
             tracing::error!(error = %e, events = part.len(), "usage events spooled until the database answers");
             if let Err(e) = append_spool(spool, part) {
                 tracing::error!(error = %e, events = part.len(), path = %spool.display(), "usage events lost: the spool is not writable");
@@ -182,37 +273,120 @@ fn append_spool(spool: &Path, events: &[UsageEvent]) -> std::io::Result<()> {
     f.sync_data()
 }
 
-/// Stores what the spool holds; the file goes once every event is stored. Ids make
-/// a replay after a partial success harmless.
-async fn replay(db: &Db, spool: &Path) {
+/// The events a spool file holds (none when there is no file).
+pub fn read_spool(spool: &Path) -> Vec<UsageEvent> {
     let Ok(text) = std::fs::read_to_string(spool) else {
-        return;
+        return Vec::new();
     };
-    let events: Vec<UsageEvent> = text
-        .lines()
+    text.lines()
         .filter(|l| !l.trim().is_empty())
         .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+        .collect()
+}
+
+/// Stores what the spool holds; the file goes once every event is stored. Ids make
+/// a replay after a partial success harmless. Returns whether the spool is gone.
+pub async fn replay(db: &Db, spool: &Path, tally: &Unwritten) -> bool {
+    if !spool.exists() {
+        return true;
+    }
+    let events = read_spool(spool);
     for part in chunks(&events) {
-        if insert(db, part).await.is_err() {
-            return;
+        if insert(db, part, tally).await.is_err() {
+            return false;
         }
     }
     match std::fs::remove_file(spool) {
-        Ok(()) => tracing::info!(events = events.len(), "usage spool replayed"),
-        Err(e) => tracing::warn!(error = %e, "usage spool replayed but not removed"),
+        Ok(()) => {
+            tracing::info!(events = events.len(), "usage spool replayed");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "usage spool replayed but not removed");
+            false
+        }
     }
+}
+
+/// Each org's use of each model's free allowance in the windows open at `now`
+/// (Unix seconds): the stored rows, plus `unstored` events (a spool not replayed
+/// yet).
+pub async fn free_use(
+    db: &Db,
+    now: u64,
+    unstored: &[UsageEvent],
+) -> anyhow::Result<Vec<crate::billing::gate::FreeUse>> {
+    use crate::billing::gate::{month_start, FreeUse};
+    let ms = |secs: u64| i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let hour = ms(now / 3_600 * 3_600);
+    let day = ms(now / 86_400 * 86_400);
+    let month = ms(month_start(now));
+    // Sums cast back to BIGINT: PostgreSQL widens SUM(BIGINT) to NUMERIC.
+    let rows = sqlx::query(
+        "SELECT org_id, model, \
+         CAST(SUM(CASE WHEN created_at >= $1 THEN weighted_tokens ELSE 0 END) AS BIGINT) AS h, \
+         CAST(SUM(CASE WHEN created_at >= $2 THEN weighted_tokens ELSE 0 END) AS BIGINT) AS d, \
+         CAST(SUM(CASE WHEN created_at >= $3 THEN list_micro_usd ELSE 0 END) AS BIGINT) AS m, \
+         CAST(SUM(list_micro_usd) AS BIGINT) AS l \
+         FROM usage_events WHERE free = 1 GROUP BY org_id, model",
+    )
+    .bind(hour)
+    .bind(day)
+    .bind(month)
+    .fetch_all(&db.pool)
+    .await?;
+    let mut out: Vec<FreeUse> = Vec::with_capacity(rows.len());
+    for r in &rows {
+        out.push(FreeUse {
+            org_id: r.try_get("org_id")?,
+            model: r.try_get("model")?,
+            hour_tokens: r.try_get::<Option<i64>, _>("h")?.unwrap_or(0),
+            day_tokens: r.try_get::<Option<i64>, _>("d")?.unwrap_or(0),
+            month_list: r.try_get::<Option<i64>, _>("m")?.unwrap_or(0),
+            life_list: r.try_get::<Option<i64>, _>("l")?.unwrap_or(0),
+        });
+    }
+    for e in unstored.iter().filter(|e| e.free) {
+        let i = match out
+            .iter()
+            .position(|u| u.org_id == e.org_id && u.model == e.model)
+        {
+            Some(i) => i,
+            None => {
+                out.push(FreeUse {
+                    org_id: e.org_id.clone(),
+                    model: e.model.clone(),
+                    ..FreeUse::default()
+                });
+                out.len() - 1
+            }
+        };
+        let u = &mut out[i];
+        let at = e.at_ms;
+        if at >= hour {
+            u.hour_tokens = u.hour_tokens.saturating_add(e.weighted_tokens);
+        }
+        if at >= day {
+            u.day_tokens = u.day_tokens.saturating_add(e.weighted_tokens);
+        }
+        if at >= month {
+            u.month_list = u.month_list.saturating_add(e.list_micro_usd);
+        }
+        u.life_list = u.life_list.saturating_add(e.list_micro_usd);
+    }
+    Ok(out)
 }
 
 type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
 /// The multi-row insert of `n` events; only ids not stored yet go in.
 fn insert_sql(engine: Engine, n: usize, returning: bool) -> String {
-    const COLS: usize = 19;
+    const COLS: usize = 22;
     let mut sql = String::from(
         "INSERT INTO usage_events (id, org_id, key_id, route, model, rung, lane, input_tokens, \
          cached_tokens, output_tokens, reasoning_tokens, cost_micro_usd, status, error_class, \
-         incomplete, attempts, empty_attempts, latency_ms, created_at) VALUES ",
+         incomplete, attempts, empty_attempts, latency_ms, free, weighted_tokens, \
+         list_micro_usd, created_at) VALUES ",
     );
     for i in 0..n {
         if i > 0 {
@@ -239,6 +413,11 @@ fn insert_sql(engine: Engine, n: usize, returning: bool) -> String {
     sql
 }
 
+/// A count as the BIGINT columns store it: saturated, never wrapped negative.
+fn sat(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 fn bind_events<'q>(mut q: AnyQuery<'q>, events: &[UsageEvent], now: i64) -> AnyQuery<'q> {
     for e in events {
         let id = if e.id.is_empty() {
@@ -254,10 +433,10 @@ fn bind_events<'q>(mut q: AnyQuery<'q>, events: &[UsageEvent], now: i64) -> AnyQ
             .bind(e.model.clone())
             .bind(e.rung.clone())
             .bind(e.lane.to_string())
-            .bind(e.input_tokens as i64)
-            .bind(e.cached_tokens as i64)
-            .bind(e.output_tokens as i64)
-            .bind(e.reasoning_tokens as i64)
+            .bind(sat(e.input_tokens))
+            .bind(sat(e.cached_tokens))
+            .bind(sat(e.output_tokens))
+            .bind(sat(e.reasoning_tokens))
             .bind(e.cost_micro_usd)
             .bind(e.status as i64)
             .bind(e.error_class.clone())
@@ -265,7 +444,10 @@ fn bind_events<'q>(mut q: AnyQuery<'q>, events: &[UsageEvent], now: i64) -> AnyQ
             .bind(e.attempts.clone())
             .bind(e.empty_attempts as i64)
             .bind(e.latency_ms as i64)
-            .bind(now);
+            .bind(e.free as i64)
+            .bind(e.weighted_tokens)
+            .bind(e.list_micro_usd)
+            .bind(if e.at_ms > 0 { e.at_ms } else { now });
     }
     q
 }
@@ -302,7 +484,7 @@ impl Charges {
 /// A fresh batch (ids minted for this write), all of it in one transaction: every
 /// chunk must go in whole, then the events themselves say what to charge. Any id
 /// already stored fails the whole write, which is then made the careful way.
-async fn insert_fresh(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
+async fn insert_fresh(db: &Db, events: &[UsageEvent], tally: &Unwritten) -> anyhow::Result<()> {
     let now = now_ms();
     let mut tx = db.pool.begin().await?;
     for part in chunks(events) {
@@ -320,14 +502,13 @@ async fn insert_fresh(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
         charges.add(&e.org_id, &e.lane, e.cost_micro_usd);
     }
     charges.apply(&mut tx).await?;
-    tx.commit().await?;
-    Ok(())
+    tally.commit(tx, events).await
 }
 
 /// Inserts a chunk and draws each org's platform-funded cost of the rows the
 /// database reports inserted, in one transaction: a retried or replayed chunk can
 /// neither lose an event nor charge it twice.
-async fn insert(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
+async fn insert(db: &Db, events: &[UsageEvent], tally: &Unwritten) -> anyhow::Result<()> {
     if events.is_empty() {
         return Ok(());
     }
@@ -340,8 +521,8 @@ async fn insert(db: &Db, events: &[UsageEvent]) -> anyhow::Result<()> {
         charges.add(&org, &lane, row.get("cost_micro_usd"));
     }
     charges.apply(&mut tx).await?;
-    tx.commit().await?;
-    Ok(())
+    // Every event of the chunk is stored now, inserted here or before.
+    tally.commit(tx, events).await
 }
 
 #[cfg(test)]
@@ -395,20 +576,21 @@ mod tests {
     #[tokio::test]
     async fn a_batch_written_twice_is_stored_and_charged_once() {
         let (db, _dir) = db().await;
+        let tally = Unwritten::default();
         let batch = [event("ue_1", 300), event("ue_2", 200), event("ue_3", 0)];
-        insert_fresh(&db, &batch).await.unwrap();
+        insert_fresh(&db, &batch, &tally).await.unwrap();
         assert!(
-            insert_fresh(&db, &batch).await.is_err(),
+            insert_fresh(&db, &batch, &tally).await.is_err(),
             "stored ids fail a fresh write"
         );
-        insert(&db, &batch).await.unwrap();
+        insert(&db, &batch, &tally).await.unwrap();
         assert_eq!(state(&db).await, (3, 1_000_000 - 500));
         // A batch partly stored already charges only its new rows, whichever way
         // the writer takes.
         let dir = tempfile::tempdir().unwrap();
         let spool = dir.path().join("s.jsonl");
         let mixed = [event("ue_2", 200), event("ue_4", 40)];
-        write_or_spool(&db, &spool, &mixed).await;
+        write_or_spool(&db, &spool, &mixed, &tally).await;
         assert_eq!(state(&db).await, (4, 1_000_000 - 540));
         assert!(!spool.exists());
     }
@@ -424,27 +606,75 @@ mod tests {
     #[tokio::test]
     async fn events_the_database_refuses_are_spooled_and_replayed_exactly_once() {
         let (db, dir) = db().await;
+        let tally = Unwritten::default();
         let spool = dir.path().join("spool/usage.jsonl");
         sqlx::query("ALTER TABLE usage_events RENAME TO usage_off")
             .execute(&db.pool)
             .await
             .unwrap();
-        write_or_spool(&db, &spool, &[event("ue_a", 70), event("ue_b", 30)]).await;
+        write_or_spool(&db, &spool, &[event("ue_a", 70), event("ue_b", 30)], &tally).await;
         let text = std::fs::read_to_string(&spool).unwrap();
         assert_eq!(text.lines().count(), 2, "{text}");
         // Still down: the spool stays.
-        replay(&db, &spool).await;
+        replay(&db, &spool, &tally).await;
         assert!(spool.exists());
         sqlx::query("ALTER TABLE usage_off RENAME TO usage_events")
             .execute(&db.pool)
             .await
             .unwrap();
-        replay(&db, &spool).await;
+        replay(&db, &spool, &tally).await;
         assert!(!spool.exists());
         assert_eq!(state(&db).await, (2, 1_000_000 - 100));
         // A spool left behind after a crash mid-replay charges nothing twice.
         append_spool(&spool, &[event("ue_a", 70)]).unwrap();
-        replay(&db, &spool).await;
+        replay(&db, &spool, &tally).await;
         assert_eq!(state(&db).await, (2, 1_000_000 - 100));
+    }
+
+    async fn unwritten(t: &Unwritten) -> i64 {
+        let (_, _, n) = t
+            .read_with("org_1", || async { anyhow::Ok((0, 0)) })
+            .await
+            .unwrap();
+        n
+    }
+
+    #[tokio::test]
+    async fn charges_count_as_unwritten_until_their_rows_are_stored() {
+        let (db, dir) = db().await;
+        let spool = dir.path().join("spool.jsonl");
+        let sink = UsageSink::default();
+        sink.record(event("", 70));
+        sink.record(UsageEvent {
+            lane: "pass_through".into(),
+            ..event("", 500)
+        });
+        assert_eq!(
+            unwritten(&sink.unwritten).await,
+            70,
+            "platform charges only"
+        );
+        // The database refuses: spooled, still unwritten.
+        sqlx::query("ALTER TABLE usage_events RENAME TO usage_off")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let mut batch = sink.take();
+        for (i, e) in batch.iter_mut().enumerate() {
+            e.id = format!("ue_{i}");
+        }
+        write_or_spool(&db, &spool, &batch, &sink.unwritten).await;
+        assert_eq!(unwritten(&sink.unwritten).await, 70);
+        // A new process finds the spool unwritten too.
+        let next = Unwritten::default();
+        next.adjust(&read_spool(&spool), 1);
+        assert_eq!(unwritten(&next).await, 70);
+        sqlx::query("ALTER TABLE usage_off RENAME TO usage_events")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        assert!(replay(&db, &spool, &next).await);
+        assert_eq!(unwritten(&next).await, 0);
+        assert_eq!(state(&db).await, (2, 1_000_000 - 70));
     }
 }

@@ -636,9 +636,12 @@ impl WireUsage {
     fn canonical(&self) -> Usage {
         let read = self.cache_read_input_tokens.unwrap_or(0);
         Usage {
-            input_tokens: self.input_tokens.unwrap_or(0)
-                + read
-                + self.cache_creation_input_tokens.unwrap_or(0),
+            // Provider-supplied counts: saturate rather than wrap.
+            input_tokens: self
+                .input_tokens
+                .unwrap_or(0)
+                .saturating_add(read)
+                .saturating_add(self.cache_creation_input_tokens.unwrap_or(0)),
             cached_tokens: read,
             output_tokens: self.output_tokens.unwrap_or(0),
             // Anthropic counts thinking inside output_tokens without a split.

@@ -738,9 +738,11 @@ struct WireUsage {
 impl WireUsage {
     fn usage(self) -> Usage {
         Usage {
-            input_tokens: self.input_tokens
-                + self.cache_read_input_tokens
-                + self.cache_write_input_tokens,
+            // Provider-supplied counts: saturate rather than wrap.
+            input_tokens: self
+                .input_tokens
+                .saturating_add(self.cache_read_input_tokens)
+                .saturating_add(self.cache_write_input_tokens),
             cached_tokens: self.cache_read_input_tokens,
             output_tokens: self.output_tokens,
             reasoning_tokens: 0,

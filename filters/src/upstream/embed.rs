@@ -239,7 +239,7 @@ pub fn decode(wire: EmbedWire, body: &[u8], expected: usize) -> Result<Embedded,
                 .into_iter()
                 .map(|p| {
                     match p.embeddings.statistics.and_then(|s| s.token_count) {
-                        Some(t) => tokens += t as u64,
+                        Some(t) => tokens = tokens.saturating_add(t as u64),
                         None => all = false,
                     }
                     p.embeddings.values

@@ -630,9 +630,14 @@ struct UsageMetadata {
 impl UsageMetadata {
     fn usage(self) -> Usage {
         Usage {
-            input_tokens: self.prompt_token_count + self.tool_use_prompt_token_count,
+            // Provider-supplied counts: saturate rather than wrap.
+            input_tokens: self
+                .prompt_token_count
+                .saturating_add(self.tool_use_prompt_token_count),
             cached_tokens: self.cached_content_token_count,
-            output_tokens: self.candidates_token_count + self.thoughts_token_count,
+            output_tokens: self
+                .candidates_token_count
+                .saturating_add(self.thoughts_token_count),
             reasoning_tokens: self.thoughts_token_count,
             cost_micro_usd: None,
         }

@@ -5,12 +5,24 @@
 
 mod memory;
 mod redis;
+pub mod seeded;
 
 pub use self::memory::MemoryCounters;
 pub use self::redis::RedisCounters;
+pub use self::seeded::SeededCounters;
 
 use async_trait::async_trait;
 use std::time::Duration;
+
+/// The key family of cache-affinity markers, `aff:{org}:{model}:{digest}` (written
+/// by the waterfall). A client can make these without bound (one per distinct
+/// `prompt_cache_key`), so both stores keep at most [`AFFINITY_PER_ORG`] per org:
+/// a new one past the cap evicts the org's oldest, which only costs that
+/// conversation a cold prompt cache.
+pub const AFFINITY: &str = "aff:";
+
+/// Cache-affinity markers one org may hold at once (each lives 600 s).
+pub const AFFINITY_PER_ORG: usize = 10_000;
 
 /// One fixed rate window to check and add to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +36,10 @@ pub struct WindowReq {
     pub amount: i64,
     /// The window refuses an add that would take it past this.
     pub limit: i64,
+    /// For a counter with no window (`window_secs` 0): Redis gives it this expiry
+    /// when it has none (0: never expires). It bounds how long slots held by an
+    /// instance that died stay counted; the in-process store dies with its slots.
+    pub ttl_secs: u64,
 }
 
 /// A draw on a shared balance, taken in the same atomic step as the windows.
@@ -32,13 +48,18 @@ pub struct WindowReq {
 /// up. Grants reach it without any instance having to be told: `credited` is the
 /// org's running total of credits ever added (from the same database row as
 /// `balance`), and the counter remembers the total it has already taken in; a larger
-/// figure adds the difference, once, whichever instance brings it. A missing counter
-/// starts at `balance`.
+/// figure adds the difference, once, whichever instance brings it.
+///
+/// A counter without its credited mark (first use, an in-process restart, a Redis
+/// that lost data) is not guessed from any snapshot: the take answers
+/// [`WindowOutcome::Unseeded`], and the balance is seeded from the database minus
+/// the usage not written there yet (see [`seeded`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BalanceReq {
     pub key: String,
+    /// The org whose balance it is.
+    pub org_id: String,
     pub credited: i64,
-    pub balance: i64,
     pub amount: i64,
     /// The draw is refused when it would take the live balance below this.
     pub floor: i64,
@@ -53,6 +74,9 @@ pub enum WindowOutcome {
     /// The balance, when asked for, has the index after the last window, and
     /// `current` is then the live balance.
     Refused { index: usize, current: i64 },
+    /// The balance counter has no credited mark: nothing was taken; seed it with
+    /// [`Counters::seed_balance`] and take again.
+    Unseeded,
 }
 
 #[async_trait]
@@ -64,6 +88,10 @@ pub trait Counters: Send + Sync {
         windows: &[WindowReq],
         balance: Option<&BalanceReq>,
     ) -> anyhow::Result<WindowOutcome>;
+
+    /// Starts a balance counter at `balance` with its credited mark at `credited`,
+    /// unless the mark exists (another request seeded it first).
+    async fn seed_balance(&self, key: &str, balance: i64, credited: i64) -> anyhow::Result<()>;
 
     /// The current total of a window (0 when absent).
     async fn window_total(&self, key: &str, window_secs: u64) -> anyhow::Result<i64>;
@@ -78,6 +106,13 @@ pub trait Counters: Send + Sync {
         }
         Ok(())
     }
+
+    /// Corrects held amounts (settling): adds to each counter that still exists,
+    /// keeping its expiry, and leaves a counter that is gone (its window over, a
+    /// slot counter expired, a store that lost it) gone. Creating it would leave
+    /// a counter without an expiry behind, never swept, and start it off by the
+    /// correction.
+    async fn correct_many(&self, adds: &[(String, i64)]) -> anyhow::Result<()>;
 
     /// The value of a plain counter (`None` when absent).
     async fn get(&self, key: &str) -> anyhow::Result<Option<i64>>;
@@ -148,6 +183,7 @@ pub(crate) mod contract {
             window_secs: 60,
             amount,
             limit,
+            ttl_secs: 0,
         };
         assert_eq!(
             c.take(&[w("a", 3, 5), w("b", 10, 100)], None)
@@ -177,6 +213,7 @@ pub(crate) mod contract {
             window_secs: 0,
             amount,
             limit,
+            ttl_secs: 0,
         };
         assert_eq!(
             c.take(&[life(4, 5)], None).await.unwrap(),
@@ -190,15 +227,26 @@ pub(crate) mod contract {
             }
         ));
         assert_eq!(c.get(&k("life")).await.unwrap(), Some(4));
-        // Balances: start from the snapshot, draw, refuse below the floor, and take
-        // in each new credit once whoever brings it.
-        let bal = |credited, balance, amount| BalanceReq {
+        // Balances: an unseeded counter takes nothing and says so; once seeded,
+        // draw, refuse below the floor, and take in each new credit once whoever
+        // brings it.
+        let bal = |credited, _snapshot: i64, amount| BalanceReq {
             key: k("org"),
+            org_id: "org".into(),
             credited,
-            balance,
             amount,
             floor: 0,
         };
+        assert_eq!(
+            c.take(&[w("c", 1, 10)], Some(&bal(100, 100, 70)))
+                .await
+                .unwrap(),
+            WindowOutcome::Unseeded
+        );
+        assert_eq!(c.window_total(&k("c"), 60).await.unwrap(), 0);
+        c.seed_balance(&k("org"), 100, 100).await.unwrap();
+        // A second seed (another request raced to it) changes nothing.
+        c.seed_balance(&k("org"), 999, 999).await.unwrap();
         assert_eq!(
             c.take(&[w("c", 1, 10)], Some(&bal(100, 100, 70)))
                 .await
@@ -213,7 +261,7 @@ pub(crate) mod contract {
                 index: 1,
                 current: 30
             },
-            "a stale snapshot does not reset the live balance"
+            "a seeded balance is never reset"
         );
         assert_eq!(
             c.window_total(&k("c"), 60).await.unwrap(),
@@ -236,6 +284,29 @@ pub(crate) mod contract {
         c.add_many(&[(k("org"), 5), (k("other"), 2)]).await.unwrap();
         assert_eq!(c.get(&k("org")).await.unwrap(), Some(15));
         assert_eq!(c.get(&k("other")).await.unwrap(), Some(2));
+        // Corrections reach counters that exist and create none.
+        c.correct_many(&[(k("org"), -5), (k("gone"), -3)])
+            .await
+            .unwrap();
+        assert_eq!(c.get(&k("org")).await.unwrap(), Some(10));
+        assert_eq!(c.get(&k("gone")).await.unwrap(), None);
+        // A window corrected after it closed is not brought back.
+        let short = WindowReq {
+            key: k("short"),
+            window_secs: 1,
+            amount: 5,
+            limit: 10,
+            ttl_secs: 0,
+        };
+        assert_eq!(
+            c.take(std::slice::from_ref(&short), None).await.unwrap(),
+            WindowOutcome::Added
+        );
+        let name = window_counter(&short.key, 1, now_secs());
+        c.correct_many(&[(name.clone(), -2)]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2_100)).await;
+        c.correct_many(&[(name.clone(), -3)]).await.unwrap();
+        assert_eq!(c.get(&name).await.unwrap(), None, "expired and left gone");
         // Plain counters.
         assert_eq!(c.get(&k("bal")).await.unwrap(), None);
         c.set(&k("bal"), 100).await.unwrap();
@@ -272,5 +343,26 @@ pub(crate) mod contract {
             "markers expire"
         );
         assert!(c.ping().await);
+    }
+
+    /// Affinity markers past the per-org cap evict the org's oldest, never another
+    /// org's.
+    pub async fn affinity_cap(c: &dyn Counters, ns: &str) {
+        let ttl = Duration::from_secs(600);
+        let other = format!("aff:{ns}_org_b:m:one");
+        c.put_marker(&other, "r", ttl, false).await.unwrap();
+        let key = |i: usize| format!("aff:{ns}_org_a:m:{i}");
+        for i in 0..AFFINITY_PER_ORG + 500 {
+            c.put_marker(&key(i), "r", ttl, false).await.unwrap();
+        }
+        assert_eq!(c.get_marker(&key(0)).await.unwrap(), None);
+        assert_eq!(c.get_marker(&key(499)).await.unwrap(), None);
+        assert!(c.get_marker(&key(500)).await.unwrap().is_some());
+        let newest = key(AFFINITY_PER_ORG + 499);
+        assert!(c.get_marker(&newest).await.unwrap().is_some());
+        assert!(c.get_marker(&other).await.unwrap().is_some());
+        // Re-marking a conversation keeps its place and evicts nothing.
+        c.put_marker(&newest, "r2", ttl, false).await.unwrap();
+        assert!(c.get_marker(&key(500)).await.unwrap().is_some());
     }
 }

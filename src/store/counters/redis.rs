@@ -12,9 +12,11 @@ use std::time::Duration;
 
 /// KEYS: the window keys, then (with a balance) the balance and its credited mark.
 /// ARGV[1]: the number of windows; per window (amount, limit, ttl; ttl 0 never
-/// expires); with a balance (credited, snapshot balance, amount, floor). Syncs the
-/// balance with the credited total, checks every window and the balance, then adds
-/// to all, or to none; returns {0, 0} when taken, else {index+1, current}.
+/// expires, a negative ttl sets -ttl only on a key without an expiry); with a
+/// balance (credited, amount, floor). Syncs the balance with the credited total,
+/// checks every window and the balance, then adds to all, or to none; returns
+/// {0, 0} when taken, {-1, 0} when the balance has no credited mark (nothing
+/// taken), else {index+1, current}.
 const TAKE: &str = r#"
 local n = tonumber(ARGV[1])
 local live = nil
@@ -25,19 +27,16 @@ if #KEYS > n then
   local credited = tonumber(ARGV[base+1])
   local seen = redis.call('GET', mk)
   if not seen then
-    live = tonumber(ARGV[base+2])
+    return {-1, 0}
+  end
+  live = tonumber(redis.call('GET', bk) or '0')
+  if credited > tonumber(seen) then
+    live = live + credited - tonumber(seen)
     redis.call('SET', bk, live)
     redis.call('SET', mk, credited)
-  else
-    live = tonumber(redis.call('GET', bk) or '0')
-    if credited > tonumber(seen) then
-      live = live + credited - tonumber(seen)
-      redis.call('SET', bk, live)
-      redis.call('SET', mk, credited)
-    end
   end
-  draw = tonumber(ARGV[base+3])
-  if live - draw < tonumber(ARGV[base+4]) then
+  draw = tonumber(ARGV[base+2])
+  if live - draw < tonumber(ARGV[base+3]) then
     for i = 1, n do
       local cur = tonumber(redis.call('GET', KEYS[i]) or '0')
       if cur + tonumber(ARGV[(i-1)*3+2]) > tonumber(ARGV[(i-1)*3+3]) then
@@ -58,6 +57,8 @@ for i = 1, n do
   redis.call('INCRBY', KEYS[i], tonumber(ARGV[(i-1)*3+2]))
   if ttl > 0 then
     redis.call('EXPIRE', KEYS[i], ttl)
+  elseif ttl < 0 and redis.call('TTL', KEYS[i]) < 0 then
+    redis.call('EXPIRE', KEYS[i], -ttl)
   end
 end
 if live then
@@ -66,10 +67,57 @@ end
 return {0, 0}
 "#;
 
+/// KEYS: an affinity marker, its org's index (a sorted set of markers in the
+/// order they were made) and the index's sequence. ARGV: value, ttl ms, the
+/// per-org cap. Sets the marker; a new one joins the index, and past the cap the
+/// oldest entries go (an entry whose marker already expired counts until then, so
+/// the live markers stay at or under the cap).
+const AFFINITY_PUT: &str = r#"
+local fresh = redis.call('EXISTS', KEYS[1]) == 0
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if fresh then
+  local ttl, cap = tonumber(ARGV[2]), tonumber(ARGV[3])
+  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), KEYS[1])
+  redis.call('PEXPIRE', KEYS[3], ttl)
+  local over = redis.call('ZCARD', KEYS[2]) - cap
+  if over > 0 then
+    local old = redis.call('ZPOPMIN', KEYS[2], over)
+    for i = 1, #old, 2 do
+      redis.call('DEL', old[i])
+    end
+  end
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
+return 1
+"#;
+
+/// KEYS: a balance and its credited mark. ARGV: balance, credited. Sets both
+/// unless the mark exists.
+const SEED: &str = r#"
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+return 0
+"#;
+
+/// KEYS: counters; ARGV: an amount per counter. Adds each amount to its counter
+/// when the counter exists (INCRBY keeps its expiry); a missing one stays missing.
+const CORRECT: &str = r#"
+for i = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('INCRBY', KEYS[i], ARGV[i])
+  end
+end
+return 0
+"#;
+
 pub struct RedisCounters {
     conn: ConnectionManager,
     prefix: String,
     take: Script,
+    affinity_put: Script,
+    correct: Script,
 }
 
 impl RedisCounters {
@@ -82,6 +130,8 @@ impl RedisCounters {
             conn,
             prefix: "sluice:".into(),
             take: Script::new(TAKE),
+            affinity_put: Script::new(AFFINITY_PUT),
+            correct: Script::new(CORRECT),
         })
     }
 
@@ -110,29 +160,41 @@ impl Counters for RedisCounters {
         for w in windows {
             inv.key(self.window_key(&w.key, w.window_secs, now));
             let ttl = if w.window_secs == 0 {
-                0
+                -i64::try_from(w.ttl_secs).unwrap_or(i64::MAX)
             } else {
-                w.window_secs + 1
+                i64::try_from(w.window_secs + 1).unwrap_or(i64::MAX)
             };
             inv.arg(w.amount).arg(w.limit).arg(ttl);
         }
         if let Some(b) = balance {
             inv.key(self.k(&b.key)).key(self.k(&credited_mark(&b.key)));
-            inv.arg(b.credited)
-                .arg(b.balance)
-                .arg(b.amount)
-                .arg(b.floor);
+            inv.arg(b.credited).arg(b.amount).arg(b.floor);
         }
         let mut conn = self.conn.clone();
         let (idx, cur): (i64, i64) = inv.invoke_async(&mut conn).await?;
         Ok(if idx == 0 {
             WindowOutcome::Added
+        } else if idx < 0 {
+            WindowOutcome::Unseeded
         } else {
             WindowOutcome::Refused {
                 index: (idx - 1) as usize,
                 current: cur,
             }
         })
+    }
+
+    async fn seed_balance(&self, key: &str, balance: i64, credited: i64) -> anyhow::Result<()> {
+        // Rare (once per org after a loss): the script is not kept prepared.
+        let mut conn = self.conn.clone();
+        let _: () = redis::Script::new(SEED)
+            .key(self.k(key))
+            .key(self.k(&credited_mark(key)))
+            .arg(balance)
+            .arg(credited)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(())
     }
 
     async fn add_many(&self, adds: &[(String, i64)]) -> anyhow::Result<()> {
@@ -142,6 +204,19 @@ impl Counters for RedisCounters {
         }
         let mut conn = self.conn.clone();
         let _: () = pipe.query_async(&mut conn).await?;
+        Ok(())
+    }
+
+    async fn correct_many(&self, adds: &[(String, i64)]) -> anyhow::Result<()> {
+        if adds.is_empty() {
+            return Ok(());
+        }
+        let mut inv = self.correct.prepare_invoke();
+        for (k, v) in adds {
+            inv.key(self.k(k)).arg(*v);
+        }
+        let mut conn = self.conn.clone();
+        let _: i64 = inv.invoke_async(&mut conn).await?;
         Ok(())
     }
 
@@ -177,11 +252,26 @@ impl Counters for RedisCounters {
         only_if_absent: bool,
     ) -> anyhow::Result<bool> {
         let mut conn = self.conn.clone();
+        let ttl_ms = ttl.as_millis().max(1) as u64;
+        // Affinity markers are capped per org, like the in-process ones.
+        let org = key
+            .strip_prefix(super::AFFINITY)
+            .and_then(|rest| rest.split(':').next());
+        if let (Some(org), false) = (org, only_if_absent) {
+            let _: i64 = self
+                .affinity_put
+                .key(self.k(key))
+                .key(self.k(&["affidx:", org].concat()))
+                .key(self.k(&["affseq:", org].concat()))
+                .arg(value)
+                .arg(ttl_ms)
+                .arg(super::AFFINITY_PER_ORG)
+                .invoke_async(&mut conn)
+                .await?;
+            return Ok(true);
+        }
         let mut cmd = redis::cmd("SET");
-        cmd.arg(self.k(key))
-            .arg(value)
-            .arg("PX")
-            .arg(ttl.as_millis().max(1) as u64);
+        cmd.arg(self.k(key)).arg(value).arg("PX").arg(ttl_ms);
         if only_if_absent {
             cmd.arg("NX");
         }
@@ -223,5 +313,6 @@ mod tests {
             .expect("Redis is up");
         let ns = format!("test{}", rand::random::<u32>());
         super::super::contract::run(&c, &ns).await;
+        super::super::contract::affinity_cap(&c, &ns).await;
     }
 }
