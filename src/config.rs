@@ -472,6 +472,9 @@ pub struct LimitsConfig {
     /// Larger answers are not stored for replay (a retry gets 409
     /// `idempotency_replay_unavailable`): every stored row sits in the database.
     pub idempotency_max_tape_bytes: usize,
+    /// The whole request body must arrive within this: a client that dribbles it
+    /// (slowloris) is answered 408 and its connection closed.
+    pub request_read_timeout_ms: u64,
 }
 
 /// The per-rung circuit breaker.
@@ -556,6 +559,7 @@ impl Default for LimitsConfig {
             early_header_ms: 10_000,
             idempotency_ttl_seconds: 86_400,
             idempotency_max_tape_bytes: 4 * 1024 * 1024,
+            request_read_timeout_ms: 60_000,
         }
     }
 }

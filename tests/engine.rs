@@ -653,3 +653,40 @@ async fn a_cooled_down_rung_not_reached_keeps_its_probe() {
         "openai:500,azure:ok"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_dribbled_past_the_read_bound_is_refused_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let e = start(&[("SLUICE_LIMITS__REQUEST_READ_TIMEOUT_MS", "800")]).await;
+    let addr = e.s.gateway.trim_start_matches("http://").to_string();
+    for path in ["/v1/chat/completions", "/api/models"] {
+        let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{{\"model\"",
+            e.key
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        let started = Instant::now();
+        // A byte every 300 ms: each read is quick, the whole never arrives.
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        for _ in 0..40 {
+            if conn.write_all(b" ").await.is_err() {
+                break;
+            }
+            match tokio::time::timeout(Duration::from_millis(300), conn.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(n)) => answer.extend_from_slice(&buf[..n]),
+                Err(_) => {}
+            }
+            if answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 408"), "{path}: {text}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{path}");
+    }
+    assert_eq!(e.mock.count("a1"), 0);
+}

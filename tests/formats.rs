@@ -958,3 +958,250 @@ async fn a_stream_that_dies_after_its_finish_ends_cleanly_without_a_second_finis
         assert_eq!(s.frames.last().unwrap().1, "[DONE]", "{model}");
     }
 }
+
+/// The finish markers of a stream in each format, and whether it ended cleanly.
+fn finishes(route: &str, a: &Answer) -> (usize, bool) {
+    let names = a.names();
+    match route {
+        "/v1/responses" => {
+            let n = names
+                .iter()
+                .filter(|n| *n == "response.completed" || *n == "response.incomplete")
+                .count();
+            (n, names.last().is_some_and(|l| l.starts_with("response.")))
+        }
+        "/v1/messages" => (
+            names.iter().filter(|n| *n == "message_delta").count(),
+            names.last().map(String::as_str) == Some("message_stop"),
+        ),
+        _ => (
+            a.data()
+                .iter()
+                .filter(|c| c["choices"][0]["finish_reason"].is_string())
+                .count(),
+            a.frames.last().is_some_and(|f| f.1 == "[DONE]"),
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_ends_a_stream_cut_after_its_finish_with_exactly_one_finish() {
+    let e = start().await;
+    for (route, model, rung) in [
+        ("/v1/responses", "fmt-gpt", "o1"),
+        ("/v1/responses", "fmt-claude", "c1"),
+        ("/v1/responses", "fmt-gemini", "g1"),
+        ("/v1/messages", "fmt-claude", "c1"),
+        ("/v1/messages", "fmt-gpt", "o1"),
+        ("/v1/chat/completions", "fmt-gemini", "g1"),
+    ] {
+        let body = match route {
+            "/v1/responses" => responses_body(model, true),
+            "/v1/messages" => messages_body(model, true),
+            _ => chat_body(model, true),
+        };
+        e.mock.script(rung, vec![Step::FinishThenCut]);
+        let a = call(&e, route, &body).await;
+        assert_eq!(a.status, 200, "{route} {model}");
+        assert_eq!(
+            finishes(route, &a),
+            (1, true),
+            "{route} {model}: {:?}",
+            a.frames
+        );
+        // And an untroubled stream likewise.
+        let a = call(&e, route, &body).await;
+        assert_eq!(
+            finishes(route, &a),
+            (1, true),
+            "{route} {model}: {:?}",
+            a.frames
+        );
+    }
+}
+
+/// A web-search answer as Anthropic sends it: server tool blocks, citations, a
+/// stop sequence and usage members sluice does not model.
+fn anthropic_search_answer() -> Value {
+    json!({"id": "msg_01", "type": "message", "role": "assistant", "model": "c1-2025",
+        "content": [
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "sluice"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": [
+                {"type": "web_search_result", "url": "https://example.com/a", "title": "A",
+                 "encrypted_content": "EqQ", "page_age": null}]},
+            {"type": "text", "text": "Sluice is a gateway.", "citations": [
+                {"type": "web_search_result_location", "url": "https://example.com/a", "title": "A",
+                 "encrypted_index": "Eo8", "cited_text": "gateway"}]}],
+        "stop_reason": "stop_sequence", "stop_sequence": "END", "container": null,
+        "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                  "output_tokens": 7, "server_tool_use": {"web_search_requests": 1},
+                  "service_tier": "standard"}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_rungs_pass_every_event_and_field_through() {
+    let e = start().await;
+    // A whole messages answer.
+    let whole = anthropic_search_answer();
+    e.mock.script(
+        "c1",
+        vec![Step::Reply {
+            status: 200,
+            body: whole.to_string(),
+            retry_after: None,
+        }],
+    );
+    let a = call(&e, "/v1/messages", &messages_body("fmt-claude", false)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    for key in [
+        "id",
+        "model",
+        "content",
+        "stop_reason",
+        "stop_sequence",
+        "container",
+    ] {
+        assert_eq!(a.json[key], whole[key], "{key}");
+    }
+    assert_eq!(a.json["usage"]["server_tool_use"]["web_search_requests"], 1);
+    assert_eq!(a.json["usage"]["service_tier"], "standard");
+    assert!(a.json["usage"]["cost"].as_f64().unwrap() > 0.0);
+    assert_eq!(a.json["provider"], "anthropic:c1");
+    assert_eq!(a.json["x_gateway"]["attempts"], "anthropic:ok");
+    // The same answer streamed: every frame as it came, but for the owned members.
+    let frames: Vec<(&str, Value)> = vec![
+        (
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_01", "type": "message",
+            "role": "assistant", "model": "c1-2025", "content": [], "stop_reason": null,
+            "stop_sequence": null, "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": "{\"query\":\"sluice\"}"}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 1,
+            "content_block": whole["content"][1].clone()}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 1}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 2,
+            "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 2,
+            "delta": {"type": "citations_delta", "citation": whole["content"][2]["citations"][0].clone()}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 2,
+            "delta": {"type": "text_delta", "text": "Sluice is a gateway."}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 2}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+            "usage": {"output_tokens": 7, "server_tool_use": {"web_search_requests": 1}}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    let sse: String = frames
+        .iter()
+        .map(|(n, d)| format!("event: {n}\ndata: {d}\n\n"))
+        .collect();
+    e.mock.script(
+        "c1",
+        vec![Step::Reply {
+            status: 200,
+            body: sse,
+            retry_after: None,
+        }],
+    );
+    let a = call(&e, "/v1/messages", &messages_body("fmt-claude", true)).await;
+    assert_eq!(a.status, 200);
+    let got: Vec<(String, Value)> = a
+        .frames
+        .iter()
+        .filter(|(n, _)| n.as_deref() != Some("ping"))
+        .map(|(n, d)| {
+            (
+                n.clone().unwrap_or_default(),
+                serde_json::from_str(d).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got.len(), frames.len(), "{:?}", a.frames);
+    for ((name, mut data), (want_name, want)) in got.into_iter().zip(frames) {
+        assert_eq!(name, want_name);
+        match want_name {
+            "message_start" => {
+                assert_eq!(data["message"]["provider"], "anthropic:c1");
+                data["message"].as_object_mut().unwrap().remove("provider");
+            }
+            "message_delta" => {
+                assert!(data["usage"]["cost"].as_f64().unwrap() > 0.0);
+                assert_eq!(data["x_gateway"]["attempts"], "anthropic:ok");
+                data["usage"].as_object_mut().unwrap().remove("cost");
+                data.as_object_mut().unwrap().remove("x_gateway");
+            }
+            _ => {}
+        }
+        assert_eq!(data, want, "{want_name}");
+    }
+    // A whole responses answer with a search call item and fields sluice does not model.
+    let resp = json!({"id": "resp_1", "object": "response", "created_at": 1, "status": "completed",
+        "model": "o1-2025", "output": [
+            {"type": "web_search_call", "id": "ws_1", "status": "completed",
+             "action": {"type": "search", "query": "sluice"}},
+            {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": "Sluice is a gateway.", "logprobs": [],
+                          "annotations": [{"type": "url_citation", "url": "https://example.com/a",
+                                           "title": "A", "start_index": 0, "end_index": 6}]}]}],
+        "tools": [], "tool_choice": "auto", "parallel_tool_calls": true, "future_member": {"x": 1},
+        "usage": {"input_tokens": 12, "input_tokens_details": {"cached_tokens": 0},
+                  "output_tokens": 7, "output_tokens_details": {"reasoning_tokens": 0},
+                  "total_tokens": 19}});
+    e.mock.script(
+        "o1",
+        vec![Step::Reply {
+            status: 200,
+            body: resp.to_string(),
+            retry_after: None,
+        }],
+    );
+    let a = call(&e, "/v1/responses", &responses_body("fmt-gpt", false)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    for key in [
+        "id",
+        "output",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "future_member",
+    ] {
+        assert_eq!(a.json[key], resp[key], "{key}");
+    }
+    assert!(a.json["usage"]["cost"].as_f64().unwrap() > 0.0);
+    assert_eq!(a.json["provider"], "openai:o1");
+}

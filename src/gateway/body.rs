@@ -1,14 +1,25 @@
-//! Reading a request body whole, under the configured cap. A body over the cap is
-//! refused as soon as its declared length or its running size passes the cap, and
-//! the connection is not reused (the rest of the body is never read).
+//! Reading a request body whole, under the configured cap and within a total time.
+//! A body over the cap is refused as soon as its declared length or its running
+//! size passes the cap, and a body that has not arrived in time (a client that
+//! dribbles it to hold the connection) is refused with 408; either way the
+//! connection is not reused (the rest of the body is never read).
 
 use bytes::{Bytes, BytesMut};
 use pingora::proxy::Session;
 use sluice_filters::{ApiError, ErrorCode};
+use std::time::Instant;
 
 pub enum BodyError {
     TooLarge(ApiError),
     Io(Box<pingora::Error>),
+}
+
+fn too_slow() -> ApiError {
+    ApiError::new(
+        ErrorCode::InvalidRequest,
+        "The request body did not arrive in time.",
+    )
+    .with_status(408)
 }
 
 fn too_large(cap: usize) -> ApiError {
@@ -19,7 +30,21 @@ fn too_large(cap: usize) -> ApiError {
     .with_status(400)
 }
 
-pub async fn read_capped(session: &mut Session, cap: usize) -> Result<Bytes, BodyError> {
+pub async fn read_capped(
+    session: &mut Session,
+    cap: usize,
+    until: Instant,
+) -> Result<Bytes, BodyError> {
+    match super::attempt::until(until, read_all(session, cap)).await {
+        Ok(r) => r,
+        Err(_) => {
+            session.set_keepalive(None);
+            Err(BodyError::TooLarge(too_slow()))
+        }
+    }
+}
+
+async fn read_all(session: &mut Session, cap: usize) -> Result<Bytes, BodyError> {
     let declared = session
         .req_header()
         .headers

@@ -67,7 +67,9 @@ pub async fn handle(
             review_message(org.review_reason.as_deref()),
         ));
     }
-    let body = match read_capped(session, state.config.limits.max_request_bytes).await {
+    let limits = &state.config.limits;
+    let read_until = started + Duration::from_millis(limits.request_read_timeout_ms);
+    let body = match read_capped(session, limits.max_request_bytes, read_until).await {
         Ok(b) => b,
         Err(BodyError::TooLarge(e)) => return Err(e),
         Err(BodyError::Io(_)) => {

@@ -14,8 +14,14 @@ use tower::ServiceExt;
 /// The largest management answer we relay (catalog pages are far smaller).
 const MAX_ANSWER: usize = 16 * 1024 * 1024;
 
-pub async fn dispatch(router: &Router, session: &mut Session, cap: usize) -> pingora::Result<u16> {
-    let body = match read_capped(session, cap).await {
+pub async fn dispatch(
+    router: &Router,
+    session: &mut Session,
+    cap: usize,
+    read_within: std::time::Duration,
+) -> pingora::Result<u16> {
+    let until = std::time::Instant::now() + read_within;
+    let body = match read_capped(session, cap, until).await {
         Ok(b) => b,
         Err(BodyError::TooLarge(e)) => {
             send_error(session, &e, Format::OpenAi).await?;

@@ -103,10 +103,12 @@ impl Gateway {
             Route::Management => {
                 // Boxed: the management future is large and rare on this listener;
                 // inline, its size would be copied on every inference request.
+                let limits = &self.state.config.limits;
                 return Box::pin(management::dispatch(
                     &self.management,
                     session,
-                    self.state.config.limits.max_request_bytes,
+                    limits.max_request_bytes,
+                    std::time::Duration::from_millis(limits.request_read_timeout_ms),
                 ))
                 .await;
             }

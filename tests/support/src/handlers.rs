@@ -351,11 +351,17 @@ fn failed(failure: Failure, envelope: impl Fn(u16, &str) -> Value) -> Response {
             retry_after,
         } => {
             let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            // A body of SSE frames is a stream; anything else is JSON.
+            let sse = body.starts_with("event:") || body.starts_with("data:");
             let mut resp = (code, body).into_response();
             let h = resp.headers_mut();
             h.insert(
                 header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
+                HeaderValue::from_static(if sse {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                }),
             );
             if let Some(v) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
                 h.insert(header::RETRY_AFTER, v);

@@ -77,9 +77,11 @@ pub enum Step {
     /// does not ask for `dimensions` itself; other requests: normal answer.
     /// JSON `{"kind":"embeddings","dims":1536}`.
     Embeddings { dims: usize },
-    /// An answer with this status and this body, sent verbatim as JSON (a
-    /// provider's own error envelope: a policy 400, a context-length 400, a 429
-    /// without `retry-after`), with `retry-after` only when given.
+    /// An answer with this status and this body, sent verbatim: JSON (a provider's
+    /// own error envelope: a policy 400, a context-length 400, a 429 without
+    /// `retry-after`; or a whole answer of a shape the mock does not build), or a
+    /// stream when the body starts with `event:` or `data:`; `retry-after` only
+    /// when given.
     /// JSON `{"kind":"reply","status":400,"body":{...},"retry_after":"2"}`.
     Reply {
         status: u16,
