@@ -20,6 +20,30 @@ pub const REFUSED: &str = "address not allowed for an org URL";
 /// time is stored and checked again on every connection.
 const WRITE_DNS_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Splits `http(s)://host[:port][/prefix]`: every upstream URL, org or operator,
+/// is read here.
+pub fn parse_base(url: &str) -> Option<(bool, String, u16, String)> {
+    let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
+        (true, r)
+    } else {
+        (false, url.strip_prefix("http://")?)
+    };
+    let (authority, prefix) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
+            (h.trim_matches(['[', ']']).to_string(), p.parse().ok()?)
+        }
+        _ => (authority.to_string(), if tls { 443 } else { 80 }),
+    };
+    if host.is_empty() {
+        return None;
+    }
+    Some((tls, host, port, prefix.to_string()))
+}
+
 /// Whether an org URL may connect to this address.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
@@ -166,7 +190,7 @@ fn host_address(host: &str) -> Result<Option<IpAddr>, &'static str> {
 /// Checks an org-supplied base URL before it is stored; `Err` says why it may not
 /// be used (never what a name resolved to: that would map the operator's DNS).
 pub async fn check_org_url(url: &str, allow_private: bool) -> Result<(), String> {
-    let Some((tls, host, port, _)) = super::upstream::parse_base(url) else {
+    let Some((tls, host, port, _)) = parse_base(url) else {
         return Err("must be an http(s) URL like https://host[:port][/path]".into());
     };
     let literal = host_address(&host).map_err(String::from)?;

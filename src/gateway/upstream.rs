@@ -5,7 +5,7 @@
 //! and give the connection back only when the answer was whole.
 
 use super::auth::{google, sigv4};
-use super::egress;
+use super::egress::{self, parse_base};
 use super::h1;
 use super::pool::IdlePool;
 use crate::catalog::RungSpec;
@@ -285,29 +285,6 @@ impl DnsCache {
     fn len(&self) -> usize {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
-}
-
-/// Splits `http(s)://host[:port][/prefix]`.
-pub(crate) fn parse_base(url: &str) -> Option<(bool, String, u16, String)> {
-    let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
-        (true, r)
-    } else {
-        (false, url.strip_prefix("http://")?)
-    };
-    let (authority, prefix) = match rest.find('/') {
-        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-        None => (rest, ""),
-    };
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
-            (h.trim_matches(['[', ']']).to_string(), p.parse().ok()?)
-        }
-        _ => (authority.to_string(), if tls { 443 } else { 80 }),
-    };
-    if host.is_empty() {
-        return None;
-    }
-    Some((tls, host, port, prefix.to_string()))
 }
 
 /// Why an attempt failed before the rung committed.
