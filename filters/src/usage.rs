@@ -7,6 +7,10 @@ pub struct Usage {
     pub input_tokens: u64,
     /// The part of `input_tokens` served from the provider's prompt cache.
     pub cached_tokens: u64,
+    /// The part of `input_tokens` written to the provider's prompt cache (billed
+    /// at the cache-write price; Anthropic's and Bedrock's cache creation).
+    #[serde(default)]
+    pub cache_write_tokens: u64,
     pub output_tokens: u64,
     /// The part of `output_tokens` spent on hidden reasoning.
     pub reasoning_tokens: u64,
@@ -19,6 +23,13 @@ pub struct Usage {
 impl Usage {
     pub fn total(&self) -> u64 {
         self.input_tokens + self.output_tokens
+    }
+
+    /// Input neither read from nor written to the prompt cache.
+    pub fn fresh_input(&self) -> u64 {
+        self.input_tokens
+            .saturating_sub(self.cached_tokens)
+            .saturating_sub(self.cache_write_tokens)
     }
 
     /// `usage.cost` in USD, when priced.

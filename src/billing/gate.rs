@@ -38,28 +38,43 @@ pub struct WorstCase {
 /// The most a request can use: every body byte an input token (JSON makes that an
 /// overestimate of the text) and the whole output budget, at list price.
 pub fn worst_case(price: &Price, body_bytes: usize, max_output: u64) -> WorstCase {
+    let input_tokens = body_bytes.div_ceil(4) as u64;
     let usage = Usage {
-        input_tokens: body_bytes.div_ceil(4) as u64,
+        input_tokens,
+        // Where a cache write costs more than input, all of it may be written.
+        cache_write_tokens: if price.cache_write() > price.input {
+            input_tokens
+        } else {
+            0
+        },
         output_tokens: max_output,
         ..Usage::default()
     };
     WorstCase {
         micro_usd: i64::try_from(super::cost_micro_usd(price, &usage)).unwrap_or(i64::MAX),
-        tokens: i64::try_from(usage.total()).unwrap_or(i64::MAX),
+        tokens: weighted_tokens(price, &usage),
     }
 }
 
-/// Tokens as the limits count them: fresh input and output in full, cached input at
-/// its price weight (a tenth when it is billed at a tenth), rounded up.
+/// Tokens as the limits count them: fresh input and output in full, cached input
+/// and cache writes at their price weights (a tenth when reads are billed at a
+/// tenth, 1.25 when writes cost 1.25x input), each rounded up.
 pub fn weighted_tokens(price: &Price, u: &Usage) -> i64 {
     let cached = u.cached_tokens.min(u.input_tokens);
-    let fresh = u.input_tokens - cached;
+    let written = u.cache_write_tokens.min(u.input_tokens - cached);
+    let fresh = u.input_tokens - cached - written;
     let cached_weight = if price.input == 0 || price.cached_input >= price.input {
         cached as u128
     } else {
         (cached as u128 * price.cached_input as u128).div_ceil(price.input as u128)
     };
-    let n = fresh as u128 + cached_weight + u.output_tokens as u128;
+    // Writes weigh more than a token when they cost more (1.25x on Claude).
+    let written_weight = if price.input == 0 {
+        written as u128
+    } else {
+        (written as u128 * price.cache_write() as u128).div_ceil(price.input as u128)
+    };
+    let n = fresh as u128 + cached_weight + written_weight + u.output_tokens as u128;
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
@@ -599,6 +614,7 @@ mod tests {
             input: 1_000_000,
             cached_input: 100_000,
             output: 5_000_000,
+            cache_write_input: None,
         };
         let u = Usage {
             input_tokens: 1_000,
@@ -621,5 +637,35 @@ mod tests {
             ..Usage::default()
         };
         assert_eq!(weighted_tokens(&p, &one), 1);
+    }
+
+    #[test]
+    fn cache_writes_count_at_their_price_weight() {
+        let p = Price {
+            input: 1_000_000,
+            cached_input: 100_000,
+            output: 5_000_000,
+            cache_write_input: Some(1_250_000),
+        };
+        let u = Usage {
+            input_tokens: 1_000,
+            cached_tokens: 100,
+            cache_write_tokens: 800,
+            output_tokens: 50,
+            ..Usage::default()
+        };
+        // 100 fresh + 100 / 10 read + 800 x 1.25 written + 50 out.
+        assert_eq!(weighted_tokens(&p, &u), 1_160);
+        // Absent, a write weighs one token.
+        let plain = Price {
+            cache_write_input: None,
+            ..p
+        };
+        assert_eq!(weighted_tokens(&plain, &u), 960);
+        // The worst case assumes the whole prompt may be written.
+        let w = worst_case(&p, 4_000, 100);
+        assert_eq!(w.tokens, 1_250 + 100);
+        assert_eq!(w.micro_usd, 1_250 + 500);
+        assert_eq!(worst_case(&plain, 4_000, 100).tokens, 1_100);
     }
 }

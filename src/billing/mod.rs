@@ -8,12 +8,16 @@ use crate::catalog::model::Price;
 use sluice_filters::usage::Usage;
 
 /// What `usage` costs at `price`: fresh input at the input rate, cached input at
-/// the cached rate, output (reasoning included) at the output rate.
+/// the cached rate, cache writes at the cache-write rate, output (reasoning
+/// included) at the output rate. Reads and writes are parts of `input_tokens`,
+/// never billed twice.
 pub fn cost_micro_usd(price: &Price, usage: &Usage) -> u64 {
     let cached = usage.cached_tokens.min(usage.input_tokens);
-    let fresh = usage.input_tokens - cached;
+    let written = usage.cache_write_tokens.min(usage.input_tokens - cached);
+    let fresh = usage.input_tokens - cached - written;
     let per_million = fresh as u128 * price.input as u128
         + cached as u128 * price.cached_input as u128
+        + written as u128 * price.cache_write() as u128
         + usage.output_tokens as u128 * price.output as u128;
     let micro = (per_million + 500_000) / 1_000_000;
     u64::try_from(micro).unwrap_or(u64::MAX)
@@ -45,6 +49,7 @@ mod tests {
             input: 2_000_000,
             cached_input: 500_000,
             output: 8_000_000,
+            cache_write_input: None,
         };
         // 1,000 fresh in = $0.002; 500 out = $0.004 -> 6,000 micro-USD.
         assert_eq!(cost_micro_usd(&p, &usage(1000, 0, 500)), 6000);
@@ -58,6 +63,7 @@ mod tests {
             input: 400_000,
             cached_input: 100_000,
             output: 1_600_000,
+            cache_write_input: None,
         };
         assert_eq!(cost_micro_usd(&cheap, &usage(1, 0, 0)), 0);
         assert_eq!(cost_micro_usd(&cheap, &usage(2, 0, 0)), 1);
@@ -73,10 +79,42 @@ mod tests {
             input: 3_000_000,
             cached_input: 300_000,
             output: 15_000_000,
+            cache_write_input: None,
         };
         let u = priced(&p, usage(2000, 1000, 100));
         // 1000 x 3 + 1000 x 0.3 + 100 x 15 = 4800 micro-USD.
         assert_eq!(u.cost_micro_usd, Some(4800));
         assert_eq!(u.cost_usd(), Some(0.0048));
+    }
+
+    #[test]
+    fn cache_writes_cost_the_write_price_and_are_not_billed_as_input() {
+        // Claude Sonnet: $3 in, $0.30 cached read, $3.75 5-minute write, $15 out.
+        let p = Price {
+            input: 3_000_000,
+            cached_input: 300_000,
+            output: 15_000_000,
+            cache_write_input: Some(3_750_000),
+        };
+        // 10,000 in: 1,000 read, 8,000 written, 1,000 fresh; 100 out.
+        let u = Usage {
+            cache_write_tokens: 8000,
+            ..usage(10_000, 1000, 100)
+        };
+        // 1000 x 3 + 1000 x 0.3 + 8000 x 3.75 + 100 x 15 = 34,800 micro-USD.
+        assert_eq!(cost_micro_usd(&p, &u), 34_800);
+        // Absent, a write costs the input price.
+        let plain = Price {
+            cache_write_input: None,
+            ..p
+        };
+        // 1000 x 3 + 1000 x 0.3 + 8000 x 3 + 100 x 15 = 28,800.
+        assert_eq!(cost_micro_usd(&plain, &u), 28_800);
+        // A count past the input is clamped: never more than the input billed.
+        let over = Usage {
+            cache_write_tokens: 50_000,
+            ..usage(10_000, 1000, 0)
+        };
+        assert_eq!(cost_micro_usd(&p, &over), 300 + 9000 * 3750 / 1000);
     }
 }

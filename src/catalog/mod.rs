@@ -65,6 +65,7 @@ impl Model {
             "input_micro_usd_per_million": p.input,
             "cached_input_micro_usd_per_million": p.cached_input,
             "output_micro_usd_per_million": p.output,
+            "cache_write_input_micro_usd_per_million": p.cache_write(),
         })
     }
 

@@ -326,6 +326,7 @@ fn record(
     for (kind, n) in [
         ("input", u.input_tokens),
         ("cached", u.cached_tokens),
+        ("cache_write", u.cache_write_tokens),
         ("output", u.output_tokens),
     ] {
         if n > 0 {
@@ -342,6 +343,7 @@ fn record(
         lane: ex.lane.as_str().into(),
         input_tokens: u.input_tokens,
         cached_tokens: u.cached_tokens,
+        cache_write_tokens: u.cache_write_tokens,
         output_tokens: u.output_tokens,
         reasoning_tokens: u.reasoning_tokens,
         cost_micro_usd: billed_cost(ex),

@@ -56,6 +56,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0005_byok.sql"),
         include_str!("../../migrations/postgres/0005_byok.sql"),
     ),
+    (
+        8,
+        "prompt-cache writes in usage events",
+        include_str!("../../migrations/sqlite/0008_cache_writes.sql"),
+        include_str!("../../migrations/postgres/0008_cache_writes.sql"),
+    ),
 ];
 
 impl Db {

@@ -842,8 +842,9 @@ struct OutUsage {
 impl From<Usage> for OutUsage {
     fn from(u: Usage) -> Self {
         OutUsage {
-            input_tokens: u.input_tokens.saturating_sub(u.cached_tokens),
-            cache_creation_input_tokens: 0,
+            // Anthropic's input_tokens excludes both cache reads and writes.
+            input_tokens: u.fresh_input(),
+            cache_creation_input_tokens: u.cache_write_tokens,
             cache_read_input_tokens: u.cached_tokens,
             output_tokens: u.output_tokens,
             cost: u.cost_usd(),

@@ -635,11 +635,11 @@ impl WireUsage {
 
     fn canonical(&self) -> Usage {
         let read = self.cache_read_input_tokens.unwrap_or(0);
+        let write = self.cache_creation_input_tokens.unwrap_or(0);
         Usage {
-            input_tokens: self.input_tokens.unwrap_or(0)
-                + read
-                + self.cache_creation_input_tokens.unwrap_or(0),
+            input_tokens: self.input_tokens.unwrap_or(0) + read + write,
             cached_tokens: read,
+            cache_write_tokens: write,
             output_tokens: self.output_tokens.unwrap_or(0),
             // Anthropic counts thinking inside output_tokens without a split.
             reasoning_tokens: 0,

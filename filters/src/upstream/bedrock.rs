@@ -742,6 +742,7 @@ impl WireUsage {
                 + self.cache_read_input_tokens
                 + self.cache_write_input_tokens,
             cached_tokens: self.cache_read_input_tokens,
+            cache_write_tokens: self.cache_write_input_tokens,
             output_tokens: self.output_tokens,
             reasoning_tokens: 0,
             cost_micro_usd: None,

@@ -632,6 +632,8 @@ impl UsageMetadata {
         Usage {
             input_tokens: self.prompt_token_count + self.tool_use_prompt_token_count,
             cached_tokens: self.cached_content_token_count,
+            // Gemini's cache is created ahead (cachedContents), never by a call.
+            cache_write_tokens: 0,
             output_tokens: self.candidates_token_count + self.thoughts_token_count,
             reasoning_tokens: self.thoughts_token_count,
             cost_micro_usd: None,

@@ -151,6 +151,8 @@ impl WireUsage {
     fn to_usage(&self) -> Usage {
         Usage {
             input_tokens: self.prompt_tokens,
+            // OpenAI charges no cache writes.
+            cache_write_tokens: 0,
             cached_tokens: self
                 .prompt_tokens_details
                 .as_ref()
@@ -327,6 +329,10 @@ pub fn usage_json(u: &Usage) -> serde_json::Value {
         "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
         "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
     });
+    // Only when the provider wrote to its cache (OpenAI never does).
+    if u.cache_write_tokens > 0 {
+        v["prompt_tokens_details"]["cache_write_tokens"] = u.cache_write_tokens.into();
+    }
     if let Some(cost) = u.cost_usd() {
         v["cost"] = serde_json::Value::from(cost);
     }

@@ -474,6 +474,8 @@ impl WireUsage {
     fn to_usage(&self) -> Usage {
         Usage {
             input_tokens: self.input_tokens,
+            // OpenAI charges no cache writes.
+            cache_write_tokens: 0,
             cached_tokens: self
                 .input_tokens_details
                 .as_ref()
