@@ -9,7 +9,7 @@ pub struct Usage {
     pub cached_tokens: u64,
     /// The part of `input_tokens` written to the provider's prompt cache (billed
     /// at the cache-write price; Anthropic's and Bedrock's cache creation).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write_tokens: u64,
     pub output_tokens: u64,
     /// The part of `output_tokens` spent on hidden reasoning.
@@ -18,6 +18,10 @@ pub struct Usage {
     /// `None` until the gateway prices it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_micro_usd: Option<u64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {

@@ -579,6 +579,7 @@ fn render_maps_foreign_finishes_and_cuts() {
         usage: Some(Usage {
             input_tokens: 10,
             cached_tokens: 4,
+            cache_write_tokens: 3,
             output_tokens: 2,
             reasoning_tokens: 0,
             cost_micro_usd: None,
@@ -589,8 +590,10 @@ fn render_maps_foreign_finishes_and_cuts() {
     assert_eq!(v["id"], "msg_gw_01abc");
     assert_eq!(v["model"], "claude-sonnet-4.5");
     assert_eq!(v["stop_reason"], "end_turn");
-    assert_eq!(v["usage"]["input_tokens"], 6);
+    // Anthropic's input_tokens leaves out cache reads and writes alike.
+    assert_eq!(v["usage"]["input_tokens"], 3);
     assert_eq!(v["usage"]["cache_read_input_tokens"], 4);
+    assert_eq!(v["usage"]["cache_creation_input_tokens"], 3);
     assert!(v.get("x_gateway").is_none());
     let cut = Tail {
         cut: true,
@@ -783,6 +786,7 @@ fn stream_error_mid_answer_settles_as_a_cut() {
         usage: Usage {
             input_tokens: 20,
             cached_tokens: 0,
+            cache_write_tokens: 0,
             output_tokens: 2,
             reasoning_tokens: 0,
             cost_micro_usd: None,

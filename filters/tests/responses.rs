@@ -459,6 +459,7 @@ fn answers_of_other_makers_encode_as_responses() {
         Event::Usage(Usage {
             input_tokens: 5,
             cached_tokens: 1,
+            cache_write_tokens: 0,
             output_tokens: 7,
             reasoning_tokens: 0,
             cost_micro_usd: None,
@@ -468,6 +469,7 @@ fn answers_of_other_makers_encode_as_responses() {
         Usage {
             input_tokens: 5,
             cached_tokens: 1,
+            cache_write_tokens: 0,
             output_tokens: 7,
             reasoning_tokens: 0,
             cost_micro_usd: None,

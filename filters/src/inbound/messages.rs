@@ -23,8 +23,8 @@
 use crate::error::{ApiError, ErrorCode, Format};
 use crate::inbound::common::{check_description, invalid, malformed, refused_everywhere};
 use crate::ir::{
-    Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response, ResponseFormat,
-    Role, StreamEncoder, Tail, Tool, ToolChoice,
+    CacheBreak, Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response,
+    ResponseFormat, Role, StreamEncoder, Tail, Tool, ToolChoice,
 };
 use crate::usage::Usage;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -122,8 +122,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
     }
 }
 
-/// Any content block, flat: each kind reads the members it needs. Members such as
-/// `cache_control` and `citations` are accepted and not modelled.
+/// Any content block, flat: each kind reads the members it needs. `cache_control`
+/// becomes a [`CacheBreak`] (its `ttl` is not modelled); members such as
+/// `citations` are accepted and not modelled.
 #[derive(Deserialize)]
 struct WireBlock<'a> {
     #[serde(rename = "type", borrow)]
@@ -148,6 +149,8 @@ struct WireBlock<'a> {
     signature: Option<String>,
     #[serde(default)]
     data: Option<String>,
+    #[serde(default)]
+    cache_control: Option<IgnoredAny>,
 }
 
 /// One message; an unknown member is remembered (the first one) to be refused
@@ -201,6 +204,8 @@ struct WireTool<'a> {
     input_schema: Option<&'a RawValue>,
     #[serde(default)]
     strict: Option<bool>,
+    #[serde(default)]
+    cache_control: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -313,9 +318,9 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     let messages = slots
         .messages
         .ok_or_else(|| invalid("messages", "`messages` is required."))?;
-    parse_messages(messages, &mut req.messages)?;
+    parse_messages(messages, &mut req.messages, &mut req.cache_breaks)?;
     if let Some(raw) = slots.system {
-        req.system = parse_system(raw)?;
+        req.system = parse_system(raw, &mut req.cache_breaks)?;
     }
     if let Some(raw) = slots.tools {
         parse_tools(raw, &mut req)?;
@@ -335,7 +340,7 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     Ok(req)
 }
 
-fn parse_system(raw: &RawValue) -> Result<Vec<String>, ApiError> {
+fn parse_system(raw: &RawValue, breaks: &mut Vec<CacheBreak>) -> Result<Vec<String>, ApiError> {
     let content: Content = field("system", raw, "a string or an array of text blocks")?;
     match content {
         Content::Text(s) => Ok(if s.is_empty() { Vec::new() } else { vec![s] }),
@@ -354,13 +359,21 @@ fn parse_system(raw: &RawValue) -> Result<Vec<String>, ApiError> {
                 if !text.is_empty() {
                     out.push(text);
                 }
+                // A mark on an empty block holds for what came before it.
+                if b.cache_control.is_some() && !out.is_empty() {
+                    breaks.push(CacheBreak::System(out.len() - 1));
+                }
             }
             Ok(out)
         }
     }
 }
 
-fn parse_messages(raw: &RawValue, out: &mut Vec<Message>) -> Result<(), ApiError> {
+fn parse_messages(
+    raw: &RawValue,
+    out: &mut Vec<Message>,
+    breaks: &mut Vec<CacheBreak>,
+) -> Result<(), ApiError> {
     let msgs: Vec<WireMessage> = match serde_json::from_str(raw.get()) {
         Ok(m) => m,
         Err(_) => return Err(locate_message_error(raw)),
@@ -373,7 +386,7 @@ fn parse_messages(raw: &RawValue, out: &mut Vec<Message>) -> Result<(), ApiError
     }
     out.reserve(msgs.len());
     for (i, m) in msgs.into_iter().enumerate() {
-        push_message(i, m, out)?;
+        push_message(i, m, out, breaks)?;
     }
     Ok(())
 }
@@ -446,7 +459,19 @@ impl At {
     }
 }
 
-fn push_message(i: usize, m: WireMessage, out: &mut Vec<Message>) -> Result<(), ApiError> {
+/// The break after the last part of the last message, if there is a part.
+fn break_after_last(out: &[Message]) -> Option<CacheBreak> {
+    let message = out.len().checked_sub(1)?;
+    let part = out[message].parts.len().checked_sub(1)?;
+    Some(CacheBreak::Part { message, part })
+}
+
+fn push_message(
+    i: usize,
+    m: WireMessage,
+    out: &mut Vec<Message>,
+    breaks: &mut Vec<CacheBreak>,
+) -> Result<(), ApiError> {
     if let Some(key) = m.unknown {
         return Err(invalid(
             format!("messages[{i}].{key}"),
@@ -487,8 +512,16 @@ fn push_message(i: usize, m: WireMessage, out: &mut Vec<Message>) -> Result<(), 
     if assistant {
         let mut parts = Vec::with_capacity(blocks.len());
         for (j, b) in blocks.into_iter().enumerate() {
+            let marked = b.cache_control.is_some();
             if let Some(p) = assistant_block(At { i, j, k: None }, b)? {
                 parts.push(p);
+            }
+            // A mark on a block not carried holds for the part before it.
+            if marked && !parts.is_empty() {
+                breaks.push(CacheBreak::Part {
+                    message: out.len(),
+                    part: parts.len() - 1,
+                });
             }
         }
         out.push(Message { role, parts });
@@ -497,6 +530,7 @@ fn push_message(i: usize, m: WireMessage, out: &mut Vec<Message>) -> Result<(), 
     // A user turn: runs of tool results become tool turns.
     let start = out.len();
     for (j, b) in blocks.into_iter().enumerate() {
+        let marked = b.cache_control.is_some();
         let p = user_block(At { i, j, k: None }, b)?;
         let want = if matches!(p, Part::ToolResult { .. }) {
             Role::Tool
@@ -510,6 +544,9 @@ fn push_message(i: usize, m: WireMessage, out: &mut Vec<Message>) -> Result<(), 
                 role: want,
                 parts: vec![p],
             }),
+        }
+        if marked {
+            breaks.extend(break_after_last(out));
         }
     }
     if out.len() == start {
@@ -673,6 +710,9 @@ fn parse_tools(raw: &RawValue, req: &mut Request) -> Result<(), ApiError> {
             parameters: schema.to_owned(),
             strict: t.strict,
         });
+        if t.cache_control.is_some() {
+            req.cache_breaks.push(CacheBreak::Tool(req.tools.len() - 1));
+        }
     }
     Ok(())
 }

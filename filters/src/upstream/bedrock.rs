@@ -24,6 +24,11 @@
 //!   Anthropic's 1024, below `max_tokens`). Elsewhere it is dropped and disclosed.
 //!   Signed thinking and redacted thinking replay as `reasoningContent` blocks on
 //!   Anthropic models; unsigned thinking is not replayed.
+//! - Prompt-cache breakpoints (the caller's `cache_control` marks) become
+//!   `{"cachePoint":{"type":"default"}}` blocks after the marked system block,
+//!   content block or tool, on the models that cache (Claude, Nova); other
+//!   models get none (a cachePoint there is a validation error) and cache
+//!   nothing, as they would on their own.
 //! - Structured output uses `outputConfig.textFormat` (`json_schema`, the schema as
 //!   a JSON string); `json_object` asks for the schema `{"type":"object"}`.
 //!
@@ -38,8 +43,8 @@
 use super::gemini::{data_url, effort_budget};
 use super::Rendered;
 use crate::ir::{
-    DecodeError, Event, FinishReason, Message, Part, RefusalReason, Request, ResponseFormat, Role,
-    StreamDecoder, ToolChoice,
+    CacheBreak, DecodeError, Event, FinishReason, Message, Part, RefusalReason, Request,
+    ResponseFormat, Role, StreamDecoder, ToolChoice,
 };
 use crate::usage::Usage;
 use serde::{Deserialize, Serialize};
@@ -81,7 +86,7 @@ pub fn path(model_id: &str, stream: bool) -> String {
 struct Body<'a> {
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    system: Vec<TextBlock<'a>>,
+    system: Vec<SystemBlock<'a>>,
     #[serde(skip_serializing_if = "InferenceConfig::is_empty")]
     inference_config: InferenceConfig<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -93,9 +98,19 @@ struct Body<'a> {
 }
 
 #[derive(Serialize)]
-struct TextBlock<'a> {
-    text: &'a str,
+#[serde(rename_all = "camelCase")]
+enum SystemBlock<'a> {
+    Text(&'a str),
+    CachePoint(CachePoint),
 }
+
+/// `{"type":"default"}`, the one kind of cache point.
+#[derive(Serialize)]
+struct CachePoint {
+    r#type: &'static str,
+}
+
+const CACHE_POINT: CachePoint = CachePoint { r#type: "default" };
 
 #[derive(Serialize)]
 struct WireMessage<'a> {
@@ -128,6 +143,7 @@ enum Block<'a> {
         status: Option<&'static str>,
     },
     ReasoningContent(Reasoning<'a>),
+    CachePoint(CachePoint),
 }
 
 #[derive(Serialize)]
@@ -199,8 +215,9 @@ struct ToolConfig<'a> {
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct ToolEntry<'a> {
-    tool_spec: ToolSpec<'a>,
+enum ToolEntry<'a> {
+    ToolSpec(ToolSpec<'a>),
+    CachePoint(CachePoint),
 }
 
 #[derive(Serialize)]
@@ -298,22 +315,19 @@ fn drop_field(dropped: &mut Vec<String>, name: &str) {
 /// decides only whether reasoning can be carried.
 pub fn render(req: &Request, model_id: &str, _stream: bool) -> Rendered {
     let claude = is_claude(model_id);
+    let caches = claude || model_id.to_ascii_lowercase().contains("amazon.nova");
+    let breaks: &[CacheBreak] = if caches { &req.cache_breaks } else { &[] };
     let mut dropped = Vec::new();
     let body = Body {
-        messages: messages(&req.messages, claude, &mut dropped),
-        system: req
-            .system
-            .iter()
-            .filter(|s| !s.is_empty())
-            .map(|s| TextBlock { text: s })
-            .collect(),
+        messages: messages(&req.messages, claude, breaks, &mut dropped),
+        system: system(req, breaks),
         inference_config: InferenceConfig {
             max_tokens: req.max_tokens,
             temperature: req.temperature,
             top_p: req.top_p,
             stop_sequences: &req.stop,
         },
-        tool_config: tool_config(req, &mut dropped),
+        tool_config: tool_config(req, caches, &mut dropped),
         additional_model_request_fields: thinking(req, claude, &mut dropped),
         output_config: output_config(req),
     };
@@ -433,7 +447,11 @@ fn called_names(messages: &[Message]) -> Vec<&str> {
     names
 }
 
-fn tool_config<'a>(req: &'a Request, dropped: &mut Vec<String>) -> Option<ToolConfig<'a>> {
+fn tool_config<'a>(
+    req: &'a Request,
+    caches: bool,
+    dropped: &mut Vec<String>,
+) -> Option<ToolConfig<'a>> {
     let needed = history_has_tools(&req.messages);
     if req.tools.is_empty() {
         // Converse refuses tool blocks without a toolConfig: declare what was called.
@@ -443,15 +461,15 @@ fn tool_config<'a>(req: &'a Request, dropped: &mut Vec<String>) -> Option<ToolCo
         }
         let tools = names
             .into_iter()
-            .map(|name| ToolEntry {
-                tool_spec: ToolSpec {
+            .map(|name| {
+                ToolEntry::ToolSpec(ToolSpec {
                     name,
                     description: None,
                     input_schema: InputSchema {
                         json: Schema::AnyObject(ANY_OBJECT),
                     },
                     strict: None,
-                },
+                })
             })
             .collect();
         return Some(ToolConfig {
@@ -470,20 +488,20 @@ fn tool_config<'a>(req: &'a Request, dropped: &mut Vec<String>) -> Option<ToolCo
             None
         }
     };
-    let tools = req
-        .tools
-        .iter()
-        .map(|t| ToolEntry {
-            tool_spec: ToolSpec {
-                name: &t.name,
-                description: t.description.as_deref(),
-                input_schema: InputSchema {
-                    json: Schema::Raw(&t.parameters),
-                },
-                strict: t.strict,
+    let mut tools = Vec::with_capacity(req.tools.len() + 1);
+    for (i, t) in req.tools.iter().enumerate() {
+        tools.push(ToolEntry::ToolSpec(ToolSpec {
+            name: &t.name,
+            description: t.description.as_deref(),
+            input_schema: InputSchema {
+                json: Schema::Raw(&t.parameters),
             },
-        })
-        .collect();
+            strict: t.strict,
+        }));
+        if caches && req.cache_breaks.contains(&CacheBreak::Tool(i)) {
+            tools.push(ToolEntry::CachePoint(CACHE_POINT));
+        }
+    }
     Some(ToolConfig { tools, tool_choice })
 }
 
@@ -630,9 +648,25 @@ impl<'d> Turns<'d> {
     }
 }
 
+/// The system blocks, each marked one followed by a cache point.
+fn system<'a>(req: &'a Request, breaks: &[CacheBreak]) -> Vec<SystemBlock<'a>> {
+    let mut out = Vec::with_capacity(req.system.len() + breaks.len());
+    for (i, s) in req.system.iter().enumerate() {
+        if !s.is_empty() {
+            out.push(SystemBlock::Text(s));
+        }
+        let after_text = matches!(out.last(), Some(SystemBlock::Text(_)));
+        if after_text && breaks.contains(&CacheBreak::System(i)) {
+            out.push(SystemBlock::CachePoint(CACHE_POINT));
+        }
+    }
+    out
+}
+
 fn messages<'a>(
     messages: &'a [Message],
     claude: bool,
+    breaks: &[CacheBreak],
     dropped: &mut Vec<String>,
 ) -> Vec<WireMessage<'a>> {
     let mut turns = Turns {
@@ -641,12 +675,23 @@ fn messages<'a>(
         dropped,
     };
     let mut out: Vec<WireMessage> = Vec::with_capacity(messages.len());
-    for m in messages {
+    for (message, m) in messages.iter().enumerate() {
         let role = match m.role {
             Role::Assistant => "assistant",
             Role::User | Role::Tool | Role::System => "user",
         };
-        let content: Vec<Block> = m.parts.iter().filter_map(|p| turns.block(p)).collect();
+        let mut content: Vec<Block> = Vec::with_capacity(m.parts.len());
+        for (part, p) in m.parts.iter().enumerate() {
+            content.extend(turns.block(p));
+            // Never first in a turn nor twice in a row: a cache point closes
+            // what precedes it.
+            let after_block = content
+                .last()
+                .is_some_and(|b| !matches!(b, Block::CachePoint(_)));
+            if after_block && breaks.contains(&CacheBreak::Part { message, part }) {
+                content.push(Block::CachePoint(CACHE_POINT));
+            }
+        }
         if content.is_empty() {
             continue;
         }
