@@ -37,6 +37,7 @@ fn meta() -> Meta {
         created: 1_760_000_000,
         fallback_id: "gw_01abc".into(),
         include_usage: false,
+        stop_sequence: None,
     }
 }
 
@@ -1214,7 +1215,7 @@ proptest! {
                 }
             }
         }
-        events.push(Event::Finish { reason: FinishReason::Stop, raw: Some("end_turn".into()) });
+        events.push(Event::Finish { reason: FinishReason::Stop, raw: Some("end_turn".into()), stop_sequence: None });
         let out = encode(&events, &Tail::default());
         assert_valid_messages_sse(&out);
         let (again, done) = decode_pieces(out.as_bytes().chunks(17));
@@ -1223,4 +1224,65 @@ proptest! {
         again.iter().for_each(|e| c.push(e));
         prop_assert_eq!(c.finish().parts, Response::from_events(&events).parts);
     }
+}
+
+#[test]
+fn stop_sequence_names_the_sequence_that_matched() {
+    // Anthropic names it, whole and streamed; the message repeats it.
+    let resp = answer_case("answer_stop_sequence", &Tail::default());
+    assert_eq!(resp.finish, Some(FinishReason::StopSequence));
+    assert_eq!(resp.stop_sequence.as_deref(), Some("\n3."));
+    let v = json(&messages::render(&resp, &meta(), &Tail::default()));
+    assert_eq!(v["stop_reason"], "stop_sequence");
+    assert_eq!(v["stop_sequence"], "\n3.");
+    let events = stream_case("stream_stop_sequence", &Tail::default());
+    let frames = assert_valid_messages_sse(&encode(&events, &Tail::default()));
+    let delta = frames
+        .iter()
+        .find(|f| f["type"] == "message_delta")
+        .unwrap();
+    assert_eq!(delta["delta"]["stop_sequence"], "\n3.");
+
+    // A provider that does not name the match: the caller's only sequence.
+    let unnamed = vec![
+        Event::Start {
+            id: None,
+            model: None,
+        },
+        Event::Text { text: "a".into() },
+        Event::Finish {
+            reason: FinishReason::StopSequence,
+            raw: None,
+            stop_sequence: None,
+        },
+    ];
+    let one = Meta {
+        stop_sequence: Some("END".into()),
+        ..meta()
+    };
+    let resp = Response::from_events(&unnamed);
+    let v = json(&messages::render(&resp, &one, &Tail::default()));
+    assert_eq!(v["stop_sequence"], "END");
+    let mut enc = messages::Encoder::new(one.clone());
+    let mut out = Vec::new();
+    for e in &unnamed {
+        enc.event(e, &mut out);
+    }
+    enc.end(&Tail::default(), &mut out);
+    let frames = assert_valid_messages_sse(std::str::from_utf8(&out).unwrap());
+    let delta = frames
+        .iter()
+        .find(|f| f["type"] == "message_delta")
+        .unwrap();
+    assert_eq!(delta["delta"]["stop_sequence"], "END");
+    // Several given and none named, or a turn that ended on its own: null.
+    let v = json(&messages::render(&resp, &meta(), &Tail::default()));
+    assert!(v["stop_sequence"].is_null());
+    let natural = Response {
+        finish: Some(FinishReason::Stop),
+        ..resp
+    };
+    let v = json(&messages::render(&natural, &one, &Tail::default()));
+    assert_eq!(v["stop_reason"], "end_turn");
+    assert!(v["stop_sequence"].is_null());
 }

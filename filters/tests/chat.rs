@@ -33,6 +33,7 @@ fn meta(include_usage: bool) -> Meta {
         created: 1_760_000_000,
         fallback_id: "gw_01abc".into(),
         include_usage,
+        stop_sequence: None,
     }
 }
 

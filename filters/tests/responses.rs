@@ -81,6 +81,7 @@ fn meta() -> Meta {
         created: 1_767_225_600,
         fallback_id: "gen_0001".into(),
         include_usage: false,
+        stop_sequence: None,
     }
 }
 
@@ -381,6 +382,7 @@ fn the_empty_completion_shape_streams_and_renders() {
         Event::Finish {
             reason: sluice_filters::ir::FinishReason::Stop,
             raw: None,
+            stop_sequence: None,
         },
     ];
     let t = tail(Usage::default(), false);
@@ -455,6 +457,7 @@ fn answers_of_other_makers_encode_as_responses() {
         Event::Finish {
             reason: FinishReason::ToolCalls,
             raw: Some("tool_use".into()),
+            stop_sequence: None,
         },
         Event::Usage(Usage {
             input_tokens: 5,
@@ -971,7 +974,11 @@ proptest! {
             calls += u32::from(is_call);
         }
         let reason = if length { FinishReason::Length } else { FinishReason::Stop };
-        events.push(Event::Finish { reason, raw: None });
+        events.push(Event::Finish {
+            reason,
+            raw: None,
+            stop_sequence: None,
+        });
         let t = tail(Usage::default(), false);
         let out = encode(&events, &t);
         let stream = frames(&out);

@@ -974,6 +974,16 @@ fn stop_reason(
     }
 }
 
+/// `stop_sequence`: on a `stop_sequence` stop, the sequence the provider named,
+/// else the caller's only one (a provider that does not name the match); null
+/// otherwise, and when several were given and none is named.
+fn stop_sequence<'a>(stop: &str, named: Option<&'a str>, meta: &'a Meta) -> Option<&'a str> {
+    if stop != "stop_sequence" {
+        return None;
+    }
+    named.or(meta.stop_sequence.as_deref())
+}
+
 /// The gateway's final usage when it has one, else what the provider reported.
 fn final_usage(tail: &Tail, seen: Option<Usage>) -> Usage {
     if tail.usage != Usage::default() {
@@ -1000,20 +1010,21 @@ pub fn render(resp: &Response, meta: &Meta, tail: &Tail) -> Vec<u8> {
         .parts
         .iter()
         .any(|p| matches!(p, Part::ToolCall { .. }));
+    let stop = stop_reason(
+        resp.finish,
+        resp.finish_raw.as_deref(),
+        resp.refusal.is_some(),
+        tail.cut,
+        tool_calls,
+    );
     let msg = OutMessage {
         id: &id,
         kind: "message",
         role: "assistant",
         model: resp.model.as_deref().unwrap_or(&meta.slug),
         content,
-        stop_reason: stop_reason(
-            resp.finish,
-            resp.finish_raw.as_deref(),
-            resp.refusal.is_some(),
-            tail.cut,
-            tool_calls,
-        ),
-        stop_sequence: None,
+        stop_reason: stop,
+        stop_sequence: stop_sequence(stop, resp.stop_sequence.as_deref(), meta),
         usage: final_usage(tail, resp.usage).into(),
         provider: &meta.provider,
         x_gateway: receipt(tail),
@@ -1098,6 +1109,8 @@ pub struct Encoder {
     usage: Option<Usage>,
     finish: Option<FinishReason>,
     raw: Option<String>,
+    /// The stop sequence the provider named.
+    stop_sequence: Option<String>,
     refused: bool,
     /// The open thinking block got its signature: more thinking opens another.
     signed: bool,
@@ -1116,6 +1129,7 @@ impl Encoder {
             usage: None,
             finish: None,
             raw: None,
+            stop_sequence: None,
             refused: false,
             signed: false,
         }
@@ -1280,9 +1294,14 @@ impl StreamEncoder for Encoder {
                     self.text(t, out);
                 }
             }
-            Event::Finish { reason, raw } => {
+            Event::Finish {
+                reason,
+                raw,
+                stop_sequence,
+            } => {
                 self.finish = Some(*reason);
                 self.raw.clone_from(raw);
+                self.stop_sequence.clone_from(stop_sequence);
             }
             // The gateway ends a failed stream itself (`error_frame`, or a cut).
             Event::Error { .. } => {}
@@ -1302,7 +1321,12 @@ impl StreamEncoder for Encoder {
         open_frame(out, "message_delta");
         out.extend_from_slice(br#"{"type":"message_delta","delta":{"stop_reason":""#);
         out.extend_from_slice(stop.as_bytes());
-        out.extend_from_slice(br#"","stop_sequence":null},"usage":"#);
+        out.extend_from_slice(br#"","stop_sequence":"#);
+        match stop_sequence(stop, self.stop_sequence.as_deref(), &self.meta) {
+            Some(seq) => put_str(out, seq),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(br#"},"usage":"#);
         put_usage(out, final_usage(tail, self.usage));
         if let Some(r) = receipt(tail) {
             out.extend_from_slice(br#","x_gateway":"#);

@@ -254,6 +254,14 @@ pub struct Request {
 }
 
 impl Request {
+    /// The caller's stop sequence when it gave exactly one.
+    pub fn only_stop(&self) -> Option<String> {
+        match self.stop.as_slice() {
+            [one] => Some(one.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether the request asks for structured output (json_object or json_schema).
     pub fn wants_structured(&self) -> bool {
         matches!(

@@ -692,6 +692,8 @@ struct WireMessage<'a> {
     #[serde(default)]
     stop_reason: Option<String>,
     #[serde(default)]
+    stop_sequence: Option<String>,
+    #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
     error: Option<WireError>,
@@ -736,8 +738,14 @@ fn error_event(e: &WireError) -> Event {
     }
 }
 
-/// Events that close an answer: refusal, finish, usage.
-fn finish_events(stop: Option<&str>, usage: Option<Usage>, out: &mut Vec<Event>) {
+/// Events that close an answer: refusal, finish (with the matched stop sequence),
+/// usage.
+fn finish_events(
+    stop: Option<&str>,
+    stop_sequence: Option<String>,
+    usage: Option<Usage>,
+    out: &mut Vec<Event>,
+) {
     if let Some(raw) = stop {
         if raw == "refusal" {
             out.push(Event::Refusal {
@@ -748,6 +756,7 @@ fn finish_events(stop: Option<&str>, usage: Option<Usage>, out: &mut Vec<Event>)
         out.push(Event::Finish {
             reason: finish_reason(raw),
             raw: Some(raw.to_owned()),
+            stop_sequence,
         });
     }
     if let Some(u) = usage {
@@ -805,6 +814,7 @@ pub fn decode(body: &[u8]) -> Result<Vec<Event>, DecodeError> {
     }
     finish_events(
         m.stop_reason.as_deref(),
+        m.stop_sequence,
         m.usage.as_ref().map(WireUsage::canonical),
         &mut out,
     );
@@ -854,6 +864,8 @@ struct Delta {
     partial_json: Option<String>,
     #[serde(default)]
     stop_reason: Option<String>,
+    #[serde(default)]
+    stop_sequence: Option<String>,
 }
 
 /// What a stream's content block is, by its index.
@@ -992,9 +1004,11 @@ impl StreamDecoder for Decoder {
                 if let Some(u) = &ev.usage {
                     self.usage.merge(u);
                 }
-                let stop = ev.delta.and_then(|d| d.stop_reason);
+                let (stop, sequence) = ev
+                    .delta
+                    .map_or((None, None), |d| (d.stop_reason, d.stop_sequence));
                 let usage = ev.usage.is_some().then(|| self.usage.canonical());
-                finish_events(stop.as_deref(), usage, out);
+                finish_events(stop.as_deref(), sequence, usage, out);
             }
             "message_stop" => self.done = true,
             "error" => {

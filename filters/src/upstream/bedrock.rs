@@ -34,7 +34,9 @@
 //!
 //! Decoding notes: stop reasons `end_turn` stop, `tool_use` tool_calls,
 //! `max_tokens` / `model_context_window_exceeded` length, `stop_sequence`
-//! stop_sequence, `guardrail_intervened` / `content_filtered` a content_policy
+//! stop_sequence (the matched sequence read from
+//! `additionalModelResponseFields.stop_sequence`, which Claude rungs are asked
+//! for through `additionalModelResponseFieldPaths`), `guardrail_intervened` / `content_filtered` a content_policy
 //! refusal before any content (a content_filter finish after it),
 //! `malformed_model_output` / `malformed_tool_use` an error. Usage: `inputTokens`
 //! excludes cache reads and writes, so canonical input adds both; cached tokens are
@@ -93,6 +95,10 @@ struct Body<'a> {
     tool_config: Option<ToolConfig<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     additional_model_request_fields: Option<Additional>,
+    /// `["/stop_sequence"]` on Claude with stop sequences: Converse names the
+    /// matched one only when asked.
+    #[serde(skip_serializing_if = "<[&str]>::is_empty")]
+    additional_model_response_field_paths: &'static [&'static str],
     #[serde(skip_serializing_if = "Option::is_none")]
     output_config: Option<OutputConfig<'a>>,
 }
@@ -329,6 +335,11 @@ pub fn render(req: &Request, model_id: &str, _stream: bool) -> Rendered {
         },
         tool_config: tool_config(req, caches, &mut dropped),
         additional_model_request_fields: thinking(req, claude, &mut dropped),
+        additional_model_response_field_paths: if claude && !req.stop.is_empty() {
+            &["/stop_sequence"]
+        } else {
+            &[]
+        },
         output_config: output_config(req),
     };
     disclose_unsupported(req, &mut dropped);
@@ -715,6 +726,8 @@ struct Answer<'a> {
     #[serde(default)]
     stop_reason: Option<String>,
     #[serde(default)]
+    additional_model_response_fields: Option<ResponseFields>,
+    #[serde(default)]
     usage: Option<WireUsage>,
 }
 
@@ -862,6 +875,15 @@ struct ReasoningDelta {
 struct MessageStop {
     #[serde(default)]
     stop_reason: String,
+    #[serde(default)]
+    additional_model_response_fields: Option<ResponseFields>,
+}
+
+/// The model's own answer fields we asked for (`/stop_sequence` on Claude).
+#[derive(Deserialize)]
+struct ResponseFields {
+    #[serde(default)]
+    stop_sequence: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -938,7 +960,7 @@ impl Decoder {
         }
     }
 
-    fn finish(&mut self, reason: String, out: &mut Vec<Event>) {
+    fn finish(&mut self, reason: String, fields: Option<ResponseFields>, out: &mut Vec<Event>) {
         let canonical = match reason.as_str() {
             "end_turn" => FinishReason::Stop,
             "tool_use" => FinishReason::ToolCalls,
@@ -964,6 +986,7 @@ impl Decoder {
         out.push(Event::Finish {
             reason: canonical,
             raw: Some(reason),
+            stop_sequence: fields.and_then(|f| f.stop_sequence),
         });
     }
 
@@ -996,7 +1019,7 @@ impl Decoder {
             }
         }
         if let Some(reason) = a.stop_reason {
-            self.finish(reason, out);
+            self.finish(reason, a.additional_model_response_fields, out);
         }
         if let Some(u) = a.usage {
             out.push(Event::Usage(u.usage()));
@@ -1057,7 +1080,7 @@ impl StreamDecoder for Decoder {
             "messageStop" => {
                 let s: MessageStop = parse(name, data)?;
                 self.start(out);
-                self.finish(s.stop_reason, out);
+                self.finish(s.stop_reason, s.additional_model_response_fields, out);
             }
             "metadata" => {
                 let m: Metadata = parse(name, data)?;

@@ -733,6 +733,7 @@ impl Decoder {
                 out.push(Event::Finish {
                     reason: FinishReason::ContentFilter,
                     raw: Some(reason),
+                    stop_sequence: None,
                 });
                 finished = true;
             }
@@ -809,6 +810,8 @@ impl Decoder {
         out.push(Event::Finish {
             reason: canonical,
             raw: Some(reason.to_string()),
+            // Gemini ends a stop-sequence match as a plain STOP.
+            stop_sequence: None,
         });
     }
 }

@@ -801,6 +801,8 @@ pub fn decode(body: &[u8]) -> Result<Vec<Event>, DecodeError> {
             out.push(Event::Finish {
                 reason: finish_of(f),
                 raw: Some(f.clone()),
+                // Chat does not say which stop matched.
+                stop_sequence: None,
             });
         }
     }
@@ -892,6 +894,8 @@ impl StreamDecoder for Decoder {
                 out.push(Event::Finish {
                     reason: finish_of(f),
                     raw: Some(f.clone()),
+                    // Chat does not say which stop matched.
+                    stop_sequence: None,
                 });
             }
         }

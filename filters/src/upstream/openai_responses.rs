@@ -644,6 +644,7 @@ fn settle(r: &WireResponse, has_calls: bool, out: &mut Vec<Event>) {
     out.push(Event::Finish {
         reason,
         raw: Some(status.to_string()),
+        stop_sequence: None,
     });
     if let Some(u) = &r.usage {
         out.push(Event::Usage(u.to_usage()));
