@@ -637,11 +637,7 @@ async fn prompt_cache_writes_are_billed_at_the_write_price() {
         expected_cost_with_writes(fresh + written, 0, 0, out),
         "the test must tell the write price from the input price"
     );
-    assert_eq!(
-        u["cost"].as_f64().unwrap(),
-        native_cost as f64 / 1e6,
-        "{u}"
-    );
+    assert_eq!(u["cost"].as_f64().unwrap(), native_cost as f64 / 1e6, "{u}");
 
     // Messages on Bedrock (translated): cache_control becomes a cachePoint, the
     // provider's cacheWriteInputTokens come back as cache_creation_input_tokens.

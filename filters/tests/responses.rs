@@ -990,3 +990,33 @@ proptest! {
         prop_assert_eq!(a.finish == Some(FinishReason::Length), length);
     }
 }
+
+#[test]
+fn cache_writes_are_reported_in_input_tokens_details() {
+    let written = Usage {
+        input_tokens: 100,
+        cached_tokens: 10,
+        cache_write_tokens: 60,
+        output_tokens: 5,
+        ..Usage::default()
+    };
+    let resp = Response {
+        parts: vec![Part::text("Hi")],
+        usage: Some(written),
+        ..Response::default()
+    };
+    let v: Value =
+        serde_json::from_slice(&inbound::render(&resp, &meta(), &tail(written, false))).unwrap();
+    assert_eq!(v["usage"]["input_tokens"], 100);
+    assert_eq!(v["usage"]["input_tokens_details"]["cached_tokens"], 10);
+    assert_eq!(v["usage"]["input_tokens_details"]["cache_write_tokens"], 60);
+    let plain = Usage {
+        input_tokens: 100,
+        ..Usage::default()
+    };
+    let v: Value =
+        serde_json::from_slice(&inbound::render(&resp, &meta(), &tail(plain, false))).unwrap();
+    assert!(v["usage"]["input_tokens_details"]
+        .get("cache_write_tokens")
+        .is_none());
+}

@@ -316,7 +316,10 @@ fn turns<'a>(req: &'a Request, system: &mut Vec<(&'a str, bool)>) -> Vec<Turn<'a
                 cache_control: None,
             }));
             // A mark on a part not carried holds for the block before it.
-            if req.cache_breaks.contains(&CacheBreak::Part { message, part }) {
+            if req
+                .cache_breaks
+                .contains(&CacheBreak::Part { message, part })
+            {
                 if let Some(last) = blocks.last_mut() {
                     last.cache_control = Some(EPHEMERAL);
                 }
@@ -513,7 +516,12 @@ pub fn render(req: &Request, model_id: &str, stream: bool) -> Rendered {
         .iter()
         .enumerate()
         .filter(|(_, s)| !s.is_empty())
-        .map(|(i, s)| (s.as_str(), req.cache_breaks.contains(&CacheBreak::System(i))))
+        .map(|(i, s)| {
+            (
+                s.as_str(),
+                req.cache_breaks.contains(&CacheBreak::System(i)),
+            )
+        })
         .collect();
     let turns = turns(req, &mut system);
     match system.as_slice() {

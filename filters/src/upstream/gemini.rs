@@ -373,7 +373,9 @@ fn generation(model_id: &str) -> u32 {
         return 0;
     };
     let rest = &model_id[at + "gemini-".len()..];
-    let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    let digits = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
     rest[..digits].parse().unwrap_or(0)
 }
 
