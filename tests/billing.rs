@@ -661,18 +661,44 @@ async fn prompt_cache_writes_are_billed_at_the_write_price() {
     );
     assert_eq!(u["cost"].as_f64().unwrap(), b_cost as f64 / 1e6, "{u}");
 
+    // A native stream is billed from its message_start usage the same way.
+    let r = s
+        .http
+        .post(format!("{}/v1/messages", s.gateway))
+        .bearer_auth(&key)
+        .json(
+            &json!({"model": "fmt-claude", "max_tokens": 64, "stream": true,
+            "system": system, "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("\"cache_creation_input_tokens\":"), "{text}");
+
     // The ledger: cache writes recorded, part of the input, cost as answered.
-    let evs = events(&s, &key, 2).await;
-    let bedrock = &evs[0];
-    assert_eq!(bedrock["model"], "fmt-bedrock");
+    let evs = events(&s, &key, 3).await;
+    let bedrock = evs
+        .iter()
+        .find(|e| e["model"] == "fmt-bedrock")
+        .expect("the bedrock event");
     assert_eq!(bedrock["cache_write_tokens"], b_written);
     assert_eq!(bedrock["cost_usd"].as_f64().unwrap(), b_cost as f64 / 1e6);
-    let native = &evs[1];
-    assert_eq!(native["model"], "fmt-claude");
-    assert_eq!(native["cache_write_tokens"], written);
-    assert_eq!(native["input_tokens"], fresh + written);
-    assert_eq!(
-        native["cost_usd"].as_f64().unwrap(),
-        native_cost as f64 / 1e6
+    let claude: Vec<&Value> = evs.iter().filter(|e| e["model"] == "fmt-claude").collect();
+    assert_eq!(claude.len(), 2, "{evs:?}");
+    for e in &claude {
+        let w = e["cache_write_tokens"].as_u64().unwrap();
+        assert!(w > 0, "{e}");
+        let input = e["input_tokens"].as_u64().unwrap();
+        let out = e["output_tokens"].as_u64().unwrap();
+        let cost = expected_cost_with_writes(input - w, 0, w, out);
+        assert_eq!(e["cost_usd"].as_f64().unwrap(), cost as f64 / 1e6, "{e}");
+    }
+    assert!(
+        claude.iter().any(|e| e["cache_write_tokens"] == written
+            && e["input_tokens"] == fresh + written
+            && e["cost_usd"].as_f64() == Some(native_cost as f64 / 1e6)),
+        "{claude:?}"
     );
 }
