@@ -139,6 +139,9 @@ struct WireUsage {
 struct CachedDetails {
     #[serde(default)]
     cached_tokens: Option<u64>,
+    /// Aggregators serving Claude (OpenRouter) report its cache writes here.
+    #[serde(default)]
+    cache_write_tokens: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -151,8 +154,12 @@ impl WireUsage {
     fn to_usage(&self) -> Usage {
         Usage {
             input_tokens: self.prompt_tokens,
-            // OpenAI charges no cache writes.
-            cache_write_tokens: 0,
+            // OpenAI charges no cache writes and reports none.
+            cache_write_tokens: self
+                .prompt_tokens_details
+                .as_ref()
+                .and_then(|d| d.cache_write_tokens)
+                .unwrap_or(0),
             cached_tokens: self
                 .prompt_tokens_details
                 .as_ref()
@@ -399,6 +406,9 @@ mod tests {
         let usage = inspect(br#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":1}}}"#).unwrap();
         assert!(usage.usage_only);
         assert_eq!(usage.usage.unwrap().cached_tokens, 1);
+        // An aggregator serving Claude reports its cache writes in the details.
+        let written = inspect(br#"{"choices":[],"usage":{"prompt_tokens":50,"completion_tokens":2,"total_tokens":52,"prompt_tokens_details":{"cached_tokens":0,"cache_write_tokens":40}}}"#).unwrap();
+        assert_eq!(written.usage.unwrap().cache_write_tokens, 40);
         let err = inspect(br#"{"error":{"message":"boom","type":"server_error"}}"#).unwrap();
         assert!(err.error.is_some());
         let refusal =
