@@ -11,6 +11,10 @@ pub struct Usage {
     /// at the cache-write price; Anthropic's and Bedrock's cache creation).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write_tokens: u64,
+    /// The part of `cache_write_tokens` kept for an hour (Anthropic's 1-hour
+    /// cache, priced apart).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_1h_tokens: u64,
     pub output_tokens: u64,
     /// The part of `output_tokens` spent on hidden reasoning.
     pub reasoning_tokens: u64,

@@ -581,6 +581,7 @@ fn render_maps_foreign_finishes_and_cuts() {
             input_tokens: 10,
             cached_tokens: 4,
             cache_write_tokens: 3,
+            cache_write_1h_tokens: 0,
             output_tokens: 2,
             reasoning_tokens: 0,
             cost_micro_usd: None,
@@ -788,6 +789,7 @@ fn stream_error_mid_answer_settles_as_a_cut() {
             input_tokens: 20,
             cached_tokens: 0,
             cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
             output_tokens: 2,
             reasoning_tokens: 0,
             cost_micro_usd: None,
@@ -1285,4 +1287,24 @@ fn stop_sequence_names_the_sequence_that_matched() {
     let v = json(&messages::render(&natural, &one, &Tail::default()));
     assert_eq!(v["stop_reason"], "end_turn");
     assert!(v["stop_sequence"].is_null());
+}
+
+#[test]
+fn one_hour_cache_writes_are_told_apart() {
+    let body = br#"{"id":"msg_1","type":"message","role":"assistant","model":"claude","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":10,"cache_creation_input_tokens":120,"cache_read_input_tokens":30,"cache_creation":{"ephemeral_5m_input_tokens":80,"ephemeral_1h_input_tokens":40},"output_tokens":2}}"#;
+    let u = Response::from_events(&anthropic::decode(body).unwrap())
+        .usage
+        .unwrap();
+    assert_eq!(u.input_tokens, 160);
+    assert_eq!(u.cached_tokens, 30);
+    assert_eq!(u.cache_write_tokens, 120);
+    assert_eq!(u.cache_write_1h_tokens, 40);
+    // Streamed: message_start carries the split, message_delta only output.
+    let sse = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_2\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude\",\"content\":[],\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":120,\"cache_read_input_tokens\":0,\"cache_creation\":{\"ephemeral_5m_input_tokens\":80,\"ephemeral_1h_input_tokens\":40},\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":5}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let (events, done) = decode_pieces(std::iter::once(sse.as_bytes()));
+    assert!(done);
+    let u = Response::from_events(&events).usage.unwrap();
+    assert_eq!(u.cache_write_tokens, 120);
+    assert_eq!(u.cache_write_1h_tokens, 40);
+    assert_eq!(u.output_tokens, 5);
 }

@@ -191,7 +191,11 @@ pub async fn handle(
                 }
             }
             let budget = req.max_tokens.unwrap_or(model.spec.max_output_tokens);
-            let worst = gate::worst_case(&model.spec.price, body.len(), budget);
+            let worst = if req.cache_breaks.is_empty() {
+                gate::worst_case(&model.spec.price, body.len(), budget)
+            } else {
+                gate::worst_case_caching(&model.spec.price, body.len(), budget)
+            };
             admission = match admit_lanes(state, &mut rungs, |p| ask(worst, p)).await {
                 Ok(a) => a,
                 Err(e) => {

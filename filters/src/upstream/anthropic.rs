@@ -674,6 +674,15 @@ struct WireUsage {
     cache_read_input_tokens: Option<u64>,
     #[serde(default)]
     cache_creation_input_tokens: Option<u64>,
+    /// The split of the writes by lifetime.
+    #[serde(default)]
+    cache_creation: Option<CacheCreation>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+struct CacheCreation {
+    #[serde(default)]
+    ephemeral_1h_input_tokens: Option<u64>,
 }
 
 impl WireUsage {
@@ -692,6 +701,9 @@ impl WireUsage {
                 *mine = theirs;
             }
         }
+        if o.cache_creation.is_some() {
+            self.cache_creation = o.cache_creation;
+        }
     }
 
     fn canonical(&self) -> Usage {
@@ -701,6 +713,10 @@ impl WireUsage {
             input_tokens: self.input_tokens.unwrap_or(0) + read + write,
             cached_tokens: read,
             cache_write_tokens: write,
+            cache_write_1h_tokens: self
+                .cache_creation
+                .and_then(|c| c.ephemeral_1h_input_tokens)
+                .unwrap_or(0),
             output_tokens: self.output_tokens.unwrap_or(0),
             // Anthropic counts thinking inside output_tokens without a split.
             reasoning_tokens: 0,

@@ -803,6 +803,7 @@ impl WireUsage {
             cache_write_tokens: self.cache_write_input_tokens,
             output_tokens: self.output_tokens,
             reasoning_tokens: 0,
+            cache_write_1h_tokens: 0,
             cost_micro_usd: None,
         }
     }

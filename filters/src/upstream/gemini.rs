@@ -679,6 +679,7 @@ impl UsageMetadata {
             cache_write_tokens: 0,
             output_tokens: self.candidates_token_count + self.thoughts_token_count,
             reasoning_tokens: self.thoughts_token_count,
+            cache_write_1h_tokens: 0,
             cost_micro_usd: None,
         }
     }

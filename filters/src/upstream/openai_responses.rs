@@ -487,6 +487,7 @@ impl WireUsage {
                 .as_ref()
                 .and_then(|d| d.reasoning_tokens)
                 .unwrap_or(0),
+            cache_write_1h_tokens: 0,
             cost_micro_usd: None,
         }
     }
