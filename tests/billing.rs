@@ -556,3 +556,149 @@ async fn key_request_and_token_rates_are_guarded_per_minute() {
         assert_eq!(st, 200, "request {i}: {v}");
     }
 }
+
+/// The formats fixture's Claude price with cache writes at $1.25 per million.
+fn expected_cost_with_writes(fresh: u64, read: u64, written: u64, output: u64) -> u64 {
+    (fresh * 1_000_000 + read * 100_000 + written * 1_250_000 + output * 5_000_000 + 500_000)
+        / 1_000_000
+}
+
+/// The usage event of this org, once the writer stored `n` of them.
+async fn events(s: &Sluice, key: &str, n: usize) -> Vec<Value> {
+    for _ in 0..50 {
+        let v = s
+            .get("/api/gateway/usage/events?limit=20", Some(key))
+            .await
+            .1;
+        if let Some(d) = v["data"].as_array().filter(|d| d.len() >= n) {
+            return d.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{n} usage events never arrived");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_cache_writes_are_billed_at_the_write_price() {
+    let mock = Mock::start().await;
+    let base = mock.base_url();
+    let b = Backend::fresh().await;
+    let s = Sluice::start(
+        &b,
+        Opts::default()
+            .catalog(repo_path("tests/fixtures/formats.toml"))
+            .env("SLUICE_PROVIDERS__ANTHROPIC__BASE_URL", &base)
+            .env("ANTHROPIC_API_KEY", "sk-ant")
+            .env("SLUICE_PROVIDERS__BEDROCK__BASE_URL", &base)
+            .env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+            .env(
+                "AWS_SECRET_ACCESS_KEY",
+                "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+            ),
+    )
+    .await;
+    let (_, _, key) = s.org_and_key().await;
+    let system = json!([{"type": "text", "text": "A long shared preamble worth caching.",
+        "cache_control": {"type": "ephemeral"}}]);
+
+    // The model rows show the write price.
+    let (_, models) = s.get("/v1/models", Some(&key)).await;
+    let claude = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "fmt-claude")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        claude["pricing"]["cache_write_input_micro_usd_per_million"],
+        1_250_000
+    );
+
+    // Messages on Anthropic (native): the provider's cache creation is priced
+    // at the write rate, not as fresh input.
+    let (st, v) = s
+        .post(
+            "/v1/messages",
+            Some(&key),
+            &json!({"model": "fmt-claude", "max_tokens": 64, "system": system,
+                "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let u = &v["usage"];
+    let written = u["cache_creation_input_tokens"].as_u64().unwrap();
+    assert!(written > 0, "{u}");
+    let fresh = u["input_tokens"].as_u64().unwrap();
+    let out = u["output_tokens"].as_u64().unwrap();
+    let native_cost = expected_cost_with_writes(fresh, 0, written, out);
+    assert_ne!(
+        native_cost,
+        expected_cost_with_writes(fresh + written, 0, 0, out),
+        "the test must tell the write price from the input price"
+    );
+    assert_eq!(u["cost"].as_f64().unwrap(), native_cost as f64 / 1e6, "{u}");
+
+    // Messages on Bedrock (translated): cache_control becomes a cachePoint, the
+    // provider's cacheWriteInputTokens come back as cache_creation_input_tokens.
+    let (st, v) = s
+        .post(
+            "/v1/messages",
+            Some(&key),
+            &json!({"model": "fmt-bedrock", "max_tokens": 64, "system": system,
+                "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let u = &v["usage"];
+    let b_written = u["cache_creation_input_tokens"].as_u64().unwrap();
+    assert!(b_written > 0, "{u}");
+    let b_cost = expected_cost_with_writes(
+        u["input_tokens"].as_u64().unwrap(),
+        u["cache_read_input_tokens"].as_u64().unwrap(),
+        b_written,
+        u["output_tokens"].as_u64().unwrap(),
+    );
+    assert_eq!(u["cost"].as_f64().unwrap(), b_cost as f64 / 1e6, "{u}");
+
+    // A native stream is billed from its message_start usage the same way.
+    let r = s
+        .http
+        .post(format!("{}/v1/messages", s.gateway))
+        .bearer_auth(&key)
+        .json(
+            &json!({"model": "fmt-claude", "max_tokens": 64, "stream": true,
+            "system": system, "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("\"cache_creation_input_tokens\":"), "{text}");
+
+    // The ledger: cache writes recorded, part of the input, cost as answered.
+    let evs = events(&s, &key, 3).await;
+    let bedrock = evs
+        .iter()
+        .find(|e| e["model"] == "fmt-bedrock")
+        .expect("the bedrock event");
+    assert_eq!(bedrock["cache_write_tokens"], b_written);
+    assert_eq!(bedrock["cost_usd"].as_f64().unwrap(), b_cost as f64 / 1e6);
+    let claude: Vec<&Value> = evs.iter().filter(|e| e["model"] == "fmt-claude").collect();
+    assert_eq!(claude.len(), 2, "{evs:?}");
+    for e in &claude {
+        let w = e["cache_write_tokens"].as_u64().unwrap();
+        assert!(w > 0, "{e}");
+        let input = e["input_tokens"].as_u64().unwrap();
+        let out = e["output_tokens"].as_u64().unwrap();
+        let cost = expected_cost_with_writes(input - w, 0, w, out);
+        assert_eq!(e["cost_usd"].as_f64().unwrap(), cost as f64 / 1e6, "{e}");
+    }
+    assert!(
+        claude.iter().any(|e| e["cache_write_tokens"] == written
+            && e["input_tokens"] == fresh + written
+            && e["cost_usd"].as_f64() == Some(native_cost as f64 / 1e6)),
+        "{claude:?}"
+    );
+}

@@ -88,6 +88,7 @@ fn streams(c: &mut Criterion) {
         created: 1,
         fallback_id: "x".into(),
         include_usage: false,
+        stop_sequence: None,
     };
     let mut g = c.benchmark_group("stream_chunk");
     g.throughput(Throughput::Elements(1));

@@ -7,6 +7,14 @@ pub struct Usage {
     pub input_tokens: u64,
     /// The part of `input_tokens` served from the provider's prompt cache.
     pub cached_tokens: u64,
+    /// The part of `input_tokens` written to the provider's prompt cache (billed
+    /// at the cache-write price; Anthropic's and Bedrock's cache creation).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+    /// The part of `cache_write_tokens` kept for an hour (Anthropic's 1-hour
+    /// cache, priced apart).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_1h_tokens: u64,
     pub output_tokens: u64,
     /// The part of `output_tokens` spent on hidden reasoning.
     pub reasoning_tokens: u64,
@@ -16,10 +24,21 @@ pub struct Usage {
     pub cost_micro_usd: Option<u64>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl Usage {
     /// Input and output together; saturates, since both are provider-supplied.
     pub fn total(&self) -> u64 {
         self.input_tokens.saturating_add(self.output_tokens)
+    }
+
+    /// Input neither read from nor written to the prompt cache.
+    pub fn fresh_input(&self) -> u64 {
+        self.input_tokens
+            .saturating_sub(self.cached_tokens)
+            .saturating_sub(self.cache_write_tokens)
     }
 
     /// `usage.cost` in USD, when priced.

@@ -37,6 +37,7 @@ fn meta() -> Meta {
         created: 1_760_000_000,
         fallback_id: "gw_01abc".into(),
         include_usage: false,
+        stop_sequence: None,
     }
 }
 
@@ -579,6 +580,8 @@ fn render_maps_foreign_finishes_and_cuts() {
         usage: Some(Usage {
             input_tokens: 10,
             cached_tokens: 4,
+            cache_write_tokens: 3,
+            cache_write_1h_tokens: 0,
             output_tokens: 2,
             reasoning_tokens: 0,
             cost_micro_usd: None,
@@ -589,8 +592,10 @@ fn render_maps_foreign_finishes_and_cuts() {
     assert_eq!(v["id"], "msg_gw_01abc");
     assert_eq!(v["model"], "claude-sonnet-4.5");
     assert_eq!(v["stop_reason"], "end_turn");
-    assert_eq!(v["usage"]["input_tokens"], 6);
+    // Anthropic's input_tokens leaves out cache reads and writes alike.
+    assert_eq!(v["usage"]["input_tokens"], 3);
     assert_eq!(v["usage"]["cache_read_input_tokens"], 4);
+    assert_eq!(v["usage"]["cache_creation_input_tokens"], 3);
     assert!(v.get("x_gateway").is_none());
     let cut = Tail {
         cut: true,
@@ -783,6 +788,8 @@ fn stream_error_mid_answer_settles_as_a_cut() {
         usage: Usage {
             input_tokens: 20,
             cached_tokens: 0,
+            cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
             output_tokens: 2,
             reasoning_tokens: 0,
             cost_micro_usd: None,
@@ -1210,7 +1217,7 @@ proptest! {
                 }
             }
         }
-        events.push(Event::Finish { reason: FinishReason::Stop, raw: Some("end_turn".into()) });
+        events.push(Event::Finish { reason: FinishReason::Stop, raw: Some("end_turn".into()), stop_sequence: None });
         let out = encode(&events, &Tail::default());
         assert_valid_messages_sse(&out);
         let (again, done) = decode_pieces(out.as_bytes().chunks(17));
@@ -1219,4 +1226,85 @@ proptest! {
         again.iter().for_each(|e| c.push(e));
         prop_assert_eq!(c.finish().parts, Response::from_events(&events).parts);
     }
+}
+
+#[test]
+fn stop_sequence_names_the_sequence_that_matched() {
+    // Anthropic names it, whole and streamed; the message repeats it.
+    let resp = answer_case("answer_stop_sequence", &Tail::default());
+    assert_eq!(resp.finish, Some(FinishReason::StopSequence));
+    assert_eq!(resp.stop_sequence.as_deref(), Some("\n3."));
+    let v = json(&messages::render(&resp, &meta(), &Tail::default()));
+    assert_eq!(v["stop_reason"], "stop_sequence");
+    assert_eq!(v["stop_sequence"], "\n3.");
+    let events = stream_case("stream_stop_sequence", &Tail::default());
+    let frames = assert_valid_messages_sse(&encode(&events, &Tail::default()));
+    let delta = frames
+        .iter()
+        .find(|f| f["type"] == "message_delta")
+        .unwrap();
+    assert_eq!(delta["delta"]["stop_sequence"], "\n3.");
+
+    // A provider that does not name the match: the caller's only sequence.
+    let unnamed = vec![
+        Event::Start {
+            id: None,
+            model: None,
+        },
+        Event::Text { text: "a".into() },
+        Event::Finish {
+            reason: FinishReason::StopSequence,
+            raw: None,
+            stop_sequence: None,
+        },
+    ];
+    let one = Meta {
+        stop_sequence: Some("END".into()),
+        ..meta()
+    };
+    let resp = Response::from_events(&unnamed);
+    let v = json(&messages::render(&resp, &one, &Tail::default()));
+    assert_eq!(v["stop_sequence"], "END");
+    let mut enc = messages::Encoder::new(one.clone());
+    let mut out = Vec::new();
+    for e in &unnamed {
+        enc.event(e, &mut out);
+    }
+    enc.end(&Tail::default(), &mut out);
+    let frames = assert_valid_messages_sse(std::str::from_utf8(&out).unwrap());
+    let delta = frames
+        .iter()
+        .find(|f| f["type"] == "message_delta")
+        .unwrap();
+    assert_eq!(delta["delta"]["stop_sequence"], "END");
+    // Several given and none named, or a turn that ended on its own: null.
+    let v = json(&messages::render(&resp, &meta(), &Tail::default()));
+    assert!(v["stop_sequence"].is_null());
+    let natural = Response {
+        finish: Some(FinishReason::Stop),
+        ..resp
+    };
+    let v = json(&messages::render(&natural, &one, &Tail::default()));
+    assert_eq!(v["stop_reason"], "end_turn");
+    assert!(v["stop_sequence"].is_null());
+}
+
+#[test]
+fn one_hour_cache_writes_are_told_apart() {
+    let body = br#"{"id":"msg_1","type":"message","role":"assistant","model":"claude","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":10,"cache_creation_input_tokens":120,"cache_read_input_tokens":30,"cache_creation":{"ephemeral_5m_input_tokens":80,"ephemeral_1h_input_tokens":40},"output_tokens":2}}"#;
+    let u = Response::from_events(&anthropic::decode(body).unwrap())
+        .usage
+        .unwrap();
+    assert_eq!(u.input_tokens, 160);
+    assert_eq!(u.cached_tokens, 30);
+    assert_eq!(u.cache_write_tokens, 120);
+    assert_eq!(u.cache_write_1h_tokens, 40);
+    // Streamed: message_start carries the split, message_delta only output.
+    let sse = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_2\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude\",\"content\":[],\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":120,\"cache_read_input_tokens\":0,\"cache_creation\":{\"ephemeral_5m_input_tokens\":80,\"ephemeral_1h_input_tokens\":40},\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":5}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let (events, done) = decode_pieces(std::iter::once(sse.as_bytes()));
+    assert!(done);
+    let u = Response::from_events(&events).usage.unwrap();
+    assert_eq!(u.cache_write_tokens, 120);
+    assert_eq!(u.cache_write_1h_tokens, 40);
+    assert_eq!(u.output_tokens, 5);
 }

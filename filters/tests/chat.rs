@@ -33,6 +33,7 @@ fn meta(include_usage: bool) -> Meta {
         created: 1_760_000_000,
         fallback_id: "gw_01abc".into(),
         include_usage,
+        stop_sequence: None,
     }
 }
 
@@ -429,4 +430,37 @@ proptest! {
         prop_assert_eq!(&back.tools, &req.tools);
         prop_assert_eq!(&back.tool_choice, &req.tool_choice);
     }
+}
+
+#[test]
+fn cache_writes_are_reported_in_prompt_tokens_details() {
+    let written = Usage {
+        input_tokens: 100,
+        cached_tokens: 10,
+        cache_write_tokens: 60,
+        output_tokens: 5,
+        ..Usage::default()
+    };
+    let resp = Response {
+        parts: vec![Part::text("Hi")],
+        usage: Some(written),
+        ..Response::default()
+    };
+    let v: Value =
+        serde_json::from_slice(&chat::render(&resp, &meta(false), &tail(written, false))).unwrap();
+    // Writes, like reads, are part of prompt_tokens.
+    assert_eq!(v["usage"]["prompt_tokens"], 100);
+    assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 10);
+    assert_eq!(
+        v["usage"]["prompt_tokens_details"]["cache_write_tokens"],
+        60
+    );
+    // Absent when nothing was written, as OpenAI's own answers are.
+    let plain = openai_chat::usage_json(&Usage {
+        input_tokens: 100,
+        ..Usage::default()
+    });
+    assert!(plain["prompt_tokens_details"]
+        .get("cache_write_tokens")
+        .is_none());
 }

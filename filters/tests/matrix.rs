@@ -140,6 +140,7 @@ fn meta() -> Meta {
         created: 1_760_000_000,
         fallback_id: "gw_1".into(),
         include_usage: true,
+        stop_sequence: None,
     }
 }
 

@@ -81,6 +81,7 @@ fn meta() -> Meta {
         created: 1_767_225_600,
         fallback_id: "gen_0001".into(),
         include_usage: false,
+        stop_sequence: None,
     }
 }
 
@@ -381,6 +382,7 @@ fn the_empty_completion_shape_streams_and_renders() {
         Event::Finish {
             reason: sluice_filters::ir::FinishReason::Stop,
             raw: None,
+            stop_sequence: None,
         },
     ];
     let t = tail(Usage::default(), false);
@@ -455,10 +457,13 @@ fn answers_of_other_makers_encode_as_responses() {
         Event::Finish {
             reason: FinishReason::ToolCalls,
             raw: Some("tool_use".into()),
+            stop_sequence: None,
         },
         Event::Usage(Usage {
             input_tokens: 5,
             cached_tokens: 1,
+            cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
             output_tokens: 7,
             reasoning_tokens: 0,
             cost_micro_usd: None,
@@ -468,6 +473,8 @@ fn answers_of_other_makers_encode_as_responses() {
         Usage {
             input_tokens: 5,
             cached_tokens: 1,
+            cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
             output_tokens: 7,
             reasoning_tokens: 0,
             cost_micro_usd: None,
@@ -969,7 +976,11 @@ proptest! {
             calls += u32::from(is_call);
         }
         let reason = if length { FinishReason::Length } else { FinishReason::Stop };
-        events.push(Event::Finish { reason, raw: None });
+        events.push(Event::Finish {
+            reason,
+            raw: None,
+            stop_sequence: None,
+        });
         let t = tail(Usage::default(), false);
         let out = encode(&events, &t);
         let stream = frames(&out);
@@ -980,4 +991,34 @@ proptest! {
         prop_assert_eq!(a.parts, b.parts);
         prop_assert_eq!(a.finish == Some(FinishReason::Length), length);
     }
+}
+
+#[test]
+fn cache_writes_are_reported_in_input_tokens_details() {
+    let written = Usage {
+        input_tokens: 100,
+        cached_tokens: 10,
+        cache_write_tokens: 60,
+        output_tokens: 5,
+        ..Usage::default()
+    };
+    let resp = Response {
+        parts: vec![Part::text("Hi")],
+        usage: Some(written),
+        ..Response::default()
+    };
+    let v: Value =
+        serde_json::from_slice(&inbound::render(&resp, &meta(), &tail(written, false))).unwrap();
+    assert_eq!(v["usage"]["input_tokens"], 100);
+    assert_eq!(v["usage"]["input_tokens_details"]["cached_tokens"], 10);
+    assert_eq!(v["usage"]["input_tokens_details"]["cache_write_tokens"], 60);
+    let plain = Usage {
+        input_tokens: 100,
+        ..Usage::default()
+    };
+    let v: Value =
+        serde_json::from_slice(&inbound::render(&resp, &meta(), &tail(plain, false))).unwrap();
+    assert!(v["usage"]["input_tokens_details"]
+        .get("cache_write_tokens")
+        .is_none());
 }

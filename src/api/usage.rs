@@ -82,7 +82,7 @@ pub async fn events(
     let rows = sqlx::query(
         "SELECT id, key_id, route, model, rung, lane, input_tokens, cached_tokens, output_tokens, \
          reasoning_tokens, cost_micro_usd, status, error_class, incomplete, attempts, empty_attempts, \
-         latency_ms, created_at FROM usage_events WHERE org_id = $1 AND id < $2 \
+         latency_ms, created_at, cache_write_tokens FROM usage_events WHERE org_id = $1 AND id < $2 \
          ORDER BY id DESC LIMIT $3",
     )
     .bind(org)
@@ -106,6 +106,7 @@ pub async fn events(
                 "lane": r.get::<String, _>("lane"),
                 "input_tokens": r.get::<i64, _>("input_tokens"),
                 "cached_tokens": r.get::<i64, _>("cached_tokens"),
+                "cache_write_tokens": r.get::<i64, _>("cache_write_tokens"),
                 "output_tokens": r.get::<i64, _>("output_tokens"),
                 "reasoning_tokens": r.get::<i64, _>("reasoning_tokens"),
                 "cost_usd": micro_to_usd(r.get::<i64, _>("cost_micro_usd")),
@@ -159,6 +160,7 @@ pub async fn daily(
         "SELECT {column} AS k, COUNT(*) AS requests, \
          CAST(SUM(input_tokens) AS BIGINT) AS input_tokens, \
          CAST(SUM(cached_tokens) AS BIGINT) AS cached_tokens, \
+         CAST(SUM(cache_write_tokens) AS BIGINT) AS cache_write_tokens, \
          CAST(SUM(output_tokens) AS BIGINT) AS output_tokens, \
          CAST(SUM(cost_micro_usd) AS BIGINT) AS cost FROM usage_events WHERE org_id = $1 \
          GROUP BY {column} ORDER BY {column}"
@@ -182,6 +184,7 @@ pub async fn daily(
                 "requests": r.get::<i64, _>("requests"),
                 "input_tokens": r.get::<i64, _>("input_tokens"),
                 "cached_tokens": r.get::<i64, _>("cached_tokens"),
+                "cache_write_tokens": r.get::<i64, _>("cache_write_tokens"),
                 "output_tokens": r.get::<i64, _>("output_tokens"),
                 "cost_usd": micro_to_usd(r.get::<i64, _>("cost")),
             })

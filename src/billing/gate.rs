@@ -56,28 +56,54 @@ pub fn output_budget(max_tokens: Option<u64>, model_max: u64) -> u64 {
 /// The most a request can use: every body byte an input token (JSON makes that an
 /// overestimate of the text) and the whole output budget, at list price.
 pub fn worst_case(price: &Price, body_bytes: usize, max_output: u64) -> WorstCase {
+    hold(price, body_bytes, max_output, false)
+}
+
+/// [`worst_case`] for a request that marks prompt-cache breakpoints: the whole
+/// prompt may be written to the cache, at the dearest write price where writes
+/// cost more than input.
+pub fn worst_case_caching(price: &Price, body_bytes: usize, max_output: u64) -> WorstCase {
+    hold(price, body_bytes, max_output, true)
+}
+
+fn hold(price: &Price, body_bytes: usize, max_output: u64, writes: bool) -> WorstCase {
+    let input_tokens = body_bytes.div_ceil(4) as u64;
+    let dearer = |p: u64, than: u64| if writes && p > than { input_tokens } else { 0 };
     let usage = Usage {
-        input_tokens: body_bytes.div_ceil(4) as u64,
+        input_tokens,
+        cache_write_tokens: dearer(price.cache_write().max(price.cache_write_1h()), price.input),
+        cache_write_1h_tokens: dearer(price.cache_write_1h(), price.cache_write()),
         output_tokens: max_output,
         ..Usage::default()
     };
     WorstCase {
         micro_usd: i64::try_from(super::cost_micro_usd(price, &usage)).unwrap_or(i64::MAX),
-        tokens: i64::try_from(usage.total()).unwrap_or(i64::MAX),
+        tokens: weighted_tokens(price, &usage),
     }
 }
 
-/// Tokens as the limits count them: fresh input and output in full, cached input at
-/// its price weight (a tenth when it is billed at a tenth), rounded up.
+/// Tokens as the limits count them: fresh input and output in full, cached input
+/// and cache writes at their price weights (a tenth when reads are billed at a
+/// tenth, 1.25 when writes cost 1.25x input), each rounded up.
 pub fn weighted_tokens(price: &Price, u: &Usage) -> i64 {
     let cached = u.cached_tokens.min(u.input_tokens);
-    let fresh = u.input_tokens - cached;
+    let written = u.cache_write_tokens.min(u.input_tokens - cached);
+    let hour = u.cache_write_1h_tokens.min(written);
+    let fresh = u.input_tokens - cached - written;
     let cached_weight = if price.input == 0 || price.cached_input >= price.input {
         cached as u128
     } else {
         (cached as u128 * price.cached_input as u128).div_ceil(price.input as u128)
     };
-    let n = fresh as u128 + cached_weight + u.output_tokens as u128;
+    // Writes weigh more than a token when they cost more (1.25x on Claude).
+    let written_weight = if price.input == 0 {
+        written as u128
+    } else {
+        let cost = (written - hour) as u128 * price.cache_write() as u128
+            + hour as u128 * price.cache_write_1h() as u128;
+        cost.div_ceil(price.input as u128)
+    };
+    let n = fresh as u128 + cached_weight + written_weight + u.output_tokens as u128;
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
@@ -772,6 +798,8 @@ mod tests {
             input: 1_000_000,
             cached_input: 100_000,
             output: 5_000_000,
+            cache_write_input: None,
+            cache_write_1h_input: None,
         };
         let u = Usage {
             input_tokens: 1_000,
@@ -794,5 +822,51 @@ mod tests {
             ..Usage::default()
         };
         assert_eq!(weighted_tokens(&p, &one), 1);
+    }
+
+    #[test]
+    fn cache_writes_count_at_their_price_weight() {
+        let p = Price {
+            input: 1_000_000,
+            cached_input: 100_000,
+            output: 5_000_000,
+            cache_write_input: Some(1_250_000),
+            cache_write_1h_input: None,
+        };
+        let u = Usage {
+            input_tokens: 1_000,
+            cached_tokens: 100,
+            cache_write_tokens: 800,
+            output_tokens: 50,
+            ..Usage::default()
+        };
+        // 100 fresh + 100 / 10 read + 800 x 1.25 written + 50 out.
+        assert_eq!(weighted_tokens(&p, &u), 1_160);
+        // Absent, a write weighs one token.
+        let plain = Price {
+            cache_write_input: None,
+            ..p
+        };
+        assert_eq!(weighted_tokens(&plain, &u), 960);
+        // A request marking breakpoints may write its whole prompt; one that
+        // marks none is held as fresh input.
+        let w = worst_case_caching(&p, 4_000, 100);
+        assert_eq!(w.tokens, 1_250 + 100);
+        assert_eq!(w.micro_usd, 1_250 + 500);
+        assert_eq!(worst_case(&p, 4_000, 100).tokens, 1_100);
+        assert_eq!(worst_case_caching(&plain, 4_000, 100).tokens, 1_100);
+        // One-hour writes at their own weight (2x): 200 of the 800.
+        let hour = Price {
+            cache_write_1h_input: Some(2_000_000),
+            ..p
+        };
+        let u1h = Usage {
+            cache_write_1h_tokens: 200,
+            ..u
+        };
+        // 100 + 10 + 600 x 1.25 + 200 x 2 + 50.
+        assert_eq!(weighted_tokens(&hour, &u1h), 1_310);
+        // The worst case holds the whole prompt at the dearest write.
+        assert_eq!(worst_case_caching(&hour, 4_000, 100).tokens, 2_000 + 100);
     }
 }

@@ -30,6 +30,27 @@ pub struct Price {
     pub input: u64,
     pub cached_input: u64,
     pub output: u64,
+    /// Prompt-cache writes (Anthropic's and Bedrock's cache creation); absent
+    /// means the input price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_write_input: Option<u64>,
+    /// One-hour prompt-cache writes (Anthropic's `ttl: 1h`); absent means the
+    /// cache-write price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h_input: Option<u64>,
+}
+
+impl Price {
+    /// The price of a token written to the prompt cache.
+    pub fn cache_write(&self) -> u64 {
+        self.cache_write_input.unwrap_or(self.input)
+    }
+
+    /// The price of a token written to the one-hour prompt cache.
+    pub fn cache_write_1h(&self) -> u64 {
+        self.cache_write_1h_input
+            .unwrap_or_else(|| self.cache_write())
+    }
 }
 
 /// A model's free allowance; zero means none of that kind.

@@ -194,7 +194,11 @@ pub async fn handle(
                 }
             }
             let budget = gate::output_budget(req.max_tokens, model.spec.max_output_tokens);
-            let worst = gate::worst_case(&model.spec.price, body.len(), budget);
+            let worst = if req.cache_breaks.is_empty() {
+                gate::worst_case(&model.spec.price, body.len(), budget)
+            } else {
+                gate::worst_case_caching(&model.spec.price, body.len(), budget)
+            };
             admission = match admit_lanes(state, &mut rungs, |p| ask(worst, p)).await {
                 Ok(a) => a,
                 Err(e) => {
@@ -332,6 +336,7 @@ fn record(
     for (kind, n) in [
         ("input", u.input_tokens),
         ("cached", u.cached_tokens),
+        ("cache_write", u.cache_write_tokens),
         ("output", u.output_tokens),
     ] {
         if n > 0 {
@@ -348,6 +353,7 @@ fn record(
         lane: ex.lane.as_str().into(),
         input_tokens: u.input_tokens,
         cached_tokens: u.cached_tokens,
+        cache_write_tokens: u.cache_write_tokens,
         output_tokens: u.output_tokens,
         reasoning_tokens: u.reasoning_tokens,
         cost_micro_usd: billed_cost(ex),

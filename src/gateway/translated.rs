@@ -56,6 +56,7 @@ fn meta(ex: &Exchange, leg: &Leg, job: &Job) -> Meta {
         created: crate::store::now_ms() / 1000 - age,
         fallback_id: crate::store::new_id("gen"),
         include_usage: job.req.include_usage,
+        stop_sequence: job.req.only_stop(),
     }
 }
 

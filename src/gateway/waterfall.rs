@@ -445,6 +445,7 @@ async fn empty_completion(
         created: crate::store::now_ms() / 1000,
         fallback_id: crate::store::new_id("empty"),
         include_usage: job.req.include_usage,
+        stop_sequence: None,
     };
     let tail = Tail {
         usage: ex.priced(Usage::default()),
@@ -466,6 +467,7 @@ async fn empty_completion(
             &Event::Finish {
                 reason: FinishReason::Stop,
                 raw: None,
+                stop_sequence: None,
             },
             &mut out,
         );

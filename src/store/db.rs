@@ -68,6 +68,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0007_usage_windows.sql"),
         include_str!("../../migrations/postgres/0007_usage_windows.sql"),
     ),
+    (
+        8,
+        "prompt-cache writes in usage events",
+        include_str!("../../migrations/sqlite/0008_cache_writes.sql"),
+        include_str!("../../migrations/postgres/0008_cache_writes.sql"),
+    ),
 ];
 
 impl Db {

@@ -41,6 +41,9 @@ pub struct UsageEvent {
     pub lane: Cow<'static, str>,
     pub input_tokens: u64,
     pub cached_tokens: u64,
+    /// Input written to the provider's prompt cache (part of `input_tokens`).
+    #[serde(default)]
+    pub cache_write_tokens: u64,
     pub output_tokens: u64,
     pub reasoning_tokens: u64,
     pub cost_micro_usd: i64,
@@ -381,12 +384,12 @@ type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q
 
 /// The multi-row insert of `n` events; only ids not stored yet go in.
 fn insert_sql(engine: Engine, n: usize, returning: bool) -> String {
-    const COLS: usize = 22;
+    const COLS: usize = 23;
     let mut sql = String::from(
         "INSERT INTO usage_events (id, org_id, key_id, route, model, rung, lane, input_tokens, \
          cached_tokens, output_tokens, reasoning_tokens, cost_micro_usd, status, error_class, \
          incomplete, attempts, empty_attempts, latency_ms, free, weighted_tokens, \
-         list_micro_usd, created_at) VALUES ",
+         list_micro_usd, created_at, cache_write_tokens) VALUES ",
     );
     for i in 0..n {
         if i > 0 {
@@ -447,7 +450,8 @@ fn bind_events<'q>(mut q: AnyQuery<'q>, events: &[UsageEvent], now: i64) -> AnyQ
             .bind(e.free as i64)
             .bind(e.weighted_tokens)
             .bind(e.list_micro_usd)
-            .bind(if e.at_ms > 0 { e.at_ms } else { now });
+            .bind(if e.at_ms > 0 { e.at_ms } else { now })
+            .bind(e.cache_write_tokens as i64);
     }
     q
 }

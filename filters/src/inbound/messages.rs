@@ -23,8 +23,8 @@
 use crate::error::{ApiError, ErrorCode, Format};
 use crate::inbound::common::{check_description, invalid, malformed, refused_everywhere};
 use crate::ir::{
-    Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response, ResponseFormat,
-    Role, StreamEncoder, Tail, Tool, ToolChoice,
+    CacheBreak, Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response,
+    ResponseFormat, Role, StreamEncoder, Tail, Tool, ToolChoice,
 };
 use crate::usage::Usage;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -122,8 +122,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
     }
 }
 
-/// Any content block, flat: each kind reads the members it needs. Members such as
-/// `cache_control` and `citations` are accepted and not modelled.
+/// Any content block, flat: each kind reads the members it needs. `cache_control`
+/// becomes a [`CacheBreak`] (its `ttl` is not modelled); members such as
+/// `citations` are accepted and not modelled.
 #[derive(Deserialize)]
 struct WireBlock<'a> {
     #[serde(rename = "type", borrow)]
@@ -148,6 +149,8 @@ struct WireBlock<'a> {
     signature: Option<String>,
     #[serde(default)]
     data: Option<String>,
+    #[serde(default)]
+    cache_control: Option<IgnoredAny>,
 }
 
 /// One message; an unknown member is remembered (the first one) to be refused
@@ -201,6 +204,8 @@ struct WireTool<'a> {
     input_schema: Option<&'a RawValue>,
     #[serde(default)]
     strict: Option<bool>,
+    #[serde(default)]
+    cache_control: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -313,9 +318,9 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     let messages = slots
         .messages
         .ok_or_else(|| invalid("messages", "`messages` is required."))?;
-    parse_messages(messages, &mut req.messages)?;
+    parse_messages(messages, &mut req.messages, &mut req.cache_breaks)?;
     if let Some(raw) = slots.system {
-        req.system = parse_system(raw)?;
+        req.system = parse_system(raw, &mut req.cache_breaks)?;
     }
     if let Some(raw) = slots.tools {
         parse_tools(raw, &mut req)?;
@@ -335,7 +340,7 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     Ok(req)
 }
 
-fn parse_system(raw: &RawValue) -> Result<Vec<String>, ApiError> {
+fn parse_system(raw: &RawValue, breaks: &mut Vec<CacheBreak>) -> Result<Vec<String>, ApiError> {
     let content: Content = field("system", raw, "a string or an array of text blocks")?;
     match content {
         Content::Text(s) => Ok(if s.is_empty() { Vec::new() } else { vec![s] }),
@@ -354,13 +359,21 @@ fn parse_system(raw: &RawValue) -> Result<Vec<String>, ApiError> {
                 if !text.is_empty() {
                     out.push(text);
                 }
+                // A mark on an empty block holds for what came before it.
+                if b.cache_control.is_some() && !out.is_empty() {
+                    breaks.push(CacheBreak::System(out.len() - 1));
+                }
             }
             Ok(out)
         }
     }
 }
 
-fn parse_messages(raw: &RawValue, out: &mut Vec<Message>) -> Result<(), ApiError> {
+fn parse_messages(
+    raw: &RawValue,
+    out: &mut Vec<Message>,
+    breaks: &mut Vec<CacheBreak>,
+) -> Result<(), ApiError> {
     let msgs: Vec<WireMessage> = match serde_json::from_str(raw.get()) {
         Ok(m) => m,
         Err(_) => return Err(locate_message_error(raw)),
@@ -373,7 +386,7 @@ fn parse_messages(raw: &RawValue, out: &mut Vec<Message>) -> Result<(), ApiError
     }
     out.reserve(msgs.len());
     for (i, m) in msgs.into_iter().enumerate() {
-        push_message(i, m, out)?;
+        push_message(i, m, out, breaks)?;
     }
     Ok(())
 }
@@ -446,7 +459,19 @@ impl At {
     }
 }
 
-fn push_message(i: usize, m: WireMessage, out: &mut Vec<Message>) -> Result<(), ApiError> {
+/// The break after the last part of the last message, if there is a part.
+fn break_after_last(out: &[Message]) -> Option<CacheBreak> {
+    let message = out.len().checked_sub(1)?;
+    let part = out[message].parts.len().checked_sub(1)?;
+    Some(CacheBreak::Part { message, part })
+}
+
+fn push_message(
+    i: usize,
+    m: WireMessage,
+    out: &mut Vec<Message>,
+    breaks: &mut Vec<CacheBreak>,
+) -> Result<(), ApiError> {
     if let Some(key) = m.unknown {
         return Err(invalid(
             format!("messages[{i}].{key}"),
@@ -487,8 +512,16 @@ fn push_message(i: usize, m: WireMessage, out: &mut Vec<Message>) -> Result<(), 
     if assistant {
         let mut parts = Vec::with_capacity(blocks.len());
         for (j, b) in blocks.into_iter().enumerate() {
+            let marked = b.cache_control.is_some();
             if let Some(p) = assistant_block(At { i, j, k: None }, b)? {
                 parts.push(p);
+            }
+            // A mark on a block not carried holds for the part before it.
+            if marked && !parts.is_empty() {
+                breaks.push(CacheBreak::Part {
+                    message: out.len(),
+                    part: parts.len() - 1,
+                });
             }
         }
         out.push(Message { role, parts });
@@ -497,6 +530,7 @@ fn push_message(i: usize, m: WireMessage, out: &mut Vec<Message>) -> Result<(), 
     // A user turn: runs of tool results become tool turns.
     let start = out.len();
     for (j, b) in blocks.into_iter().enumerate() {
+        let marked = b.cache_control.is_some();
         let p = user_block(At { i, j, k: None }, b)?;
         let want = if matches!(p, Part::ToolResult { .. }) {
             Role::Tool
@@ -510,6 +544,9 @@ fn push_message(i: usize, m: WireMessage, out: &mut Vec<Message>) -> Result<(), 
                 role: want,
                 parts: vec![p],
             }),
+        }
+        if marked {
+            breaks.extend(break_after_last(out));
         }
     }
     if out.len() == start {
@@ -673,6 +710,9 @@ fn parse_tools(raw: &RawValue, req: &mut Request) -> Result<(), ApiError> {
             parameters: schema.to_owned(),
             strict: t.strict,
         });
+        if t.cache_control.is_some() {
+            req.cache_breaks.push(CacheBreak::Tool(req.tools.len() - 1));
+        }
     }
     Ok(())
 }
@@ -842,8 +882,9 @@ struct OutUsage {
 impl From<Usage> for OutUsage {
     fn from(u: Usage) -> Self {
         OutUsage {
-            input_tokens: u.input_tokens.saturating_sub(u.cached_tokens),
-            cache_creation_input_tokens: 0,
+            // Anthropic's input_tokens excludes both cache reads and writes.
+            input_tokens: u.fresh_input(),
+            cache_creation_input_tokens: u.cache_write_tokens,
             cache_read_input_tokens: u.cached_tokens,
             output_tokens: u.output_tokens,
             cost: u.cost_usd(),
@@ -933,6 +974,16 @@ fn stop_reason(
     }
 }
 
+/// `stop_sequence`: on a `stop_sequence` stop, the sequence the provider named,
+/// else the caller's only one (a provider that does not name the match); null
+/// otherwise, and when several were given and none is named.
+fn stop_sequence<'a>(stop: &str, named: Option<&'a str>, meta: &'a Meta) -> Option<&'a str> {
+    if stop != "stop_sequence" {
+        return None;
+    }
+    named.or(meta.stop_sequence.as_deref())
+}
+
 /// The gateway's final usage when it has one, else what the provider reported.
 fn final_usage(tail: &Tail, seen: Option<Usage>) -> Usage {
     if tail.usage != Usage::default() {
@@ -959,20 +1010,21 @@ pub fn render(resp: &Response, meta: &Meta, tail: &Tail) -> Vec<u8> {
         .parts
         .iter()
         .any(|p| matches!(p, Part::ToolCall { .. }));
+    let stop = stop_reason(
+        resp.finish,
+        resp.finish_raw.as_deref(),
+        resp.refusal.is_some(),
+        tail.cut,
+        tool_calls,
+    );
     let msg = OutMessage {
         id: &id,
         kind: "message",
         role: "assistant",
         model: resp.model.as_deref().unwrap_or(&meta.slug),
         content,
-        stop_reason: stop_reason(
-            resp.finish,
-            resp.finish_raw.as_deref(),
-            resp.refusal.is_some(),
-            tail.cut,
-            tool_calls,
-        ),
-        stop_sequence: None,
+        stop_reason: stop,
+        stop_sequence: stop_sequence(stop, resp.stop_sequence.as_deref(), meta),
         usage: final_usage(tail, resp.usage).into(),
         provider: &meta.provider,
         x_gateway: receipt(tail),
@@ -1062,6 +1114,8 @@ pub struct Encoder {
     usage: Option<Usage>,
     finish: Option<FinishReason>,
     raw: Option<String>,
+    /// The stop sequence the provider named.
+    stop_sequence: Option<String>,
     refused: bool,
     /// The open thinking block got its signature: more thinking opens another.
     signed: bool,
@@ -1080,6 +1134,7 @@ impl Encoder {
             usage: None,
             finish: None,
             raw: None,
+            stop_sequence: None,
             refused: false,
             signed: false,
         }
@@ -1244,9 +1299,14 @@ impl StreamEncoder for Encoder {
                     self.text(t, out);
                 }
             }
-            Event::Finish { reason, raw } => {
+            Event::Finish {
+                reason,
+                raw,
+                stop_sequence,
+            } => {
                 self.finish = Some(*reason);
                 self.raw.clone_from(raw);
+                self.stop_sequence.clone_from(stop_sequence);
             }
             // The gateway ends a failed stream itself (`error_frame`, or a cut).
             Event::Error { .. } => {}
@@ -1266,7 +1326,12 @@ impl StreamEncoder for Encoder {
         open_frame(out, "message_delta");
         out.extend_from_slice(br#"{"type":"message_delta","delta":{"stop_reason":""#);
         out.extend_from_slice(stop.as_bytes());
-        out.extend_from_slice(br#"","stop_sequence":null},"usage":"#);
+        out.extend_from_slice(br#"","stop_sequence":"#);
+        match stop_sequence(stop, self.stop_sequence.as_deref(), &self.meta) {
+            Some(seq) => put_str(out, seq),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(br#"},"usage":"#);
         put_usage(out, final_usage(tail, self.usage));
         if let Some(r) = receipt(tail) {
             out.extend_from_slice(br#","x_gateway":"#);

@@ -1000,6 +1000,13 @@ struct Incomplete {
 #[derive(Serialize)]
 struct CachedDetails {
     cached_tokens: u64,
+    /// Only when the provider wrote to its cache (OpenAI never does).
+    #[serde(skip_serializing_if = "is_zero")]
+    cache_write_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Serialize)]
@@ -1026,6 +1033,7 @@ impl From<&Usage> for UsageOut {
             input_tokens: u.input_tokens,
             input_tokens_details: CachedDetails {
                 cached_tokens: u.cached_tokens,
+                cache_write_tokens: u.cache_write_tokens,
             },
             output_tokens: u.output_tokens,
             output_tokens_details: ReasoningDetails {

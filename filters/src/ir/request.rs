@@ -179,6 +179,21 @@ impl PartialEq for Extra {
     }
 }
 
+/// A prompt-cache breakpoint the caller marked (Anthropic `cache_control`): the
+/// prefix up to and including the marked item may be cached. Makers that take
+/// explicit breakpoints get them (Anthropic `cache_control`, Bedrock `cachePoint`);
+/// the others cache by prefix on their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheBreak {
+    /// After `system[i]`.
+    System(usize),
+    /// After `tools[i]`.
+    Tool(usize),
+    /// After part `part` of `messages[message]`.
+    Part { message: usize, part: usize },
+}
+
 /// The canonical request: what every inbound format means, in one shape.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Request {
@@ -233,9 +248,20 @@ pub struct Request {
     /// maker's rungs.
     #[serde(default)]
     pub extras: Vec<Extra>,
+    /// Prompt-cache breakpoints, in the order given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cache_breaks: Vec<CacheBreak>,
 }
 
 impl Request {
+    /// The caller's stop sequence when it gave exactly one.
+    pub fn only_stop(&self) -> Option<String> {
+        match self.stop.as_slice() {
+            [one] => Some(one.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether the request asks for structured output (json_object or json_schema).
     pub fn wants_structured(&self) -> bool {
         matches!(

@@ -15,6 +15,8 @@ pub struct Response {
     pub finish: Option<FinishReason>,
     /// The provider's own finish string, for same-format rendering.
     pub finish_raw: Option<String>,
+    /// The stop sequence that ended the turn, when the provider named it.
+    pub stop_sequence: Option<String>,
     pub usage: Option<Usage>,
     pub refusal: Option<(RefusalReason, Option<String>)>,
     pub error: Option<String>,
@@ -104,9 +106,14 @@ impl Collector {
                 }
             }
             Event::Refusal { reason, text } => r.refusal = Some((*reason, text.clone())),
-            Event::Finish { reason, raw } => {
+            Event::Finish {
+                reason,
+                raw,
+                stop_sequence,
+            } => {
                 r.finish = Some(*reason);
                 r.finish_raw.clone_from(raw);
+                r.stop_sequence.clone_from(stop_sequence);
             }
             Event::Usage(u) => r.usage = Some(*u),
             Event::Error { message } => r.error = Some(message.clone()),

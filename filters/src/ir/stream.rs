@@ -103,6 +103,9 @@ pub enum Event {
         reason: FinishReason,
         #[serde(default)]
         raw: Option<String>,
+        /// The stop sequence that ended the turn, when the provider names it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stop_sequence: Option<String>,
     },
     /// Token usage (cumulative: a later one replaces an earlier one).
     Usage(Usage),
@@ -171,6 +174,9 @@ pub struct Meta {
     pub fallback_id: String,
     /// Chat streams: whether the client asked for the usage chunk.
     pub include_usage: bool,
+    /// The caller's stop sequence when it gave exactly one: reported as the one
+    /// that matched when a stop-sequence finish does not name it.
+    pub stop_sequence: Option<String>,
 }
 
 /// How a stream ends, told to the encoder by the gateway.

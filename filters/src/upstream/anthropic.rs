@@ -16,6 +16,9 @@
 //!   `temperature` with `top_p`, so `top_p` gives way.
 //! - `response_format` json_schema becomes `output_config.format` (Anthropic's
 //!   structured outputs); json_object has no Anthropic form and is dropped.
+//! - The caller's cache breakpoints ([`CacheBreak`]) become `cache_control:
+//!   {type: ephemeral}` on the marked system block, content block or tool (a
+//!   messages body translated for Claude on Vertex keeps its caching).
 //! - `extras` are forwarded only when they are Anthropic request fields (the
 //!   messages inbound keeps those; another format's extras are dropped and
 //!   disclosed); server tools kept as `tools.<type>` extras join `tools`.
@@ -28,8 +31,8 @@
 
 use crate::inbound::messages::{members, Input, MIN_THINKING_BUDGET, SERVER_TOOL_PREFIX};
 use crate::ir::{
-    DecodeError, Event, FinishReason, Part, RefusalReason, Request, ResponseFormat, Role,
-    StreamDecoder, ToolChoice,
+    CacheBreak, DecodeError, Event, FinishReason, Part, RefusalReason, Request, ResponseFormat,
+    Role, StreamDecoder, ToolChoice,
 };
 use crate::upstream::Rendered;
 use crate::usage::Usage;
@@ -126,10 +129,36 @@ enum Source<'a> {
     Text { media_type: &'a str, data: String },
 }
 
+/// `{"type":"ephemeral"}`: the caller's cache breakpoint (its `ttl` is not kept).
+#[derive(Clone, Copy, Serialize)]
+struct CacheControl {
+    r#type: &'static str,
+}
+
+const EPHEMERAL: CacheControl = CacheControl {
+    r#type: "ephemeral",
+};
+
+/// A turn's block, with the caller's cache breakpoint when it has one.
+#[derive(Serialize)]
+struct Marked<'a> {
+    #[serde(flatten)]
+    block: Block<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum TurnContent<'a> {
+    Text(&'a str),
+    Blocks(Vec<Marked<'a>>),
+}
+
 #[derive(Serialize)]
 struct Turn<'a> {
     role: &'static str,
-    content: Content<'a>,
+    content: TurnContent<'a>,
 }
 
 #[derive(Serialize)]
@@ -140,6 +169,8 @@ struct OutTool<'a> {
     input_schema: &'a RawValue,
     #[serde(skip_serializing_if = "Option::is_none")]
     strict: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
 }
 
 #[derive(Serialize)]
@@ -264,13 +295,13 @@ fn block(p: &Part) -> Option<Block<'_>> {
 }
 
 /// The turns in Anthropic's shape, and the texts of stray system turns.
-fn turns<'a>(req: &'a Request, system: &mut Vec<&'a str>) -> Vec<Turn<'a>> {
-    let mut merged: Vec<(&'static str, Vec<Block<'a>>)> = Vec::with_capacity(req.messages.len());
-    for m in &req.messages {
+fn turns<'a>(req: &'a Request, system: &mut Vec<(&'a str, bool)>) -> Vec<Turn<'a>> {
+    let mut merged: Vec<(&'static str, Vec<Marked<'a>>)> = Vec::with_capacity(req.messages.len());
+    for (message, m) in req.messages.iter().enumerate() {
         let role = match m.role {
             Role::System => {
                 system.extend(m.parts.iter().filter_map(|p| match p {
-                    Part::Text { text } if !text.is_empty() => Some(text.as_str()),
+                    Part::Text { text } if !text.is_empty() => Some((text.as_str(), false)),
                     _ => None,
                 }));
                 continue;
@@ -278,15 +309,26 @@ fn turns<'a>(req: &'a Request, system: &mut Vec<&'a str>) -> Vec<Turn<'a>> {
             Role::Assistant => "assistant",
             Role::User | Role::Tool => "user",
         };
-        let blocks = m.parts.iter().filter_map(block);
-        match merged.last_mut() {
-            Some((r, b)) if *r == role => b.extend(blocks),
-            _ => {
-                let b: Vec<Block> = blocks.collect();
-                if !b.is_empty() {
-                    merged.push((role, b));
+        let mut blocks: Vec<Marked> = Vec::with_capacity(m.parts.len());
+        for (part, p) in m.parts.iter().enumerate() {
+            blocks.extend(block(p).map(|block| Marked {
+                block,
+                cache_control: None,
+            }));
+            // A mark on a part not carried holds for the block before it.
+            if req
+                .cache_breaks
+                .contains(&CacheBreak::Part { message, part })
+            {
+                if let Some(last) = blocks.last_mut() {
+                    last.cache_control = Some(EPHEMERAL);
                 }
             }
+        }
+        match merged.last_mut() {
+            Some((r, b)) if *r == role => b.extend(blocks),
+            _ if !blocks.is_empty() => merged.push((role, blocks)),
+            _ => {}
         }
     }
     merged
@@ -294,11 +336,14 @@ fn turns<'a>(req: &'a Request, system: &mut Vec<&'a str>) -> Vec<Turn<'a>> {
         .map(|(role, mut blocks)| {
             if role == "user" {
                 // Stable: tool results first, each group in its order.
-                blocks.sort_by_key(|b| !matches!(b, Block::ToolResult { .. }));
+                blocks.sort_by_key(|b| !matches!(b.block, Block::ToolResult { .. }));
             }
             let content = match blocks.as_slice() {
-                [Block::Text { text }] => Content::Text(text),
-                _ => Content::Blocks(blocks),
+                [Marked {
+                    block: Block::Text { text },
+                    cache_control: None,
+                }] => TurnContent::Text(text),
+                _ => TurnContent::Blocks(blocks),
             };
             Turn { role, content }
         })
@@ -400,7 +445,7 @@ fn render_tools(req: &Request) -> Option<Vec<u8>> {
         return None;
     }
     let mut out = vec![b'['];
-    for t in &req.tools {
+    for (i, t) in req.tools.iter().enumerate() {
         if out.len() > 1 {
             out.push(b',');
         }
@@ -409,6 +454,10 @@ fn render_tools(req: &Request) -> Option<Vec<u8>> {
             description: t.description.as_deref(),
             input_schema: &t.parameters,
             strict: t.strict,
+            cache_control: req
+                .cache_breaks
+                .contains(&CacheBreak::Tool(i))
+                .then_some(EPHEMERAL),
         };
         let _ = serde_json::to_writer(&mut out, &tool);
     }
@@ -462,18 +511,30 @@ pub fn render(req: &Request, model_id: &str, stream: bool) -> Rendered {
     let (max_tokens, budget) = budgets(req, budget, &mut dropped);
     body.json("model", model_id);
     body.json("max_tokens", &max_tokens);
-    let mut system: Vec<&str> = req
+    let mut system: Vec<(&str, bool)> = req
         .system
         .iter()
-        .map(String::as_str)
-        .filter(|s| !s.is_empty())
+        .enumerate()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(i, s)| {
+            (
+                s.as_str(),
+                req.cache_breaks.contains(&CacheBreak::System(i)),
+            )
+        })
         .collect();
     let turns = turns(req, &mut system);
     match system.as_slice() {
         [] => {}
-        [one] => body.json("system", one),
+        [(one, false)] => body.json("system", one),
         many => {
-            let blocks: Vec<Block> = many.iter().map(|text| Block::Text { text }).collect();
+            let blocks: Vec<Marked> = many
+                .iter()
+                .map(|&(text, marked)| Marked {
+                    block: Block::Text { text },
+                    cache_control: marked.then_some(EPHEMERAL),
+                })
+                .collect();
             body.json("system", &blocks);
         }
     }
@@ -613,6 +674,15 @@ struct WireUsage {
     cache_read_input_tokens: Option<u64>,
     #[serde(default)]
     cache_creation_input_tokens: Option<u64>,
+    /// The split of the writes by lifetime.
+    #[serde(default)]
+    cache_creation: Option<CacheCreation>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+struct CacheCreation {
+    #[serde(default)]
+    ephemeral_1h_input_tokens: Option<u64>,
 }
 
 impl WireUsage {
@@ -631,18 +701,27 @@ impl WireUsage {
                 *mine = theirs;
             }
         }
+        if o.cache_creation.is_some() {
+            self.cache_creation = o.cache_creation;
+        }
     }
 
     fn canonical(&self) -> Usage {
         let read = self.cache_read_input_tokens.unwrap_or(0);
+        let write = self.cache_creation_input_tokens.unwrap_or(0);
         Usage {
             // Provider-supplied counts: saturate rather than wrap.
             input_tokens: self
                 .input_tokens
                 .unwrap_or(0)
                 .saturating_add(read)
-                .saturating_add(self.cache_creation_input_tokens.unwrap_or(0)),
+                .saturating_add(write),
             cached_tokens: read,
+            cache_write_tokens: write,
+            cache_write_1h_tokens: self
+                .cache_creation
+                .and_then(|c| c.ephemeral_1h_input_tokens)
+                .unwrap_or(0),
             output_tokens: self.output_tokens.unwrap_or(0),
             // Anthropic counts thinking inside output_tokens without a split.
             reasoning_tokens: 0,
@@ -695,6 +774,8 @@ struct WireMessage<'a> {
     #[serde(default)]
     stop_reason: Option<String>,
     #[serde(default)]
+    stop_sequence: Option<String>,
+    #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
     error: Option<WireError>,
@@ -739,8 +820,14 @@ fn error_event(e: &WireError) -> Event {
     }
 }
 
-/// Events that close an answer: refusal, finish, usage.
-fn finish_events(stop: Option<&str>, usage: Option<Usage>, out: &mut Vec<Event>) {
+/// Events that close an answer: refusal, finish (with the matched stop sequence),
+/// usage.
+fn finish_events(
+    stop: Option<&str>,
+    stop_sequence: Option<String>,
+    usage: Option<Usage>,
+    out: &mut Vec<Event>,
+) {
     if let Some(raw) = stop {
         if raw == "refusal" {
             out.push(Event::Refusal {
@@ -751,6 +838,7 @@ fn finish_events(stop: Option<&str>, usage: Option<Usage>, out: &mut Vec<Event>)
         out.push(Event::Finish {
             reason: finish_reason(raw),
             raw: Some(raw.to_owned()),
+            stop_sequence,
         });
     }
     if let Some(u) = usage {
@@ -808,6 +896,7 @@ pub fn decode(body: &[u8]) -> Result<Vec<Event>, DecodeError> {
     }
     finish_events(
         m.stop_reason.as_deref(),
+        m.stop_sequence,
         m.usage.as_ref().map(WireUsage::canonical),
         &mut out,
     );
@@ -857,6 +946,8 @@ struct Delta {
     partial_json: Option<String>,
     #[serde(default)]
     stop_reason: Option<String>,
+    #[serde(default)]
+    stop_sequence: Option<String>,
 }
 
 /// What a stream's content block is, by its index.
@@ -995,9 +1086,11 @@ impl StreamDecoder for Decoder {
                 if let Some(u) = &ev.usage {
                     self.usage.merge(u);
                 }
-                let stop = ev.delta.and_then(|d| d.stop_reason);
+                let (stop, sequence) = ev
+                    .delta
+                    .map_or((None, None), |d| (d.stop_reason, d.stop_sequence));
                 let usage = ev.usage.is_some().then(|| self.usage.canonical());
-                finish_events(stop.as_deref(), usage, out);
+                finish_events(stop.as_deref(), sequence, usage, out);
             }
             "message_stop" => self.done = true,
             "error" => {

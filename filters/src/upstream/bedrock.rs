@@ -24,12 +24,19 @@
 //!   Anthropic's 1024, below `max_tokens`). Elsewhere it is dropped and disclosed.
 //!   Signed thinking and redacted thinking replay as `reasoningContent` blocks on
 //!   Anthropic models; unsigned thinking is not replayed.
+//! - Prompt-cache breakpoints (the caller's `cache_control` marks) become
+//!   `{"cachePoint":{"type":"default"}}` blocks after the marked system block,
+//!   content block or tool, on the models that cache (Claude, Nova); other
+//!   models get none (a cachePoint there is a validation error) and cache
+//!   nothing, as they would on their own.
 //! - Structured output uses `outputConfig.textFormat` (`json_schema`, the schema as
 //!   a JSON string); `json_object` asks for the schema `{"type":"object"}`.
 //!
 //! Decoding notes: stop reasons `end_turn` stop, `tool_use` tool_calls,
 //! `max_tokens` / `model_context_window_exceeded` length, `stop_sequence`
-//! stop_sequence, `guardrail_intervened` / `content_filtered` a content_policy
+//! stop_sequence (the matched sequence read from
+//! `additionalModelResponseFields.stop_sequence`, which Claude rungs are asked
+//! for through `additionalModelResponseFieldPaths`), `guardrail_intervened` / `content_filtered` a content_policy
 //! refusal before any content (a content_filter finish after it),
 //! `malformed_model_output` / `malformed_tool_use` an error. Usage: `inputTokens`
 //! excludes cache reads and writes, so canonical input adds both; cached tokens are
@@ -38,8 +45,8 @@
 use super::gemini::{data_url, effort_budget};
 use super::Rendered;
 use crate::ir::{
-    DecodeError, Event, FinishReason, Message, Part, RefusalReason, Request, ResponseFormat, Role,
-    StreamDecoder, ToolChoice,
+    CacheBreak, DecodeError, Event, FinishReason, Message, Part, RefusalReason, Request,
+    ResponseFormat, Role, StreamDecoder, ToolChoice,
 };
 use crate::usage::Usage;
 use serde::{Deserialize, Serialize};
@@ -81,21 +88,35 @@ pub fn path(model_id: &str, stream: bool) -> String {
 struct Body<'a> {
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    system: Vec<TextBlock<'a>>,
+    system: Vec<SystemBlock<'a>>,
     #[serde(skip_serializing_if = "InferenceConfig::is_empty")]
     inference_config: InferenceConfig<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_config: Option<ToolConfig<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     additional_model_request_fields: Option<Additional>,
+    /// `["/stop_sequence"]` on Claude with stop sequences: Converse names the
+    /// matched one only when asked.
+    #[serde(skip_serializing_if = "<[&str]>::is_empty")]
+    additional_model_response_field_paths: &'static [&'static str],
     #[serde(skip_serializing_if = "Option::is_none")]
     output_config: Option<OutputConfig<'a>>,
 }
 
 #[derive(Serialize)]
-struct TextBlock<'a> {
-    text: &'a str,
+#[serde(rename_all = "camelCase")]
+enum SystemBlock<'a> {
+    Text(&'a str),
+    CachePoint(CachePoint),
 }
+
+/// `{"type":"default"}`, the one kind of cache point.
+#[derive(Serialize)]
+struct CachePoint {
+    r#type: &'static str,
+}
+
+const CACHE_POINT: CachePoint = CachePoint { r#type: "default" };
 
 #[derive(Serialize)]
 struct WireMessage<'a> {
@@ -128,6 +149,7 @@ enum Block<'a> {
         status: Option<&'static str>,
     },
     ReasoningContent(Reasoning<'a>),
+    CachePoint(CachePoint),
 }
 
 #[derive(Serialize)]
@@ -199,8 +221,9 @@ struct ToolConfig<'a> {
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct ToolEntry<'a> {
-    tool_spec: ToolSpec<'a>,
+enum ToolEntry<'a> {
+    ToolSpec(ToolSpec<'a>),
+    CachePoint(CachePoint),
 }
 
 #[derive(Serialize)]
@@ -298,23 +321,25 @@ fn drop_field(dropped: &mut Vec<String>, name: &str) {
 /// decides only whether reasoning can be carried.
 pub fn render(req: &Request, model_id: &str, _stream: bool) -> Rendered {
     let claude = is_claude(model_id);
+    let caches = claude || model_id.to_ascii_lowercase().contains("amazon.nova");
+    let breaks: &[CacheBreak] = if caches { &req.cache_breaks } else { &[] };
     let mut dropped = Vec::new();
     let body = Body {
-        messages: messages(&req.messages, claude, &mut dropped),
-        system: req
-            .system
-            .iter()
-            .filter(|s| !s.is_empty())
-            .map(|s| TextBlock { text: s })
-            .collect(),
+        messages: messages(&req.messages, claude, breaks, &mut dropped),
+        system: system(req, breaks),
         inference_config: InferenceConfig {
             max_tokens: req.max_tokens,
             temperature: req.temperature,
             top_p: req.top_p,
             stop_sequences: &req.stop,
         },
-        tool_config: tool_config(req, &mut dropped),
+        tool_config: tool_config(req, caches, &mut dropped),
         additional_model_request_fields: thinking(req, claude, &mut dropped),
+        additional_model_response_field_paths: if claude && !req.stop.is_empty() {
+            &["/stop_sequence"]
+        } else {
+            &[]
+        },
         output_config: output_config(req),
     };
     disclose_unsupported(req, &mut dropped);
@@ -433,7 +458,11 @@ fn called_names(messages: &[Message]) -> Vec<&str> {
     names
 }
 
-fn tool_config<'a>(req: &'a Request, dropped: &mut Vec<String>) -> Option<ToolConfig<'a>> {
+fn tool_config<'a>(
+    req: &'a Request,
+    caches: bool,
+    dropped: &mut Vec<String>,
+) -> Option<ToolConfig<'a>> {
     let needed = history_has_tools(&req.messages);
     if req.tools.is_empty() {
         // Converse refuses tool blocks without a toolConfig: declare what was called.
@@ -443,15 +472,15 @@ fn tool_config<'a>(req: &'a Request, dropped: &mut Vec<String>) -> Option<ToolCo
         }
         let tools = names
             .into_iter()
-            .map(|name| ToolEntry {
-                tool_spec: ToolSpec {
+            .map(|name| {
+                ToolEntry::ToolSpec(ToolSpec {
                     name,
                     description: None,
                     input_schema: InputSchema {
                         json: Schema::AnyObject(ANY_OBJECT),
                     },
                     strict: None,
-                },
+                })
             })
             .collect();
         return Some(ToolConfig {
@@ -470,20 +499,20 @@ fn tool_config<'a>(req: &'a Request, dropped: &mut Vec<String>) -> Option<ToolCo
             None
         }
     };
-    let tools = req
-        .tools
-        .iter()
-        .map(|t| ToolEntry {
-            tool_spec: ToolSpec {
-                name: &t.name,
-                description: t.description.as_deref(),
-                input_schema: InputSchema {
-                    json: Schema::Raw(&t.parameters),
-                },
-                strict: t.strict,
+    let mut tools = Vec::with_capacity(req.tools.len() + 1);
+    for (i, t) in req.tools.iter().enumerate() {
+        tools.push(ToolEntry::ToolSpec(ToolSpec {
+            name: &t.name,
+            description: t.description.as_deref(),
+            input_schema: InputSchema {
+                json: Schema::Raw(&t.parameters),
             },
-        })
-        .collect();
+            strict: t.strict,
+        }));
+        if caches && req.cache_breaks.contains(&CacheBreak::Tool(i)) {
+            tools.push(ToolEntry::CachePoint(CACHE_POINT));
+        }
+    }
     Some(ToolConfig { tools, tool_choice })
 }
 
@@ -630,9 +659,25 @@ impl<'d> Turns<'d> {
     }
 }
 
+/// The system blocks, each marked one followed by a cache point.
+fn system<'a>(req: &'a Request, breaks: &[CacheBreak]) -> Vec<SystemBlock<'a>> {
+    let mut out = Vec::with_capacity(req.system.len() + breaks.len());
+    for (i, s) in req.system.iter().enumerate() {
+        if !s.is_empty() {
+            out.push(SystemBlock::Text(s));
+        }
+        let after_text = matches!(out.last(), Some(SystemBlock::Text(_)));
+        if after_text && breaks.contains(&CacheBreak::System(i)) {
+            out.push(SystemBlock::CachePoint(CACHE_POINT));
+        }
+    }
+    out
+}
+
 fn messages<'a>(
     messages: &'a [Message],
     claude: bool,
+    breaks: &[CacheBreak],
     dropped: &mut Vec<String>,
 ) -> Vec<WireMessage<'a>> {
     let mut turns = Turns {
@@ -641,12 +686,23 @@ fn messages<'a>(
         dropped,
     };
     let mut out: Vec<WireMessage> = Vec::with_capacity(messages.len());
-    for m in messages {
+    for (message, m) in messages.iter().enumerate() {
         let role = match m.role {
             Role::Assistant => "assistant",
             Role::User | Role::Tool | Role::System => "user",
         };
-        let content: Vec<Block> = m.parts.iter().filter_map(|p| turns.block(p)).collect();
+        let mut content: Vec<Block> = Vec::with_capacity(m.parts.len());
+        for (part, p) in m.parts.iter().enumerate() {
+            content.extend(turns.block(p));
+            // Never first in a turn nor twice in a row: a cache point closes
+            // what precedes it.
+            let after_block = content
+                .last()
+                .is_some_and(|b| !matches!(b, Block::CachePoint(_)));
+            if after_block && breaks.contains(&CacheBreak::Part { message, part }) {
+                content.push(Block::CachePoint(CACHE_POINT));
+            }
+        }
         if content.is_empty() {
             continue;
         }
@@ -669,6 +725,8 @@ struct Answer<'a> {
     output: Option<Output<'a>>,
     #[serde(default)]
     stop_reason: Option<String>,
+    #[serde(default)]
+    additional_model_response_fields: Option<ResponseFields>,
     #[serde(default)]
     usage: Option<WireUsage>,
 }
@@ -744,8 +802,10 @@ impl WireUsage {
                 .saturating_add(self.cache_read_input_tokens)
                 .saturating_add(self.cache_write_input_tokens),
             cached_tokens: self.cache_read_input_tokens,
+            cache_write_tokens: self.cache_write_input_tokens,
             output_tokens: self.output_tokens,
             reasoning_tokens: 0,
+            cache_write_1h_tokens: 0,
             cost_micro_usd: None,
         }
     }
@@ -818,6 +878,15 @@ struct ReasoningDelta {
 struct MessageStop {
     #[serde(default)]
     stop_reason: String,
+    #[serde(default)]
+    additional_model_response_fields: Option<ResponseFields>,
+}
+
+/// The model's own answer fields we asked for (`/stop_sequence` on Claude).
+#[derive(Deserialize)]
+struct ResponseFields {
+    #[serde(default)]
+    stop_sequence: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -894,7 +963,7 @@ impl Decoder {
         }
     }
 
-    fn finish(&mut self, reason: String, out: &mut Vec<Event>) {
+    fn finish(&mut self, reason: String, fields: Option<ResponseFields>, out: &mut Vec<Event>) {
         let canonical = match reason.as_str() {
             "end_turn" => FinishReason::Stop,
             "tool_use" => FinishReason::ToolCalls,
@@ -920,6 +989,7 @@ impl Decoder {
         out.push(Event::Finish {
             reason: canonical,
             raw: Some(reason),
+            stop_sequence: fields.and_then(|f| f.stop_sequence),
         });
     }
 
@@ -952,7 +1022,7 @@ impl Decoder {
             }
         }
         if let Some(reason) = a.stop_reason {
-            self.finish(reason, out);
+            self.finish(reason, a.additional_model_response_fields, out);
         }
         if let Some(u) = a.usage {
             out.push(Event::Usage(u.usage()));
@@ -1013,7 +1083,7 @@ impl StreamDecoder for Decoder {
             "messageStop" => {
                 let s: MessageStop = parse(name, data)?;
                 self.start(out);
-                self.finish(s.stop_reason, out);
+                self.finish(s.stop_reason, s.additional_model_response_fields, out);
             }
             "metadata" => {
                 let m: Metadata = parse(name, data)?;

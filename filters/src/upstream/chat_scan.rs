@@ -129,7 +129,11 @@ impl<'a> Scan<'a> {
             match slot {
                 0 => u.input_tokens = s.uint()?,
                 1 => u.output_tokens = s.uint()?,
-                2 => u.cached_tokens = s.nullable(|s| s.detail("cached_tokens"))?.unwrap_or(0),
+                2 => {
+                    let (read, written) = s.nullable(Scan::prompt_details)?.unwrap_or((0, 0));
+                    u.cached_tokens = read;
+                    u.cache_write_tokens = written;
+                }
                 _ => {
                     u.reasoning_tokens = s.nullable(|s| s.detail("reasoning_tokens"))?.unwrap_or(0)
                 }
@@ -137,6 +141,21 @@ impl<'a> Scan<'a> {
             Some(())
         })?;
         Some(u)
+    }
+
+    /// `prompt_tokens_details`: cache reads and writes (absent or null: 0).
+    fn prompt_details(&mut self) -> Option<(u64, u64)> {
+        let (mut read, mut written) = (None, None);
+        self.fields(["cached_tokens", "cache_write_tokens"], |s, slot| {
+            let n = s.nullable(Scan::uint)?;
+            if slot == 0 {
+                read = n;
+            } else {
+                written = n;
+            }
+            Some(())
+        })?;
+        Some((read.unwrap_or(0), written.unwrap_or(0)))
     }
 
     /// A details object: the one counter it names (absent or null: 0).
@@ -230,6 +249,7 @@ mod tests {
             Just("\"completion_tokens\"".to_string()),
             Just("\"prompt_tokens_details\"".to_string()),
             Just("\"cached_tokens\"".to_string()),
+            Just("\"cache_write_tokens\"".to_string()),
             Just("\"error\"".to_string()),
             Just("\"id\"".to_string()),
             Just("\"model\"".to_string()),
@@ -252,7 +272,7 @@ mod tests {
             finish in proptest::option::of("[a-z_]{1,8}"),
             refusal in proptest::option::of("[a-z ]{0,8}"),
             tools in 0usize..3,
-            usage in proptest::option::of((any::<u32>(), any::<u32>(), proptest::option::of(any::<u32>()))),
+            usage in proptest::option::of((any::<u32>(), any::<u32>(), proptest::option::of(any::<u32>()), proptest::option::of(any::<u32>()))),
             stream in any::<bool>(),
             created in any::<i64>(),
         ) {
@@ -265,9 +285,12 @@ mod tests {
                 "choices": [{"index": 0, "finish_reason": finish, "logprobs": null}],
             });
             a["choices"][0][if stream { "delta" } else { "message" }] = m;
-            if let Some((p, c, cached)) = usage {
+            if let Some((p, c, cached, written)) = usage {
                 a["usage"] = serde_json::json!({"prompt_tokens": p, "completion_tokens": c,
                     "prompt_tokens_details": {"cached_tokens": cached}, "total_tokens": 0});
+                if let Some(w) = written {
+                    a["usage"]["prompt_tokens_details"]["cache_write_tokens"] = w.into();
+                }
             }
             let text = if created % 2 == 0 { serde_json::to_string_pretty(&a) } else { serde_json::to_string(&a) }.unwrap();
             let fast = inspect(&text);

@@ -18,9 +18,15 @@
 //!   e.g. a conversation begun on another maker's rung).
 //! - Tool schemas go as `parametersJsonSchema` and structured output as
 //!   `responseJsonSchema`: plain JSON Schema, no OpenAPI subset conversion.
-//! - Reasoning: `budget_tokens` is `thinkingBudget`; an effort maps to a budget
-//!   (none 0, minimal 512, low 1024, medium 8192, high and above 24576);
-//!   `includeThoughts` is set when a reasoning summary is asked for.
+//! - Reasoning: `budget_tokens` is `thinkingBudget` on every model (Gemini 3 still
+//!   takes a budget). An effort is a `thinkingLevel` on Gemini 3 and later (the
+//!   model id's generation): Pro takes `low` and `high` (none, minimal and low are
+//!   `low`; medium and above `high`), the others also `minimal` and `medium`
+//!   (none is `minimal`, Gemini 3 cannot turn thinking off; above high is
+//!   `high`). Earlier models take an effort as a budget (none 0, minimal 512,
+//!   low 1024, medium 8192, high and above 24576). The two are never sent
+//!   together (Gemini refuses that). `includeThoughts` is set when a reasoning
+//!   summary is asked for.
 //!
 //! Decoding notes: thought parts are [`Event::Thinking`], signatures
 //! [`Event::ThinkingSignature`] (emitted before the part they ride on), function
@@ -227,12 +233,14 @@ struct ThinkingConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     thinking_budget: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    thinking_level: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     include_thoughts: Option<bool>,
 }
 
 /// The body for a Gemini rung. The model id goes in the URL (see [`path`]), so
 /// `model_id` and `stream` do not change the body.
-pub fn render(req: &Request, _model_id: &str, _stream: bool) -> Rendered {
+pub fn render(req: &Request, model_id: &str, _stream: bool) -> Rendered {
     let mut dropped = Vec::new();
     let body = Body {
         contents: contents(&req.messages),
@@ -241,7 +249,7 @@ pub fn render(req: &Request, _model_id: &str, _stream: bool) -> Rendered {
         }),
         tools: tools(req),
         tool_config: tool_config(req),
-        generation_config: generation_config(req, &mut dropped),
+        generation_config: generation_config(req, model_id, &mut dropped),
     };
     disclose_unsupported(req, &mut dropped);
     Rendered {
@@ -307,7 +315,11 @@ fn tool_config(req: &Request) -> Option<ToolConfig<'_>> {
     })
 }
 
-fn generation_config<'a>(req: &'a Request, dropped: &mut Vec<String>) -> GenerationConfig<'a> {
+fn generation_config<'a>(
+    req: &'a Request,
+    model_id: &str,
+    dropped: &mut Vec<String>,
+) -> GenerationConfig<'a> {
     let mut g = GenerationConfig {
         max_output_tokens: req.max_tokens,
         temperature: req.temperature,
@@ -327,26 +339,57 @@ fn generation_config<'a>(req: &'a Request, dropped: &mut Vec<String>) -> Generat
         Some(ResponseFormat::Text) | None => {}
     }
     if let Some(r) = &req.reasoning {
-        let budget = match (r.budget_tokens, r.effort.as_deref()) {
-            (Some(b), _) => Some(b),
+        let (mut budget, mut level) = (None, None);
+        match (r.budget_tokens, r.effort.as_deref()) {
+            (Some(b), _) => budget = Some(b),
             (None, Some(effort)) => {
-                let b = effort_budget(effort).map(|b| b.min(MAX_BUDGET));
-                if b.is_none() {
+                if generation(model_id) >= 3 {
+                    level = effort_level(effort, model_id.contains("-pro"));
+                } else {
+                    budget = effort_budget(effort).map(|b| b.min(MAX_BUDGET));
+                }
+                if budget.is_none() && level.is_none() {
                     dropped.push("reasoning.effort".to_string());
                 }
-                b
             }
-            (None, None) => None,
-        };
+            (None, None) => {}
+        }
         let include = r.summary.as_deref().is_some_and(|s| s != "none");
-        if budget.is_some() || include {
+        if budget.is_some() || level.is_some() || include {
             g.thinking_config = Some(ThinkingConfig {
                 thinking_budget: budget,
+                thinking_level: level,
                 include_thoughts: include.then_some(true),
             });
         }
     }
     g
+}
+
+/// The Gemini generation a model id names (`gemini-3-pro-preview` is 3, a
+/// publisher path included); 0 when it names none.
+fn generation(model_id: &str) -> u32 {
+    let Some(at) = model_id.find("gemini-") else {
+        return 0;
+    };
+    let rest = &model_id[at + "gemini-".len()..];
+    let digits = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..digits].parse().unwrap_or(0)
+}
+
+/// The `thinkingLevel` for an effort on Gemini 3 and later; Pro takes only `low`
+/// and `high`.
+fn effort_level(effort: &str, pro: bool) -> Option<&'static str> {
+    Some(match (effort, pro) {
+        ("none" | "minimal" | "low", true) => "low",
+        ("none" | "minimal", false) => "minimal",
+        ("low", false) => "low",
+        ("medium", false) => "medium",
+        ("medium" | "high" | "xhigh" | "max", _) => "high",
+        _ => return None,
+    })
 }
 
 /// The thinking budget for an effort level (shared with the Bedrock wire, which
@@ -635,10 +678,13 @@ impl UsageMetadata {
                 .prompt_token_count
                 .saturating_add(self.tool_use_prompt_token_count),
             cached_tokens: self.cached_content_token_count,
+            // Gemini's cache is created ahead (cachedContents), never by a call.
+            cache_write_tokens: 0,
             output_tokens: self
                 .candidates_token_count
                 .saturating_add(self.thoughts_token_count),
             reasoning_tokens: self.thoughts_token_count,
+            cache_write_1h_tokens: 0,
             cost_micro_usd: None,
         }
     }
@@ -736,6 +782,7 @@ impl Decoder {
                 out.push(Event::Finish {
                     reason: FinishReason::ContentFilter,
                     raw: Some(reason),
+                    stop_sequence: None,
                 });
                 finished = true;
             }
@@ -812,6 +859,8 @@ impl Decoder {
         out.push(Event::Finish {
             reason: canonical,
             raw: Some(reason.to_string()),
+            // Gemini ends a stop-sequence match as a plain STOP.
+            stop_sequence: None,
         });
     }
 }

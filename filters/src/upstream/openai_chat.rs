@@ -139,6 +139,9 @@ struct WireUsage {
 struct CachedDetails {
     #[serde(default)]
     cached_tokens: Option<u64>,
+    /// Aggregators serving Claude (OpenRouter) report its cache writes here.
+    #[serde(default)]
+    cache_write_tokens: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -151,6 +154,12 @@ impl WireUsage {
     fn to_usage(&self) -> Usage {
         Usage {
             input_tokens: self.prompt_tokens,
+            // OpenAI charges no cache writes and reports none.
+            cache_write_tokens: self
+                .prompt_tokens_details
+                .as_ref()
+                .and_then(|d| d.cache_write_tokens)
+                .unwrap_or(0),
             cached_tokens: self
                 .prompt_tokens_details
                 .as_ref()
@@ -162,6 +171,7 @@ impl WireUsage {
                 .as_ref()
                 .and_then(|d| d.reasoning_tokens)
                 .unwrap_or(0),
+            cache_write_1h_tokens: 0,
             cost_micro_usd: None,
         }
     }
@@ -327,6 +337,10 @@ pub fn usage_json(u: &Usage) -> serde_json::Value {
         "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
         "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
     });
+    // Only when the provider wrote to its cache (OpenAI never does).
+    if u.cache_write_tokens > 0 {
+        v["prompt_tokens_details"]["cache_write_tokens"] = u.cache_write_tokens.into();
+    }
     if let Some(cost) = u.cost_usd() {
         v["cost"] = serde_json::Value::from(cost);
     }
@@ -393,6 +407,9 @@ mod tests {
         let usage = inspect(br#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":1}}}"#).unwrap();
         assert!(usage.usage_only);
         assert_eq!(usage.usage.unwrap().cached_tokens, 1);
+        // An aggregator serving Claude reports its cache writes in the details.
+        let written = inspect(br#"{"choices":[],"usage":{"prompt_tokens":50,"completion_tokens":2,"total_tokens":52,"prompt_tokens_details":{"cached_tokens":0,"cache_write_tokens":40}}}"#).unwrap();
+        assert_eq!(written.usage.unwrap().cache_write_tokens, 40);
         let err = inspect(br#"{"error":{"message":"boom","type":"server_error"}}"#).unwrap();
         assert!(err.error.is_some());
         let refusal =
@@ -795,6 +812,8 @@ pub fn decode(body: &[u8]) -> Result<Vec<Event>, DecodeError> {
             out.push(Event::Finish {
                 reason: finish_of(f),
                 raw: Some(f.clone()),
+                // Chat does not say which stop matched.
+                stop_sequence: None,
             });
         }
     }
@@ -886,6 +905,8 @@ impl StreamDecoder for Decoder {
                 out.push(Event::Finish {
                     reason: finish_of(f),
                     raw: Some(f.clone()),
+                    // Chat does not say which stop matched.
+                    stop_sequence: None,
                 });
             }
         }

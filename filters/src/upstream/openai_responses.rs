@@ -474,6 +474,8 @@ impl WireUsage {
     fn to_usage(&self) -> Usage {
         Usage {
             input_tokens: self.input_tokens,
+            // OpenAI charges no cache writes.
+            cache_write_tokens: 0,
             cached_tokens: self
                 .input_tokens_details
                 .as_ref()
@@ -485,6 +487,7 @@ impl WireUsage {
                 .as_ref()
                 .and_then(|d| d.reasoning_tokens)
                 .unwrap_or(0),
+            cache_write_1h_tokens: 0,
             cost_micro_usd: None,
         }
     }
@@ -642,6 +645,7 @@ fn settle(r: &WireResponse, has_calls: bool, out: &mut Vec<Event>) {
     out.push(Event::Finish {
         reason,
         raw: Some(status.to_string()),
+        stop_sequence: None,
     });
     if let Some(u) = &r.usage {
         out.push(Event::Usage(u.to_usage()));

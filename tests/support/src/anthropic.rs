@@ -99,8 +99,8 @@ impl Wire for Messages {
             "stop_reason": stop_reason(content),
             "stop_sequence": null,
             "usage": {
-                "input_tokens": ctx.prompt_tokens,
-                "cache_creation_input_tokens": 0,
+                "input_tokens": ctx.cache_split().1,
+                "cache_creation_input_tokens": ctx.cache_split().0,
                 "cache_read_input_tokens": 0,
                 "output_tokens": content.tokens(),
                 "service_tier": "standard",
@@ -121,8 +121,8 @@ impl Wire for Messages {
                 "stop_reason": null,
                 "stop_sequence": null,
                 "usage": {
-                    "input_tokens": ctx.prompt_tokens,
-                    "cache_creation_input_tokens": 0,
+                    "input_tokens": ctx.cache_split().1,
+                    "cache_creation_input_tokens": ctx.cache_split().0,
                     "cache_read_input_tokens": 0,
                     "output_tokens": 1,
                     "service_tier": "standard",

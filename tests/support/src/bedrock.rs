@@ -179,8 +179,14 @@ fn tool_input(arguments: &str) -> Value {
 }
 
 fn usage(ctx: &Ctx<'_>, content: &Content) -> Value {
-    let (input, output) = (ctx.prompt_tokens, output_tokens(content));
-    json!({"inputTokens": input, "outputTokens": output, "totalTokens": input + output})
+    let (written, input) = ctx.cache_split();
+    let output = output_tokens(content);
+    let mut v = json!({"inputTokens": input, "outputTokens": output, "totalTokens": ctx.prompt_tokens + output});
+    if written > 0 {
+        v["cacheWriteInputTokens"] = written.into();
+        v["cacheReadInputTokens"] = 0.into();
+    }
+    v
 }
 
 fn output_tokens(content: &Content) -> u64 {
@@ -418,6 +424,7 @@ mod tests {
             model: "anthropic.claude-3-5-haiku-20241022-v1:0",
             prompt_tokens: 7,
             include_usage: false,
+            cache_write: false,
         }
     }
 

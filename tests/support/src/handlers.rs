@@ -257,6 +257,7 @@ async fn generate<W: Wire>(m: &Inner, w: W, path_model: Option<String>, req: Req
         model,
         prompt_tokens: wire::estimate_tokens(body.len()),
         include_usage: parsed.include_usage,
+        cache_write: wire::marks_cache(&body),
     };
     if parsed.stream {
         pause(plan.header_delay).await;

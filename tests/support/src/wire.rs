@@ -27,6 +27,29 @@ pub(crate) struct Ctx<'a> {
     pub(crate) model: &'a str,
     pub(crate) prompt_tokens: u64,
     pub(crate) include_usage: bool,
+    /// The request marks a prompt-cache breakpoint (Anthropic `cache_control`,
+    /// Bedrock `cachePoint`): the makers that bill writes report half the prompt
+    /// written to the cache.
+    pub(crate) cache_write: bool,
+}
+
+impl Ctx<'_> {
+    /// Prompt tokens written to the cache, and the rest.
+    pub(crate) fn cache_split(&self) -> (u64, u64) {
+        let written = if self.cache_write {
+            self.prompt_tokens / 2
+        } else {
+            0
+        };
+        (written, self.prompt_tokens - written)
+    }
+}
+
+/// True when a request body carries a prompt-cache breakpoint.
+pub(crate) fn marks_cache(body: &[u8]) -> bool {
+    [&b"\"cache_control\""[..], &b"\"cachePoint\""[..]]
+        .iter()
+        .any(|needle| body.windows(needle.len()).any(|w| w == *needle))
 }
 
 /// One provider's generation wire format.
