@@ -18,11 +18,11 @@ use crate::state::AppState;
 use crate::store::usage::UsageEvent;
 use bytes::Bytes;
 use pingora::proxy::Session;
-use sluice_filters::inbound::{split_object as split, Member};
+use sluice_filters::json::RawObject;
+use sluice_filters::json::{split_object as split, Member};
 use sluice_filters::policy::Inbound;
 use sluice_filters::slug::split_suffixes;
 use sluice_filters::sse::data_frame;
-use sluice_filters::upstream::openai_chat::RawObject;
 use sluice_filters::{ApiError, ErrorCode, Format, Route};
 use std::time::{Duration, Instant};
 

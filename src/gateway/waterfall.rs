@@ -20,8 +20,9 @@ use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use sluice_filters::ir::{Event, FinishReason, Meta, Request, Response, Tail};
+use sluice_filters::json::RawObject;
 use sluice_filters::policy::{self, Inbound, ModelFacts, RungFacts, Wire};
-use sluice_filters::upstream::openai_chat::{render_request, RawObject};
+use sluice_filters::upstream::openai_chat::render_request;
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
 use std::sync::Arc;
@@ -385,7 +386,7 @@ async fn attempt(
     let with_routing = |body: Vec<u8>| match &routing {
         Some(k) => {
             let v = serde_json::to_vec(k).unwrap_or_default();
-            sluice_filters::json_edit::set_member(&body, "prompt_cache_key", &v)
+            sluice_filters::json::edit::set_member(&body, "prompt_cache_key", &v)
         }
         None => body,
     };
