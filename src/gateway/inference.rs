@@ -6,8 +6,9 @@ use super::body::{read_capped, BodyError};
 use super::exchange::{Exchange, Outcome};
 use super::idempotency::{self, Claim};
 use super::models::{authenticate, granted, Handled};
+use super::plan::{Job, CACHEABLE_BYTES};
 use super::respond::send;
-use super::waterfall::{self, Job};
+use super::waterfall;
 use super::wire;
 use super::Gateway;
 use crate::accounts::OrgRecord;
@@ -216,7 +217,7 @@ pub async fn handle(
                 long_context: wanted.long_context,
                 rungs,
                 org_id: org.id.clone(),
-                cacheable: body.len() >= waterfall::CACHEABLE_BYTES,
+                cacheable: body.len() >= CACHEABLE_BYTES,
             };
             let serve = Box::pin(waterfall::serve(gw, session, &mut ex, &model, job));
             serve.await
