@@ -3,9 +3,10 @@
 //! (decode, inspect, splice the provider, encode). `cargo bench --bench hot_path`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use sluice_filters::json_edit::set_member as splice_member;
+use sluice_filters::json::edit::set_member as splice_member;
+use sluice_filters::json::RawObject;
 use sluice_filters::sse::{data_frame, SseDecoder};
-use sluice_filters::upstream::openai_chat::{inspect, render_request, RawObject};
+use sluice_filters::upstream::openai_chat::{inspect, render_request};
 use std::hint::black_box;
 
 const BODY: &str = r#"{"model":"gpt-4.1-mini","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in five words."}],"temperature":0.2,"max_tokens":64}"#;

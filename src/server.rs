@@ -88,6 +88,13 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     let state = state_rt.block_on(AppState::build(config.clone()))?;
     state_rt.block_on(async {
         state.spawn_refreshers();
+        // The idempotency jobs: this instance's liveness marker, and the sweep of
+        // expired keys.
+        crate::gateway::idempotency::spawn_heartbeat(
+            state.counters.clone(),
+            state.instance_id.clone(),
+        );
+        crate::gateway::idempotency::spawn_sweep(state.db.clone());
         crate::gateway::probe::spawn_periodic(config.clone(), state.db.clone());
     });
     // Never dropped: the connections it drives are used by every service.

@@ -90,11 +90,6 @@ impl AppState {
         self.directory.spawn_sync(self.db.clone());
         self.catalog.spawn_refresh(self.db.clone());
         self.byok.spawn_refresh(self.db.clone());
-        crate::gateway::idempotency::spawn_heartbeat(
-            self.counters.clone(),
-            self.instance_id.clone(),
-        );
-        crate::gateway::idempotency::spawn_sweep(self.db.clone());
     }
 
     pub fn draining(&self) -> bool {

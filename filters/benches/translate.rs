@@ -7,7 +7,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use serde_json::json;
 use sluice_filters::inbound::{chat, embeddings, messages};
 use sluice_filters::ir::{Event, Meta, StreamDecoder, StreamEncoder};
-use sluice_filters::json_edit;
+use sluice_filters::json::{edit as json_edit, RawObject};
 use sluice_filters::sse::SseDecoder;
 use sluice_filters::upstream::{anthropic, openai_chat};
 use std::hint::black_box;
@@ -68,7 +68,7 @@ fn requests(c: &mut Criterion) {
             |b, body| {
                 b.iter(|| {
                     let text = std::str::from_utf8(black_box(body)).unwrap();
-                    let o = openai_chat::RawObject::parse(text).unwrap();
+                    let o = RawObject::parse(text).unwrap();
                     black_box(openai_chat::render_request(&o, "gpt-4.1-2025-04-14", true))
                 })
             },
@@ -186,8 +186,7 @@ fn small_exchange(c: &mut Criterion) {
     let mut g = c.benchmark_group("small_exchange");
     g.bench_function("request_parse_and_render", |b| {
         b.iter(|| {
-            let o = openai_chat::RawObject::parse(std::str::from_utf8(black_box(body)).unwrap())
-                .unwrap();
+            let o = RawObject::parse(std::str::from_utf8(black_box(body)).unwrap()).unwrap();
             let req = chat::parse(black_box(body)).unwrap();
             black_box(&req);
             black_box(openai_chat::render_request(&o, "bench-model", false))

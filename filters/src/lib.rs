@@ -7,8 +7,7 @@
 pub mod error;
 pub mod inbound;
 pub mod ir;
-pub mod json_edit;
-mod json_scan;
+pub mod json;
 pub mod policy;
 pub mod relay;
 pub mod route;

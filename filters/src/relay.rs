@@ -8,7 +8,7 @@
 
 use crate::inbound::{messages, responses};
 use crate::ir::{Collector, Event, Meta, Tail, IGNORED_MEMBER, RECEIPT_MEMBER};
-use crate::json_edit::{set_member, set_nested};
+use crate::json::edit::{set_member, set_nested};
 use crate::usage::Usage;
 use serde::Deserialize;
 

@@ -47,6 +47,25 @@ impl Usage {
     }
 }
 
+/// The usage object in the chat format.
+pub fn usage_json(u: &Usage) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "prompt_tokens": u.input_tokens,
+        "completion_tokens": u.output_tokens,
+        "total_tokens": u.total(),
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
+    });
+    // Only when the provider wrote to its cache (OpenAI never does).
+    if u.cache_write_tokens > 0 {
+        v["prompt_tokens_details"]["cache_write_tokens"] = u.cache_write_tokens.into();
+    }
+    if let Some(cost) = u.cost_usd() {
+        v["cost"] = serde_json::Value::from(cost);
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::Usage;

@@ -456,7 +456,7 @@ fn cache_writes_are_reported_in_prompt_tokens_details() {
         60
     );
     // Absent when nothing was written, as OpenAI's own answers are.
-    let plain = openai_chat::usage_json(&Usage {
+    let plain = sluice_filters::usage::usage_json(&Usage {
         input_tokens: 100,
         ..Usage::default()
     });

@@ -3,7 +3,7 @@
 //! enough: no slow KDF needed against guessing), shown once at creation.
 
 use super::orgs::org_exists;
-use crate::store::db::opt_i64;
+use crate::store::db::{db_error, opt_i64};
 use crate::store::{new_id, now_ms, Db};
 use rand::RngCore;
 use serde::Serialize;
@@ -205,12 +205,6 @@ pub async fn list_for_org(db: &Db, org_id: &str) -> Result<Vec<KeyRecord>, ApiEr
     .await
     .map_err(db_error)?;
     Ok(rows.iter().map(from_row).collect())
-}
-
-/// A database failure as the client sees it: a stable code, no internals.
-pub fn db_error(e: sqlx::Error) -> ApiError {
-    tracing::error!(error = %e, "database error");
-    ApiError::internal()
 }
 
 #[cfg(test)]

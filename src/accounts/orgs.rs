@@ -1,8 +1,8 @@
 //! Organizations: verification state, tier, credit balance, grants, review state.
 //! Every write bumps `updated_at`, which is how other instances see the change.
 
-use super::keys::db_error;
 use super::{micro_to_usd, usd_to_micro};
+use crate::store::db::db_error;
 use crate::store::db::opt_i64;
 use crate::store::{new_id, now_ms, Db};
 use serde::Serialize;

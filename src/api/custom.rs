@@ -5,9 +5,9 @@
 
 use super::respond::{json, parse_body, ApiResult, Failure};
 use super::{Authed, Shared};
-use crate::accounts::keys::db_error;
 use crate::catalog::model::{FreeAllowance, ModelKind, ModelSpec, Price, Requires};
 use crate::catalog::RungSpec;
+use crate::store::db::db_error;
 use crate::store::now_ms;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;

@@ -175,7 +175,7 @@ pub async fn daily(
         .map(|r| {
             let key = if group == "day" {
                 let day: i64 = r.get("k");
-                Value::from(day_string(day))
+                Value::from(crate::billing::day_string(day))
             } else {
                 Value::from(r.get::<String, _>("k"))
             };
@@ -194,20 +194,6 @@ pub async fn daily(
         http::StatusCode::OK,
         &j!({"object": "list", "group_by": group, "data": data}),
     ))
-}
-
-/// Days since the Unix epoch as `YYYY-MM-DD` (UTC), civil-from-days.
-pub(crate) fn day_string(days: i64) -> String {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
 }
 
 /// `GET /api/gateway/catalog`: the models the org can call, each with its lane.
@@ -289,9 +275,9 @@ pub async fn key_limits(
 mod tests {
     #[test]
     fn days_are_civil_utc_dates() {
-        assert_eq!(super::day_string(0), "1970-01-01");
-        assert_eq!(super::day_string(19_723), "2024-01-01");
-        assert_eq!(super::day_string(20_414), "2025-11-22");
-        assert_eq!(super::day_string(11_016), "2000-02-29");
+        assert_eq!(crate::billing::day_string(0), "1970-01-01");
+        assert_eq!(crate::billing::day_string(19_723), "2024-01-01");
+        assert_eq!(crate::billing::day_string(20_414), "2025-11-22");
+        assert_eq!(crate::billing::day_string(11_016), "2000-02-29");
     }
 }

@@ -526,12 +526,12 @@ fn free_base(org_id: &str, slug: &str) -> String {
 
 /// The monthly cap counts a calendar month (UTC), named in the counter.
 fn month_name(now: u64) -> String {
-    crate::api::usage::day_string((now / DAY) as i64)[..7].to_string()
+    super::day_string((now / DAY) as i64)[..7].to_string()
 }
 
 /// The first second of `now`'s calendar month (UTC).
 pub fn month_start(now: u64) -> u64 {
-    let day = crate::api::usage::day_string((now / DAY) as i64);
+    let day = super::day_string((now / DAY) as i64);
     let dom: u64 = day[8..].parse().unwrap_or(1);
     (now / DAY - (dom - 1)) * DAY
 }
@@ -786,7 +786,7 @@ mod tests {
         let now = 20_414 * DAY + 43_200;
         assert_eq!(month_start(now), (20_414 - 21) * DAY);
         assert_eq!(
-            crate::api::usage::day_string((month_start(now) / DAY) as i64),
+            crate::billing::day_string((month_start(now) / DAY) as i64),
             "2025-11-01"
         );
         assert_eq!(month_start(20_393 * DAY), 20_393 * DAY);

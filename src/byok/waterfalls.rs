@@ -1,6 +1,6 @@
 //! Storing an org's waterfall override for a model.
 
-use crate::accounts::keys::db_error;
+use crate::store::db::db_error;
 use crate::store::{now_ms, Db};
 use sluice_filters::ApiError;
 

@@ -6,8 +6,9 @@ use super::body::{read_capped, BodyError};
 use super::exchange::{Exchange, Outcome};
 use super::idempotency::{self, Claim};
 use super::models::{authenticate, granted, Handled};
+use super::plan::{Job, CACHEABLE_BYTES};
 use super::respond::send;
-use super::waterfall::{self, Job};
+use super::waterfall;
 use super::wire;
 use super::Gateway;
 use crate::accounts::OrgRecord;
@@ -18,11 +19,11 @@ use crate::state::AppState;
 use crate::store::usage::UsageEvent;
 use bytes::Bytes;
 use pingora::proxy::Session;
-use sluice_filters::inbound::{split_object as split, Member};
+use sluice_filters::json::RawObject;
+use sluice_filters::json::{split_object as split, Member};
 use sluice_filters::policy::Inbound;
 use sluice_filters::slug::split_suffixes;
 use sluice_filters::sse::data_frame;
-use sluice_filters::upstream::openai_chat::RawObject;
 use sluice_filters::{ApiError, ErrorCode, Format, Route};
 use std::time::{Duration, Instant};
 
@@ -220,7 +221,7 @@ pub async fn handle(
                 long_context: wanted.long_context,
                 rungs,
                 org_id: org.id.clone(),
-                cacheable: body.len() >= waterfall::CACHEABLE_BYTES,
+                cacheable: body.len() >= CACHEABLE_BYTES,
             };
             let serve = Box::pin(waterfall::serve(gw, session, &mut ex, &model, job));
             serve.await

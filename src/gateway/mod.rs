@@ -19,6 +19,7 @@ mod inference;
 mod management;
 mod models;
 mod native;
+mod plan;
 mod pool;
 pub mod probe;
 mod respond;

@@ -13,8 +13,8 @@ use super::attempt::{
     write_whole, Attempt, Before,
 };
 use super::exchange::Exchange;
+use super::plan::{Job, Leg};
 use super::upstream::Failure;
-use super::waterfall::{Job, Leg};
 use super::wire::{self, Framer};
 use super::Gateway;
 use bytes::Bytes;

@@ -1,13 +1,13 @@
 //! Which wire a rung speaks for a request, and the dispatch from a wire or an
 //! inbound format to its `filters` module: rendering, decoding, encoding.
 
-use sluice_filters::inbound::Member;
 use sluice_filters::inbound::{
     chat as in_chat, messages as in_messages, responses as in_responses,
 };
 use sluice_filters::ir::{
     DecodeError, Event, Meta, RefusalReason, Request, Response, StreamDecoder, StreamEncoder, Tail,
 };
+use sluice_filters::json::Member;
 use sluice_filters::policy::{Inbound, Wire};
 use sluice_filters::sse::SseDecoder;
 use sluice_filters::upstream::{

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use sluice_filters::json_edit::{set_member, set_nested};
+use sluice_filters::json::edit::{set_member, set_nested};
 
 fuzz_target!(|data: &[u8]| {
     let out = set_member(data, "provider", br#""openai:m""#);

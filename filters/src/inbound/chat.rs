@@ -15,14 +15,14 @@
 use super::common::{
     check_description, invalid, malformed, refused_everywhere, unsupported, MAX_DESCRIPTION_CHARS,
 };
-use super::responses::Member;
 use crate::error::{ApiError, Format};
 use crate::ir::{
     Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response, ResponseFormat,
     Role, StreamEncoder, Tail, Tool, ToolChoice, IGNORED_MEMBER,
 };
+use crate::json::Member;
 use crate::sse::data_frame;
-use crate::upstream::openai_chat::usage_json;
+use crate::usage::usage_json;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -92,7 +92,7 @@ fn opt_str<'a>(
     v: Option<&'a RawValue>,
     param: impl fmt::Display,
 ) -> Result<Option<Cow<'a, str>>, ApiError> {
-    opt_with(v, param, "a string", super::string_value)
+    opt_with(v, param, "a string", crate::json::string_value)
 }
 
 /// An optional member read by `read`; `null` is absent, anything `read` refuses is
@@ -113,12 +113,12 @@ fn opt_with<'a, T>(
 }
 
 fn members<'a>(v: &'a RawValue, param: impl fmt::Display) -> Result<Vec<Member<'a>>, ApiError> {
-    super::split_object(v.get())
+    crate::json::split_object(v.get())
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an object.")))
 }
 
 fn array(v: &RawValue, param: impl fmt::Display) -> Result<Vec<&RawValue>, ApiError> {
-    super::split_array(v.get())
+    crate::json::split_array(v.get())
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an array.")))
 }
 
@@ -140,7 +140,7 @@ fn ranged(v: Option<f64>, param: &str, lo: f64, hi: f64) -> Result<Option<f64>, 
 /// Parses and validates a chat-completions body.
 pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     let text = std::str::from_utf8(body).map_err(|_| malformed("The body is not UTF-8."))?;
-    let top = super::split_object(text).map_err(ApiError::invalid_json)?;
+    let top = crate::json::split_object(text).map_err(ApiError::invalid_json)?;
     parse_members(&top)
 }
 
@@ -579,7 +579,7 @@ fn tool_call(v: &RawValue, p: At) -> Result<Part, ApiError> {
 }
 
 fn content_parts(v: &RawValue, p: At) -> Result<Vec<Part>, ApiError> {
-    if let Ok(text) = super::string_value(v.get()) {
+    if let Ok(text) = crate::json::string_value(v.get()) {
         return Ok(vec![Part::Text {
             text: text.into_owned(),
         }]);

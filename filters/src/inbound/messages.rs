@@ -26,6 +26,7 @@ use crate::ir::{
     CacheBreak, Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response,
     ResponseFormat, Role, StreamEncoder, Tail, Tool, ToolChoice,
 };
+use crate::json::{Member, Members};
 use crate::usage::Usage;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -58,31 +59,8 @@ pub const STOP_REASONS: [&str; 7] = [
 // Parsing
 // ---------------------------------------------------------------------------
 
-/// A JSON object's members in document order, values left unparsed.
-pub(crate) struct Members<'a>(pub(crate) Vec<(String, &'a RawValue)>);
-
-impl<'de> Deserialize<'de> for Members<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Members<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(16));
-                while let Some(k) = map.next_key::<String>()? {
-                    out.push((k, map.next_value::<&'de RawValue>()?));
-                }
-                Ok(Members(out))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
 /// The members of a body that must be a JSON object.
-pub(crate) fn members(body: &[u8]) -> Result<Vec<(String, &RawValue)>, ApiError> {
+pub(crate) fn members(body: &[u8]) -> Result<Vec<Member<'_>>, ApiError> {
     match serde_json::from_slice::<Members>(body) {
         Ok(m) => Ok(m.0),
         Err(e) if e.is_data() => Err(malformed("The request body must be a JSON object.")),
@@ -277,7 +255,7 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
         if raw.get() == "null" {
             continue;
         }
-        match key.as_str() {
+        match key.as_ref() {
             "model" => model = Some(field::<String>("model", raw, "a string")?),
             "max_tokens" => slots.max_tokens = Some(raw),
             "messages" => slots.messages = Some(raw),
@@ -300,7 +278,7 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
                     return Err(e);
                 }
                 req.extras.push(Extra {
-                    name: key,
+                    name: key.into_owned(),
                     value: raw.to_owned(),
                 });
             }
@@ -804,7 +782,7 @@ fn parse_output_config(raw: &RawValue, req: &mut Request) -> Result<(), ApiError
         .map_err(|_| invalid("output_config", "`output_config` must be an object."))?;
     let mut other = false;
     for (key, value) in &members {
-        match key.as_str() {
+        match key.as_ref() {
             "format" if value.get() != "null" => {
                 req.response_format = Some(parse_format("output_config.format", value)?);
             }

@@ -15,12 +15,10 @@ use crate::ir::{
     Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response, ResponseFormat,
     Role, StreamEncoder, Tail, Tool, ToolChoice,
 };
-use crate::upstream::openai_chat::append_member;
+use crate::json::{append_member, Member, Members};
 use crate::usage::Usage;
-use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use std::borrow::Cow;
 use std::fmt;
 
 /// The member of the final answer that carries the receipt.
@@ -45,59 +43,6 @@ const EMPTY_PARAMETERS: &str = r#"{"type":"object","properties":{}}"#;
 
 // ---------------------------------------------------------------------------
 // Reading objects member by member
-
-/// One member of a JSON object: its key and its unparsed value.
-pub type Member<'a> = (Cow<'a, str>, &'a RawValue);
-
-/// The members of a JSON object in document order, values unparsed: lets a closed
-/// schema name the offending key, and lets forwarded values pass untouched.
-pub(crate) struct Members<'a>(pub(crate) Vec<Member<'a>>);
-
-impl<'de> Deserialize<'de> for Members<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Members<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(16));
-                while let Some(Key(k)) = map.next_key()? {
-                    let v: &'de RawValue = map.next_value()?;
-                    out.push((k, v));
-                }
-                Ok(Members(out))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-/// A key, borrowed from the document unless it holds escapes.
-struct Key<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string key")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
 
 /// Whether a member is absent in effect (`null`).
 fn is_null(v: &RawValue) -> bool {
@@ -167,12 +112,12 @@ fn missing(param: impl fmt::Display) -> ApiError {
 }
 
 fn members(v: &RawValue, param: impl fmt::Display) -> Result<Vec<Member<'_>>, ApiError> {
-    super::split_object(v.get())
+    crate::json::split_object(v.get())
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an object.")))
 }
 
 fn array(v: &RawValue, param: impl fmt::Display) -> Result<Vec<&RawValue>, ApiError> {
-    super::split_array(v.get())
+    crate::json::split_array(v.get())
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an array.")))
 }
 

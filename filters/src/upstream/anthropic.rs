@@ -637,7 +637,7 @@ pub fn render_native(body: &[u8], model_id: &str, stream: bool) -> Vec<u8> {
         }
         let _ = serde_json::to_writer(&mut out, k);
         out.push(b':');
-        match k.as_str() {
+        match k.as_ref() {
             "model" => {
                 let _ = serde_json::to_writer(&mut out, model_id);
             }

@@ -10,8 +10,7 @@
 //! stands. So where this returns `Some`, the text is valid JSON and the result is
 //! the serde reading's. The walking itself is [`crate::json_scan`]'s.
 
-use super::openai_chat::Inspection;
-use crate::json_scan::Scan;
+use crate::json::scan::Scan;
 use crate::usage::Usage;
 use std::borrow::Cow;
 
@@ -94,7 +93,7 @@ impl<'a> Scan<'a> {
                 0 => {
                     let raw = s.raw_value()?;
                     if raw != "null" {
-                        m.content_chars = super::openai_chat::raw_text_len(raw);
+                        m.content_chars = raw_text_len(raw);
                     }
                 }
                 1 => {
@@ -169,144 +168,43 @@ impl<'a> Scan<'a> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::super::openai_chat::inspect_serde;
-    use super::inspect;
-    use proptest::prelude::*;
+/// What one answer (a whole completion, or one stream chunk) carries.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Inspection<'a> {
+    /// A non-empty text or tool-call delta: the commit point.
+    pub has_content: bool,
+    /// Characters of text content (for estimating a cut stream's output).
+    pub content_chars: usize,
+    pub refusal: Option<String>,
+    pub finish_reason: Option<Cow<'a, str>>,
+    pub usage: Option<Usage>,
+    /// An in-band error object (`{"error": …}`).
+    pub error: Option<String>,
+    /// A chunk with `choices: []` that only carries usage.
+    pub usage_only: bool,
+    /// Borrowed from the answer unless it had escapes.
+    pub id: Option<Cow<'a, str>>,
+    pub model: Option<Cow<'a, str>>,
+    pub created: Option<i64>,
+}
 
-    const ANSWER: &str = r#"{"choices":[{"finish_reason":"stop","index":0,"logprobs":null,"message":{"annotations":[],"content":"Hello from mock.","refusal":null,"role":"assistant"}}],"created":1795466564,"id":"chatcmpl-1","model":"m-2025","object":"chat.completion","usage":{"completion_tokens":64,"completion_tokens_details":{"reasoning_tokens":3},"prompt_tokens":23,"prompt_tokens_details":{"audio_tokens":0,"cached_tokens":5},"total_tokens":87}}"#;
-
-    /// The scan either declines or agrees with serde.
-    fn agrees(text: &str) -> bool {
-        match inspect(text) {
-            None => true,
-            Some(fast) => inspect_serde(text) == Some(fast),
+/// The characters of text in a raw `content` value: a string, or text parts.
+pub(super) fn raw_text_len(text: &str) -> usize {
+    if text.starts_with('"') {
+        // The common case: a plain string. Without escapes its length is the raw
+        // length less the quotes; with them it is read without building a Value.
+        if !text.contains('\\') {
+            return text.len().saturating_sub(2);
         }
+        return serde_json::from_str::<Cow<str>>(text).map_or(0, |s| s.len());
     }
-
-    #[test]
-    fn the_common_shapes_are_read_in_one_pass_as_serde_reads_them() {
-        for text in [
-            ANSWER,
-            r#"{"choices":[{"index":0,"delta":{"content":"Hel"}}]}"#,
-            r#"{"choices":[{"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
-            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"t","function":{"name":"f","arguments":""}}]}}]}"#,
-            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":null}}"#,
-            r#"{"error":{"message":"boom \"quoted\" \u00e9","type":"server_error"}}"#,
-            r#"{"choices":[{"message":{"content":null,"refusal":"I can\u2019t"}}]}"#,
-            r#"{"choices":[{"message":{"content":"a\nb\ud83d\ude00"},"delta":{"content":"zz"}}]}"#,
-            r#"{"choices":[{"message":null,"delta":{"content":[{"type":"text","text":"hi"}]}}]}"#,
-            " {\"id\" : \"x\" , \"choices\" : [ ] , \"created\" : -5 } \n",
-        ] {
-            let fast = inspect(text).unwrap_or_else(|| panic!("declined {text}"));
-            assert_eq!(Some(fast), inspect_serde(text), "{text}");
-        }
-    }
-
-    #[test]
-    fn anything_unusual_or_broken_is_left_to_serde() {
-        for text in [
-            r#"{"choices":[],"choices":[]}"#,     // serde refuses repeats
-            r#"{"ch\u006fices":[]}"#,             // escaped key
-            r#"{"choices":null}"#,                // not an array
-            r#"{"usage":{"prompt_tokens":1.5}}"#, // not an integer
-            r#"{"usage":{"prompt_tokens":-1}}"#,
-            r#"{"created":1e3}"#,
-            r#"{"id":"\ud800"}"#,  // lone surrogate
-            r#"{"id":"a\x"}"#,     // bad escape
-            "{\"id\":\"a\u{1}\"}", // control character
-            r#"{"id":"x"} x"#,     // trailing text
-            r#"{"id":"x",}"#,
-            r#"{"n":01}"#,
-            r#"{"n":-}"#,
-            r#"{"n":1.}"#,
-            r#"{"n":tru}"#,
-            r#"[1]"#,
-            "",
-        ] {
-            assert_eq!(inspect(text), None, "{text}");
-        }
-        let deep = format!("{{\"x\":{}{}}}", "[".repeat(200), "]".repeat(200));
-        assert_eq!(inspect(&deep), None);
-    }
-
-    fn value() -> impl Strategy<Value = String> {
-        crate::json_scan::json_like(key().boxed())
-    }
-
-    fn key() -> impl Strategy<Value = String> {
-        prop_oneof![
-            Just("\"choices\"".to_string()),
-            Just("\"message\"".to_string()),
-            Just("\"delta\"".to_string()),
-            Just("\"content\"".to_string()),
-            Just("\"tool_calls\"".to_string()),
-            Just("\"refusal\"".to_string()),
-            Just("\"finish_reason\"".to_string()),
-            Just("\"usage\"".to_string()),
-            Just("\"prompt_tokens\"".to_string()),
-            Just("\"completion_tokens\"".to_string()),
-            Just("\"prompt_tokens_details\"".to_string()),
-            Just("\"cached_tokens\"".to_string()),
-            Just("\"cache_write_tokens\"".to_string()),
-            Just("\"error\"".to_string()),
-            Just("\"id\"".to_string()),
-            Just("\"model\"".to_string()),
-            Just("\"created\"".to_string()),
-            "\"[a-z_]{1,6}\"",
-        ]
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
-
-        #[test]
-        fn the_scan_never_disagrees_with_serde(v in value()) {
-            prop_assert!(agrees(&v), "{}", v);
-        }
-
-        #[test]
-        fn well_formed_answers_take_the_one_pass_reading(
-            content in proptest::option::of("[a-z\\\\\"\n\u{e9}\u{1F600} ]{0,20}"),
-            finish in proptest::option::of("[a-z_]{1,8}"),
-            refusal in proptest::option::of("[a-z ]{0,8}"),
-            tools in 0usize..3,
-            usage in proptest::option::of((any::<u32>(), any::<u32>(), proptest::option::of(any::<u32>()), proptest::option::of(any::<u32>()))),
-            stream in any::<bool>(),
-            created in any::<i64>(),
-        ) {
-            let mut m = serde_json::json!({"role": "assistant", "content": content, "refusal": refusal});
-            if tools > 0 {
-                m["tool_calls"] = serde_json::json!(vec![serde_json::json!({"id": "t", "function": {"name": "f"}}); tools]);
-            }
-            let mut a = serde_json::json!({
-                "id": "chatcmpl-x", "created": created, "model": "m",
-                "choices": [{"index": 0, "finish_reason": finish, "logprobs": null}],
-            });
-            a["choices"][0][if stream { "delta" } else { "message" }] = m;
-            if let Some((p, c, cached, written)) = usage {
-                a["usage"] = serde_json::json!({"prompt_tokens": p, "completion_tokens": c,
-                    "prompt_tokens_details": {"cached_tokens": cached}, "total_tokens": 0});
-                if let Some(w) = written {
-                    a["usage"]["prompt_tokens_details"]["cache_write_tokens"] = w.into();
-                }
-            }
-            let text = if created % 2 == 0 { serde_json::to_string_pretty(&a) } else { serde_json::to_string(&a) }.unwrap();
-            let fast = inspect(&text);
-            prop_assert!(fast.is_some(), "{}", text);
-            prop_assert_eq!(fast, inspect_serde(&text), "{}", text);
-        }
-
-        #[test]
-        fn broken_answers_are_never_read_differently(cut in 0usize..400, byte in any::<u8>()) {
-            let mut b = ANSWER.as_bytes().to_vec();
-            let at = cut % b.len();
-            b[at] = byte;
-            if let Ok(text) = std::str::from_utf8(&b) {
-                prop_assert!(agrees(text), "{}", text);
-            }
-            prop_assert!(agrees(&ANSWER[..at]));
-        }
+    // Content parts: count the text parts.
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(|t| t.as_str()))
+            .map(str::len)
+            .sum(),
+        _ => 0,
     }
 }

@@ -3,83 +3,25 @@
 //! stream usage always on, gateway-owned fields removed) and inspection of answers
 //! (is there content yet, a refusal, an in-band error, the usage).
 
-use crate::inbound::Member;
+use super::chat_scan::raw_text_len;
+pub use super::chat_scan::Inspection;
 use crate::ir::{
     DecodeError, Event, FinishReason, Part, RefusalReason, Request, ResponseFormat, Role,
     StreamDecoder, ToolChoice,
 };
+use crate::json::RawObject;
 use crate::upstream::Rendered;
 use crate::usage::Usage;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
-/// A JSON object's members with their values unparsed, borrowed from the client's
-/// body: forwarded fields are never re-serialized from a parsed form. Each key
-/// once, in document order.
-#[derive(Clone, Debug, Default)]
-pub struct RawObject<'a>(Vec<Member<'a>>);
-
-impl<'a> RawObject<'a> {
-    /// The object of a body's members: the last of repeated members wins, as it
-    /// does for a JSON reader that keeps one.
-    pub fn from_members(members: &[Member<'a>]) -> Self {
-        let kept: Vec<Member<'a>> = if members.len() <= 32 {
-            // Few members: a look ahead for a later repeat beats building a set.
-            members
-                .iter()
-                .enumerate()
-                .filter(|(i, (k, _))| !members[i + 1..].iter().any(|(later, _)| later == k))
-                .map(|(_, m)| m.clone())
-                .collect()
-        } else {
-            // Many members: one pass from the back, so a huge body stays linear.
-            let mut seen = std::collections::HashSet::with_capacity(members.len());
-            let mut out: Vec<Member<'a>> = members
-                .iter()
-                .rev()
-                .filter(|(k, _)| seen.insert(k.as_ref()))
-                .cloned()
-                .collect();
-            out.reverse();
-            out
-        };
-        RawObject(kept)
-    }
-
-    /// The object that is the whole of `text`.
-    pub fn parse(text: &'a str) -> Result<Self, serde_json::Error> {
-        crate::inbound::split_object(text).map(|m| Self::from_members(&m))
-    }
-
-    pub fn get(&self, key: &str) -> Option<&'a RawValue> {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
-    }
-
-    pub fn contains_key(&self, key: &str) -> bool {
-        self.get(key).is_some()
-    }
-
-    pub fn remove(&mut self, key: &str) {
-        self.0.retain(|(k, _)| k != key);
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &'a RawValue)> + '_ {
-        self.0.iter().map(|(k, v)| (k.as_ref(), *v))
-    }
-
-    /// Bytes of the members' values.
-    pub fn value_bytes(&self) -> usize {
-        self.0.iter().map(|(_, v)| v.get().len()).sum()
-    }
-}
-
 /// Fields the gateway owns and never forwards.
 const GATEWAY_OWNED: [&str; 1] = ["prompt_cache_key"];
 
 /// The body for an OpenAI-compatible rung.
 pub fn render_request(body: &RawObject, provider_model_id: &str, stream: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256 + body.value_bytes() + 16 * body.0.len());
+    let mut out = Vec::with_capacity(256 + body.value_bytes() + 16 * body.len());
     out.push(b'{');
     let mut first = true;
     let mut put = |out: &mut Vec<u8>, k: &str, v: &[u8]| {
@@ -213,49 +155,8 @@ struct Answer<'a> {
     created: Option<i64>,
 }
 
-/// What one answer (a whole completion, or one stream chunk) carries.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Inspection<'a> {
-    /// A non-empty text or tool-call delta: the commit point.
-    pub has_content: bool,
-    /// Characters of text content (for estimating a cut stream's output).
-    pub content_chars: usize,
-    pub refusal: Option<String>,
-    pub finish_reason: Option<Cow<'a, str>>,
-    pub usage: Option<Usage>,
-    /// An in-band error object (`{"error": …}`).
-    pub error: Option<String>,
-    /// A chunk with `choices: []` that only carries usage.
-    pub usage_only: bool,
-    /// Borrowed from the answer unless it had escapes.
-    pub id: Option<Cow<'a, str>>,
-    pub model: Option<Cow<'a, str>>,
-    pub created: Option<i64>,
-}
-
 fn text_len(content: Option<&RawValue>) -> usize {
     content.map_or(0, |raw| raw_text_len(raw.get()))
-}
-
-/// The characters of text in a raw `content` value: a string, or text parts.
-pub(super) fn raw_text_len(text: &str) -> usize {
-    if text.starts_with('"') {
-        // The common case: a plain string. Without escapes its length is the raw
-        // length less the quotes; with them it is read without building a Value.
-        if !text.contains('\\') {
-            return text.len().saturating_sub(2);
-        }
-        return serde_json::from_str::<Cow<str>>(text).map_or(0, |s| s.len());
-    }
-    // Content parts: count the text parts.
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(serde_json::Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(|t| t.as_str()))
-            .map(str::len)
-            .sum(),
-        _ => 0,
-    }
 }
 
 /// Reads a completion body or a chunk's data; `None` when it is not JSON of the
@@ -297,54 +198,6 @@ pub(super) fn inspect_serde(text: &str) -> Option<Inspection<'_>> {
         }
     }
     Some(out)
-}
-
-/// Adds `"key": <json value>` as the last member of the object that ends `buf`
-/// (from `start`), in place: only the closing brace and what follows it move. For
-/// objects the gateway wrote itself; a provider's answer is edited with
-/// [`crate::json_edit`], which also replaces a member of the same name.
-pub fn append_member(buf: &mut Vec<u8>, start: usize, key: &str, value_json: &[u8]) {
-    let Some(end) = buf[start..]
-        .iter()
-        .rposition(|&b| b == b'}')
-        .map(|e| start + e)
-    else {
-        return;
-    };
-    let empty = buf[start..end]
-        .iter()
-        .rev()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|&b| b == b'{');
-    // Appended, then rotated into place before the closing brace: only the tail
-    // (the brace and any trailing whitespace) moves.
-    let sep: &[u8] = if empty { b"\"" } else { b",\"" };
-    let added = sep.len() + key.len() + 2 + value_json.len();
-    buf.reserve(added);
-    buf.extend_from_slice(sep);
-    buf.extend_from_slice(key.as_bytes());
-    buf.extend_from_slice(b"\":");
-    buf.extend_from_slice(value_json);
-    buf[end..].rotate_right(added);
-}
-
-/// The usage object in the chat format.
-pub fn usage_json(u: &Usage) -> serde_json::Value {
-    let mut v = serde_json::json!({
-        "prompt_tokens": u.input_tokens,
-        "completion_tokens": u.output_tokens,
-        "total_tokens": u.total(),
-        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
-        "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
-    });
-    // Only when the provider wrote to its cache (OpenAI never does).
-    if u.cache_write_tokens > 0 {
-        v["prompt_tokens_details"]["cache_write_tokens"] = u.cache_write_tokens.into();
-    }
-    if let Some(cost) = u.cost_usd() {
-        v["cost"] = serde_json::Value::from(cost);
-    }
-    v
 }
 
 #[cfg(test)]
@@ -949,5 +802,148 @@ pub(crate) fn policy_reason(code: &str) -> Option<RefusalReason> {
         | "content_filter"
         | "ResponsibleAIPolicyViolation" => Some(RefusalReason::ContentPolicy),
         _ => None,
+    }
+}
+
+/// The one-pass scan held to the serde reading.
+#[cfg(test)]
+mod scan_tests {
+    use super::super::chat_scan::inspect;
+    use super::inspect_serde;
+    use proptest::prelude::*;
+
+    const ANSWER: &str = r#"{"choices":[{"finish_reason":"stop","index":0,"logprobs":null,"message":{"annotations":[],"content":"Hello from mock.","refusal":null,"role":"assistant"}}],"created":1795466564,"id":"chatcmpl-1","model":"m-2025","object":"chat.completion","usage":{"completion_tokens":64,"completion_tokens_details":{"reasoning_tokens":3},"prompt_tokens":23,"prompt_tokens_details":{"audio_tokens":0,"cached_tokens":5},"total_tokens":87}}"#;
+
+    /// The scan either declines or agrees with serde.
+    fn agrees(text: &str) -> bool {
+        match inspect(text) {
+            None => true,
+            Some(fast) => inspect_serde(text) == Some(fast),
+        }
+    }
+
+    #[test]
+    fn the_common_shapes_are_read_in_one_pass_as_serde_reads_them() {
+        for text in [
+            ANSWER,
+            r#"{"choices":[{"index":0,"delta":{"content":"Hel"}}]}"#,
+            r#"{"choices":[{"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"t","function":{"name":"f","arguments":""}}]}}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":null}}"#,
+            r#"{"error":{"message":"boom \"quoted\" \u00e9","type":"server_error"}}"#,
+            r#"{"choices":[{"message":{"content":null,"refusal":"I can\u2019t"}}]}"#,
+            r#"{"choices":[{"message":{"content":"a\nb\ud83d\ude00"},"delta":{"content":"zz"}}]}"#,
+            r#"{"choices":[{"message":null,"delta":{"content":[{"type":"text","text":"hi"}]}}]}"#,
+            " {\"id\" : \"x\" , \"choices\" : [ ] , \"created\" : -5 } \n",
+        ] {
+            let fast = inspect(text).unwrap_or_else(|| panic!("declined {text}"));
+            assert_eq!(Some(fast), inspect_serde(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn anything_unusual_or_broken_is_left_to_serde() {
+        for text in [
+            r#"{"choices":[],"choices":[]}"#,     // serde refuses repeats
+            r#"{"ch\u006fices":[]}"#,             // escaped key
+            r#"{"choices":null}"#,                // not an array
+            r#"{"usage":{"prompt_tokens":1.5}}"#, // not an integer
+            r#"{"usage":{"prompt_tokens":-1}}"#,
+            r#"{"created":1e3}"#,
+            r#"{"id":"\ud800"}"#,  // lone surrogate
+            r#"{"id":"a\x"}"#,     // bad escape
+            "{\"id\":\"a\u{1}\"}", // control character
+            r#"{"id":"x"} x"#,     // trailing text
+            r#"{"id":"x",}"#,
+            r#"{"n":01}"#,
+            r#"{"n":-}"#,
+            r#"{"n":1.}"#,
+            r#"{"n":tru}"#,
+            r#"[1]"#,
+            "",
+        ] {
+            assert_eq!(inspect(text), None, "{text}");
+        }
+        let deep = format!("{{\"x\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(inspect(&deep), None);
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        crate::json::scan::json_like(key().boxed())
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("\"choices\"".to_string()),
+            Just("\"message\"".to_string()),
+            Just("\"delta\"".to_string()),
+            Just("\"content\"".to_string()),
+            Just("\"tool_calls\"".to_string()),
+            Just("\"refusal\"".to_string()),
+            Just("\"finish_reason\"".to_string()),
+            Just("\"usage\"".to_string()),
+            Just("\"prompt_tokens\"".to_string()),
+            Just("\"completion_tokens\"".to_string()),
+            Just("\"prompt_tokens_details\"".to_string()),
+            Just("\"cached_tokens\"".to_string()),
+            Just("\"cache_write_tokens\"".to_string()),
+            Just("\"error\"".to_string()),
+            Just("\"id\"".to_string()),
+            Just("\"model\"".to_string()),
+            Just("\"created\"".to_string()),
+            "\"[a-z_]{1,6}\"",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn the_scan_never_disagrees_with_serde(v in value()) {
+            prop_assert!(agrees(&v), "{}", v);
+        }
+
+        #[test]
+        fn well_formed_answers_take_the_one_pass_reading(
+            content in proptest::option::of("[a-z\\\\\"\n\u{e9}\u{1F600} ]{0,20}"),
+            finish in proptest::option::of("[a-z_]{1,8}"),
+            refusal in proptest::option::of("[a-z ]{0,8}"),
+            tools in 0usize..3,
+            usage in proptest::option::of((any::<u32>(), any::<u32>(), proptest::option::of(any::<u32>()), proptest::option::of(any::<u32>()))),
+            stream in any::<bool>(),
+            created in any::<i64>(),
+        ) {
+            let mut m = serde_json::json!({"role": "assistant", "content": content, "refusal": refusal});
+            if tools > 0 {
+                m["tool_calls"] = serde_json::json!(vec![serde_json::json!({"id": "t", "function": {"name": "f"}}); tools]);
+            }
+            let mut a = serde_json::json!({
+                "id": "chatcmpl-x", "created": created, "model": "m",
+                "choices": [{"index": 0, "finish_reason": finish, "logprobs": null}],
+            });
+            a["choices"][0][if stream { "delta" } else { "message" }] = m;
+            if let Some((p, c, cached, written)) = usage {
+                a["usage"] = serde_json::json!({"prompt_tokens": p, "completion_tokens": c,
+                    "prompt_tokens_details": {"cached_tokens": cached}, "total_tokens": 0});
+                if let Some(w) = written {
+                    a["usage"]["prompt_tokens_details"]["cache_write_tokens"] = w.into();
+                }
+            }
+            let text = if created % 2 == 0 { serde_json::to_string_pretty(&a) } else { serde_json::to_string(&a) }.unwrap();
+            let fast = inspect(&text);
+            prop_assert!(fast.is_some(), "{}", text);
+            prop_assert_eq!(fast, inspect_serde(&text), "{}", text);
+        }
+
+        #[test]
+        fn broken_answers_are_never_read_differently(cut in 0usize..400, byte in any::<u8>()) {
+            let mut b = ANSWER.as_bytes().to_vec();
+            let at = cut % b.len();
+            b[at] = byte;
+            if let Ok(text) = std::str::from_utf8(&b) {
+                prop_assert!(agrees(text), "{}", text);
+            }
+            prop_assert!(agrees(&ANSWER[..at]));
+        }
     }
 }

@@ -8,12 +8,12 @@
 //! replayed through encrypted reasoning items instead.
 
 use super::openai_chat::policy_reason;
-use crate::inbound::responses::Members;
 use crate::ir::{
     DecodeError, Event, FinishReason, Message, Part, RefusalReason, Request, ResponseFormat, Role,
     StreamDecoder, ToolChoice,
 };
-use crate::upstream::openai_chat::append_member;
+use crate::json::append_member;
+use crate::json::Members;
 use crate::upstream::Rendered;
 use crate::usage::Usage;
 use serde::{Deserialize, Serialize};

@@ -10,7 +10,7 @@
 //! what a serde-based rewrite gives (a repeated member reads as its last
 //! occurrence, as serde reads it).
 
-use crate::json_scan::Scan;
+use super::scan::Scan;
 use serde_json::{Map, Value};
 use std::ops::Range;
 
@@ -322,7 +322,7 @@ mod tests {
     /// order, repeated, escaped; strings that hold the looked-for bytes; compact,
     /// spaced or pretty.
     fn answer() -> impl Strategy<Value = String> {
-        let value = crate::json_scan::json_like(key().boxed());
+        let value = super::super::scan::json_like(key().boxed());
         let member = (key(), value);
         (prop::collection::vec(member, 0..6), 0u8..3).prop_map(|(members, style)| {
             let sep = match style {

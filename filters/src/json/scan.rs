@@ -6,7 +6,7 @@
 //! `None`, and the caller reads the text with serde instead, whose verdict stands.
 //! So where it returns `Some`, the text is valid JSON and the result is serde's.
 
-use crate::inbound::Member;
+use super::Member;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
@@ -383,7 +383,7 @@ mod tests {
 
     /// serde's reading of an object's members, as (key, raw text) pairs.
     fn serde_members(text: &str) -> Option<Vec<(String, String)>> {
-        let m = serde_json::from_str::<crate::inbound::responses::Members>(text).ok()?;
+        let m = serde_json::from_str::<super::super::Members>(text).ok()?;
         Some(
             m.0.into_iter()
                 .map(|(k, v)| (k.into_owned(), v.get().to_string()))

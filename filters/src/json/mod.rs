@@ -1,0 +1,192 @@
+//! The crate's JSON toolkit, under every format: an object's members with their
+//! values unparsed (read once, forwarded untouched), the validating one-pass
+//! scanner that reads the common shapes at a fraction of serde's cost (`scan`),
+//! and byte-level edits of a provider's answer (`edit`). `inbound` and `upstream`
+//! both stand on it and never on each other.
+
+pub mod edit;
+pub(crate) mod scan;
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::fmt;
+
+/// One member of a JSON object: its key and its unparsed value.
+pub type Member<'a> = (Cow<'a, str>, &'a RawValue);
+
+/// The members of a JSON object in document order, values unparsed: lets a closed
+/// schema name the offending key, and lets forwarded values pass untouched.
+pub struct Members<'a>(pub Vec<Member<'a>>);
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(16));
+                while let Some(Key(k)) = map.next_key()? {
+                    let v: &'de RawValue = map.next_value()?;
+                    out.push((k, v));
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A key, borrowed from the document unless it holds escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Splits a JSON object into its top-level members (keys unescaped, values as raw
+/// JSON borrowed from `text`). Errors are serde_json's own, for the caller to
+/// classify (syntax: not JSON; data: JSON that is not an object). The common shape
+/// is split in one validating pass; anything else is serde's to read.
+pub fn split_object(text: &str) -> Result<Vec<Member<'_>>, serde_json::Error> {
+    match scan::members(text) {
+        Some(members) => Ok(members),
+        None => serde_json::from_str::<Members>(text).map(|m| m.0),
+    }
+}
+
+/// Splits a JSON array into its items, as raw JSON; as [`split_object`] does.
+pub(crate) fn split_array(text: &str) -> Result<Vec<&RawValue>, serde_json::Error> {
+    match scan::items(text) {
+        Some(items) => Ok(items),
+        None => serde_json::from_str(text),
+    }
+}
+
+/// A JSON string value, borrowed from `text` when it holds no escapes.
+pub(crate) fn string_value(text: &str) -> Result<Cow<'_, str>, serde_json::Error> {
+    match scan::plain_str(text) {
+        Some(s) => Ok(Cow::Borrowed(s)),
+        None => serde_json::from_str::<String>(text).map(Cow::Owned),
+    }
+}
+
+/// A JSON object's members with their values unparsed, borrowed from the client's
+/// body: forwarded fields are never re-serialized from a parsed form. Each key
+/// once, in document order.
+#[derive(Clone, Debug, Default)]
+pub struct RawObject<'a>(Vec<Member<'a>>);
+
+impl<'a> RawObject<'a> {
+    /// The object of a body's members: the last of repeated members wins, as it
+    /// does for a JSON reader that keeps one.
+    pub fn from_members(members: &[Member<'a>]) -> Self {
+        let kept: Vec<Member<'a>> = if members.len() <= 32 {
+            // Few members: a look ahead for a later repeat beats building a set.
+            members
+                .iter()
+                .enumerate()
+                .filter(|(i, (k, _))| !members[i + 1..].iter().any(|(later, _)| later == k))
+                .map(|(_, m)| m.clone())
+                .collect()
+        } else {
+            // Many members: one pass from the back, so a huge body stays linear.
+            let mut seen = std::collections::HashSet::with_capacity(members.len());
+            let mut out: Vec<Member<'a>> = members
+                .iter()
+                .rev()
+                .filter(|(k, _)| seen.insert(k.as_ref()))
+                .cloned()
+                .collect();
+            out.reverse();
+            out
+        };
+        RawObject(kept)
+    }
+
+    /// The object that is the whole of `text`.
+    pub fn parse(text: &'a str) -> Result<Self, serde_json::Error> {
+        split_object(text).map(|m| Self::from_members(&m))
+    }
+
+    pub fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    /// How many members it holds.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    pub fn remove(&mut self, key: &str) {
+        self.0.retain(|(k, _)| k != key);
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &'a RawValue)> + '_ {
+        self.0.iter().map(|(k, v)| (k.as_ref(), *v))
+    }
+
+    /// Bytes of the members' values.
+    pub fn value_bytes(&self) -> usize {
+        self.0.iter().map(|(_, v)| v.get().len()).sum()
+    }
+}
+
+/// Adds `"key": <json value>` as the last member of the object that ends `buf`
+/// (from `start`), in place: only the closing brace and what follows it move. For
+/// objects the gateway wrote itself; a provider's answer is edited with
+/// [`crate::json_edit`], which also replaces a member of the same name.
+pub fn append_member(buf: &mut Vec<u8>, start: usize, key: &str, value_json: &[u8]) {
+    let Some(end) = buf[start..]
+        .iter()
+        .rposition(|&b| b == b'}')
+        .map(|e| start + e)
+    else {
+        return;
+    };
+    let empty = buf[start..end]
+        .iter()
+        .rev()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{');
+    // Appended, then rotated into place before the closing brace: only the tail
+    // (the brace and any trailing whitespace) moves.
+    let sep: &[u8] = if empty { b"\"" } else { b",\"" };
+    let added = sep.len() + key.len() + 2 + value_json.len();
+    buf.reserve(added);
+    buf.extend_from_slice(sep);
+    buf.extend_from_slice(key.as_bytes());
+    buf.extend_from_slice(b"\":");
+    buf.extend_from_slice(value_json);
+    buf[end..].rotate_right(added);
+}

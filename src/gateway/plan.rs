@@ -1,0 +1,161 @@
+//! What a request will be served by: the parsed request (`Job`), and the rungs the
+//! policy lets serve it (`Leg`s), each with its wire, its target, what it drops and
+//! the headers it needs, decided once before the first attempt.
+
+use super::upstream::Target;
+use super::wire::{is_claude, is_native, wire_for};
+use super::Gateway;
+use crate::byok::{Lane, RouteRung};
+use crate::catalog::Model;
+use sluice_filters::ir::Request;
+use sluice_filters::json::RawObject;
+use sluice_filters::policy::{self, Inbound, ModelFacts, RungFacts, Wire};
+use sluice_filters::{ApiError, ErrorCode};
+use std::sync::Arc;
+
+/// One inference request, parsed.
+pub struct Job<'a> {
+    pub inbound: Inbound,
+    /// The canonical form, for rungs of another wire.
+    pub req: Request,
+    /// The client's top-level members, unparsed, for native rungs.
+    pub object: RawObject<'a>,
+    pub stream: bool,
+    /// The `[1m]` suffix asked for the 1M-token window.
+    pub long_context: bool,
+    /// The active route for the org, in order, each rung with its lane.
+    pub rungs: Vec<RouteRung>,
+    pub org_id: String,
+    /// The request is long enough for a provider to cache its prefix.
+    pub cacheable: bool,
+}
+
+/// Providers cache prompt prefixes of about 1,024 tokens and more; a shorter
+/// conversation has no cache to stay near (about 4 bytes per token of JSON).
+pub const CACHEABLE_BYTES: usize = 4_096;
+
+impl Job<'_> {
+    /// The counter that remembers which rung holds this conversation's prompt
+    /// cache: keyed by `prompt_cache_key` when given, else by the conversation's
+    /// prefix (instructions, tools, first message), which every later turn repeats.
+    pub(super) fn affinity_key(&self) -> Option<String> {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        match &self.req.prompt_cache_key {
+            Some(k) => {
+                h.update(b"key\0");
+                h.update(k.as_bytes());
+            }
+            None => {
+                let first = self.req.messages.first()?;
+                h.update(b"prefix\0");
+                h.update(serde_json::to_vec(&(&self.req.system, &self.req.tools, first)).ok()?);
+            }
+        }
+        let digest = hex::encode(&h.finalize()[..12]);
+        Some(format!("aff:{}:{}:{digest}", self.org_id, self.req.model))
+    }
+
+    /// The stable value sent as `prompt_cache_key` to rungs whose provider routes
+    /// by it: derived from the client's key, never the key itself.
+    pub(super) fn routing_key(&self) -> Option<String> {
+        use sha2::{Digest, Sha256};
+        let k = self.req.prompt_cache_key.as_ref()?;
+        let mut h = Sha256::new();
+        for part in ["sluice-cache-route", self.org_id.as_str(), k.as_str()] {
+            h.update(part.as_bytes());
+            h.update([0]);
+        }
+        Some(format!("sl-{}", &hex::encode(h.finalize())[..32]))
+    }
+}
+
+/// One rung the policy let through, and how it is spoken to.
+pub struct Leg {
+    pub target: Arc<Target>,
+    pub wire: Wire,
+    pub native: bool,
+    /// Inbound field names this rung does not receive (disclosed).
+    pub dropped: Vec<String>,
+    /// Request headers this rung needs for this request.
+    pub headers: Vec<(&'static str, &'static str)>,
+    pub lane: Lane,
+    /// The provider routes by `prompt_cache_key` on this rung.
+    pub cache_key_routing: bool,
+}
+
+/// The beta flag that opens Anthropic's 1M-token window (the `[1m]` suffix).
+const ANTHROPIC_1M: (&str, &str) = ("anthropic-beta", "context-1m-2025-08-07");
+
+/// The rungs of a model that can serve this request, as the policy decides.
+pub(super) fn plan(gw: &Gateway, model: &Model, job: &Job) -> Result<Vec<Leg>, ApiError> {
+    let mut reachable = Vec::new();
+    for rung in &job.rungs {
+        let r = &rung.spec;
+        let Some(wire) = wire_for(&r.provider, &r.provider_model_id, job.inbound) else {
+            continue;
+        };
+        let target = if rung.is_platform() {
+            gw.upstreams.target(r)
+        } else {
+            gw.upstreams
+                .own_target(r, &rung.id, rung.account.as_deref())
+        };
+        let Some(target) = target else {
+            continue;
+        };
+        reachable.push((r, target, wire, rung.lane));
+    }
+    if reachable.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::UnavailableRoute,
+            "No rung of this model can be reached from this gateway.",
+        )
+        .with_status(503));
+    }
+    let facts: Vec<RungFacts> = reachable
+        .iter()
+        .map(|(r, _, wire, _)| RungFacts {
+            wire: *wire,
+            native: is_native(&r.provider, *wire, job.inbound),
+            claude: is_claude(&r.provider, &r.provider_model_id),
+            caps: &r.caps,
+        })
+        .collect();
+    let model_facts = ModelFacts {
+        modalities: &model.spec.modalities,
+        pinned: &model.spec.pinned,
+        long_context_1m: job.long_context,
+    };
+    let plans = policy::plan(&job.req, job.inbound, &model_facts, &facts)?;
+    Ok(plans
+        .into_iter()
+        .map(|p| {
+            let (_, target, wire, lane) = &reachable[p.index];
+            let headers = if job.long_context && target.provider == "anthropic" {
+                vec![ANTHROPIC_1M]
+            } else {
+                Vec::new()
+            };
+            Leg {
+                target: target.clone(),
+                wire: *wire,
+                native: facts[p.index].native,
+                dropped: p.dropped,
+                headers,
+                lane: *lane,
+                cache_key_routing: facts[p.index].caps.iter().any(|c| c == "cache_key_routing"),
+            }
+        })
+        .collect())
+}
+
+impl Job<'_> {
+    pub(super) fn inbound_label(&self) -> &'static str {
+        match self.inbound {
+            Inbound::Chat => "chat",
+            Inbound::Responses => "responses",
+            Inbound::Messages => "messages",
+        }
+    }
+}
