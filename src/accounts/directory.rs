@@ -10,7 +10,7 @@ use super::{keys, orgs, KeyRecord, OrgRecord};
 use crate::store::{now_ms, Db};
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,9 @@ pub struct Directory {
     /// Hashes of well-formed keys the database did not know, and when it said so.
     misses: Mutex<HashMap<String, Instant>>,
     lookups: AtomicUsize,
+    /// Counts local writes (`put_key`, `put_org`): a poll that read while one
+    /// landed drops what it read, so a stale row never overwrites a newer write.
+    local_writes: AtomicU64,
 }
 
 /// Releases a look-up slot when the look-up ends, however it ends.
@@ -151,6 +154,7 @@ impl Directory {
 
     /// Applies a local write at once (the poll would see it within a tick).
     pub fn put_key(&self, rec: KeyRecord) {
+        self.local_writes.fetch_add(1, Ordering::SeqCst);
         let rec = Arc::new(rec);
         self.keys.rcu(|m| {
             let mut m = HashMap::clone(m);
@@ -160,6 +164,7 @@ impl Directory {
     }
 
     pub fn put_org(&self, rec: OrgRecord) {
+        self.local_writes.fetch_add(1, Ordering::SeqCst);
         let rec = Arc::new(rec);
         self.orgs.rcu(|m| {
             let mut m = HashMap::clone(m);
@@ -178,6 +183,7 @@ impl Directory {
     }
 
     async fn sync_from(&self, db: &Db, since: i64) -> anyhow::Result<()> {
+        let epoch = self.local_writes.load(Ordering::SeqCst);
         let changed_keys = keys::changed_since(db, since).await?;
         let changed_orgs = orgs::changed_since(db, since).await?;
         let mut max = self.watermark.load(Ordering::Relaxed);
@@ -187,21 +193,35 @@ impl Directory {
         for (_, t) in &changed_orgs {
             max = max.max(*t);
         }
-        // Merged into the newest map (rcu), never swapped over it: a key or org a
-        // local write put in while this poll was reading stays in.
+        // Merged into the newest map (rcu), never swapped over it; and not at all
+        // when a local write landed while this poll read (its rows may be older
+        // than that write): the next poll reads again from the same watermark.
+        let stale = || self.local_writes.load(Ordering::SeqCst) != epoch;
         if !changed_keys.is_empty() {
             let changed: Vec<Arc<KeyRecord>> =
                 changed_keys.into_iter().map(|(k, _)| Arc::new(k)).collect();
-            self.keys
-                .rcu(|current| merged(current, &changed, |k| k.hash.clone()));
+            self.keys.rcu(|current| {
+                if stale() {
+                    Arc::clone(current)
+                } else {
+                    merged(current, &changed, |k| k.hash.clone())
+                }
+            });
         }
         if !changed_orgs.is_empty() {
             let changed: Vec<Arc<OrgRecord>> =
                 changed_orgs.into_iter().map(|(o, _)| Arc::new(o)).collect();
-            self.orgs
-                .rcu(|current| merged(current, &changed, |o| o.id.clone()));
+            self.orgs.rcu(|current| {
+                if stale() {
+                    Arc::clone(current)
+                } else {
+                    merged(current, &changed, |o| o.id.clone())
+                }
+            });
         }
-        self.watermark.store(max.max(0), Ordering::Relaxed);
+        if !stale() {
+            self.watermark.store(max.max(0), Ordering::Relaxed);
+        }
         Ok(())
     }
 
