@@ -15,7 +15,7 @@ use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
 use serde_json::json;
 use sluice_filters::ir::{RefusalReason, IGNORED_MEMBER};
-use sluice_filters::json::edit::{set_member as splice_member, set_nested};
+use sluice_filters::json::edit::{set_member as splice_member, set_member_into, set_nested};
 use sluice_filters::policy::Wire;
 use sluice_filters::sse::{data_frame, SseDecoder};
 use sluice_filters::upstream::openai_chat::{inspect, Inspection};
@@ -277,11 +277,20 @@ impl Pump<'_> {
     /// Rewrites one committed event into `out`.
     fn event(&mut self, ex: &Exchange, data: &[u8], info: &Inspection) {
         self.content_chars += info.content_chars;
-        if let Some(id) = &info.id {
-            self.last_id = Some(id.to_string());
+        // Every chunk names the same id and model: kept once, not copied per chunk.
+        if let Some(id) = info
+            .id
+            .as_deref()
+            .filter(|id| self.last_id.as_deref() != Some(id))
+        {
+            self.last_id = Some(id.to_owned());
         }
-        if let Some(model) = &info.model {
-            self.last_model = Some(model.to_string());
+        if let Some(model) = info
+            .model
+            .as_deref()
+            .filter(|m| self.last_model.as_deref() != Some(m))
+        {
+            self.last_model = Some(model.to_owned());
         }
         if let Some(u) = info.usage {
             self.usage = Some(u);
@@ -289,11 +298,20 @@ impl Pump<'_> {
         if info.usage_only && !self.wants_usage {
             return;
         }
+        let finishing = info.finish_reason.is_some() && !self.finish_seen;
+        let cost = info.usage.and_then(|u| ex.priced(u).cost_usd());
+        if !finishing && cost.is_none() {
+            // The common chunk (a delta): rewritten straight into the pending write.
+            self.out.extend_from_slice(b"data: ");
+            set_member_into(&mut self.out, data, "provider", self.provider_json);
+            self.out.extend_from_slice(b"\n\n");
+            return;
+        }
         let mut frame = splice_member(data, "provider", self.provider_json);
-        if let Some(cost) = info.usage.and_then(|u| ex.priced(u).cost_usd()) {
+        if let Some(cost) = cost {
             frame = with_cost(&frame, cost).unwrap_or(frame);
         }
-        if info.finish_reason.is_some() && !self.finish_seen {
+        if finishing {
             self.finish_seen = true;
             frame = splice_member(&frame, "x_gateway", &ex.receipt_json(self.provider, "ok"));
             if let Some(ignored) = &ex.ignored {
