@@ -1,15 +1,44 @@
 //! sluice: a model gateway. One base URL serves many language and embedding models
 //! from many providers; this library is the server behind the `sluice` binary.
+//!
+//! The rooms, from the top floor down (a room imports only rooms below it):
+//! - wiring: `server` starts every listener and background job; `config` is read once.
+//! - listeners: `proxy` (the gateway listener, a Pingora service), `api` (the
+//!   management API), `web` (the web app), `ops` (metrics, health, admin).
+//! - the request flow: `inference` (one inference request, admit to settle) over
+//!   `downstream` (the client's body and answers).
+//! - the provider client: `upstream` (targets, calls, pooling, provider auth, the
+//!   egress guard, the breaker).
+//! - the domain: `accounts` (orgs, keys), `catalog` (models, rungs), `byok` (org
+//!   provider connections and waterfalls), `billing` (prices, gates, settlement).
+//! - state: `state` (what every service shares), `store` (database, counters,
+//!   the usage writer).
+//!
+//! `sluice-filters` (the sans-IO formats, wires and policy) is under all of them.
 
-pub mod accounts;
+// Wiring.
+pub mod config;
+pub mod server;
+
+// Listeners.
 pub mod api;
+pub mod ops;
+pub mod proxy;
+pub mod web;
+
+// The request flow.
+pub mod downstream;
+pub mod inference;
+
+// The provider client.
+pub mod upstream;
+
+// The domain.
+pub mod accounts;
 pub mod billing;
 pub mod byok;
 pub mod catalog;
-pub mod config;
-pub mod gateway;
-pub mod ops;
-pub mod server;
+
+// State.
 pub mod state;
 pub mod store;
-pub mod web;

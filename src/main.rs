@@ -5,7 +5,7 @@
 
 use clap::{Parser, Subcommand};
 use sluice::accounts::admin as adm;
-use sluice::{catalog, config, gateway, server, store};
+use sluice::{catalog, config, server, store};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -169,7 +169,7 @@ async fn probe(config: config::Config) -> anyhow::Result<()> {
     let specs = catalog::load_configured(&config.catalog.path)?.unwrap_or_default();
     let db = store::Db::connect(&config.storage.database_url).await?;
     db.migrate().await?;
-    let verdicts = gateway::probe::probe_all(&config, &specs).await;
+    let verdicts = sluice::catalog::prober::probe_all(&config, &specs).await;
     catalog::probe::record(&db, &verdicts).await?;
     for m in &specs {
         for r in &m.rungs {

@@ -3,7 +3,7 @@
 //! services), all over one `Arc<AppState>`.
 
 use crate::config::Config;
-use crate::gateway::Gateway;
+use crate::proxy::Gateway;
 use crate::state::AppState;
 use anyhow::Context;
 use async_trait::async_trait;
@@ -90,12 +90,12 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         state.spawn_refreshers();
         // The idempotency jobs: this instance's liveness marker, and the sweep of
         // expired keys.
-        crate::gateway::idempotency::spawn_heartbeat(
+        crate::inference::idempotency::spawn_heartbeat(
             state.counters.clone(),
             state.instance_id.clone(),
         );
-        crate::gateway::idempotency::spawn_sweep(state.db.clone());
-        crate::gateway::probe::spawn_periodic(config.clone(), state.db.clone());
+        crate::inference::idempotency::spawn_sweep(state.db.clone());
+        crate::catalog::prober::spawn_periodic(config.clone(), state.db.clone());
     });
     // Never dropped: the connections it drives are used by every service.
     std::mem::forget(state_rt);

@@ -7,39 +7,21 @@
 //! its wire can carry, never from the model's name.
 
 use crate::error::{ApiError, ErrorCode};
+use crate::inbound::Inbound;
 use crate::ir::{Part, Request, ResponseFormat};
+use crate::upstream::Wire;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// The client-facing format a request came in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Inbound {
-    Chat,
-    Responses,
-    Messages,
-}
-
-/// An upstream wire protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Wire {
-    OpenAiChat,
-    OpenAiResponses,
-    Anthropic,
-    Gemini,
-    Bedrock,
-}
-
-impl Wire {
-    /// Whether the wire carries the field at all (before capabilities).
-    fn carries(self, f: Field) -> bool {
-        use Field::*;
-        match self {
-            Wire::OpenAiChat => !matches!(f, TopK),
-            Wire::OpenAiResponses => !matches!(f, TopK | FrequencyPenalty | PresencePenalty | Stop),
-            Wire::Anthropic => !matches!(f, FrequencyPenalty | PresencePenalty | Logprobs),
-            Wire::Gemini => !matches!(f, Logprobs),
-            Wire::Bedrock => !matches!(f, TopK | FrequencyPenalty | PresencePenalty | Logprobs),
-        }
+/// Whether a wire carries the field at all (before capabilities).
+fn carries(wire: Wire, f: Field) -> bool {
+    use Field::*;
+    match wire {
+        Wire::OpenAiChat => !matches!(f, TopK),
+        Wire::OpenAiResponses => !matches!(f, TopK | FrequencyPenalty | PresencePenalty | Stop),
+        Wire::Anthropic => !matches!(f, FrequencyPenalty | PresencePenalty | Logprobs),
+        Wire::Gemini => !matches!(f, Logprobs),
+        Wire::Bedrock => !matches!(f, TopK | FrequencyPenalty | PresencePenalty | Logprobs),
     }
 }
 
@@ -279,8 +261,9 @@ pub fn plan(
         .collect();
     for (field, value) in fields {
         let name = field.name(inbound);
-        let takes =
-            |r: &RungFacts| r.wire.carries(field) && (!field.needs_sampling() || r.has("sampling"));
+        let takes = |r: &RungFacts| {
+            carries(r.wire, field) && (!field.needs_sampling() || r.has("sampling"))
+        };
         let pinned_ok = value.is_some() && model.pinned.contains_key(name);
         if !pinned_ok && !eligible.iter().any(|&i| takes(&rungs[i])) {
             return Err(ApiError::new(

@@ -4,9 +4,9 @@
 
 use super::respond::{json, parse_body, ApiResult, Failure};
 use super::{Authed, Shared};
+use crate::byok::check::{self, Checked};
 use crate::byok::{connections, route, waterfalls, Live};
-use crate::gateway::accounts::{self, Checked};
-use crate::gateway::egress;
+use crate::upstream::egress;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
@@ -62,7 +62,7 @@ async fn check_urls(
             .map_err(|why| refused("config.base_url", why))?;
     }
     if provider == "vertex" {
-        if let Ok(account) = crate::gateway::auth::google::ServiceAccount::from_json(&a.secret) {
+        if let Ok(account) = crate::upstream::auth::google::ServiceAccount::from_json(&a.secret) {
             egress::check_org_url(&account.token_uri, allow)
                 .await
                 .map_err(|why| refused("secret.token_uri", why))?;
@@ -145,7 +145,7 @@ pub async fn rotate(
         conn,
         secret: Arc::from(a.secret.as_str()),
     };
-    match accounts::spend(&state.config, &live).await {
+    match check::spend(&state.config, &live).await {
         Ok(micro) => {
             connections::set_spend(&state.db, &live.conn.id, micro).await?;
             out["spend_usd"] = j!(crate::accounts::micro_to_usd(micro));
@@ -204,7 +204,7 @@ pub async fn check(
 ) -> ApiResult {
     let live = account(&state, &c.org.id, &org_id, &provider, &q).await?;
     let conn = &live.conn;
-    let (status, detail) = match accounts::check(&state.config, &live).await {
+    let (status, detail) = match check::check(&state.config, &live).await {
         Checked::Ok(d) => {
             connections::set_status(&state.db, &conn.id, true, &d).await?;
             ("ok", d)
@@ -230,7 +230,7 @@ pub async fn spend_refresh(
 ) -> ApiResult {
     let live = account(&state, &c.org.id, &org_id, &provider, &q).await?;
     let conn = &live.conn;
-    let mut out = match accounts::spend(&state.config, &live).await {
+    let mut out = match check::spend(&state.config, &live).await {
         Ok(micro) => {
             connections::set_spend(&state.db, &conn.id, micro).await?;
             connections::find(&state.db, &org_id, &provider, &conn.setup_alias)

@@ -84,7 +84,7 @@ async fn check_deployment(state: &Shared, rung: &RungSpec, param: String) -> Res
         return Ok(());
     }
     let allow = state.config.network.allow_private_upstreams;
-    crate::gateway::egress::check_org_url(&rung.base_url, allow)
+    crate::upstream::egress::check_org_url(&rung.base_url, allow)
         .await
         .map_err(refused)
 }

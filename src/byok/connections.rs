@@ -134,7 +134,7 @@ pub fn validate(provider: &str, alias: &str, secret: &str, config: &Value) -> Re
                     "a vertex account's secret is its service-account key JSON",
                 ));
             }
-            if let Err(why) = crate::gateway::auth::google::ServiceAccount::from_json(secret) {
+            if let Err(why) = crate::upstream::auth::google::ServiceAccount::from_json(secret) {
                 return Err(ApiError::invalid_parameter("secret", why));
             }
         }

@@ -4,6 +4,7 @@
 
 pub mod model;
 pub mod probe;
+pub mod prober;
 pub mod query;
 pub mod retention;
 

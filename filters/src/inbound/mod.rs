@@ -21,3 +21,71 @@ pub mod common;
 pub mod embeddings;
 pub mod messages;
 pub mod responses;
+
+use crate::error::{ApiError, Format};
+use crate::ir::{Meta, Request, Response, StreamEncoder, Tail};
+use crate::json::Member;
+
+/// The client-facing format a request came in, and the dispatch to its module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inbound {
+    Chat,
+    Responses,
+    Messages,
+}
+
+impl Inbound {
+    /// The route's name in metrics and labels.
+    pub fn label(self) -> &'static str {
+        match self {
+            Inbound::Chat => "chat",
+            Inbound::Responses => "responses",
+            Inbound::Messages => "messages",
+        }
+    }
+
+    /// The error envelope family of the format.
+    pub fn format(self) -> Format {
+        match self {
+            Inbound::Messages => Format::Anthropic,
+            _ => Format::OpenAi,
+        }
+    }
+
+    /// Parses and validates a body in this format; `members` is the body already
+    /// split (the chat format reads those rather than the body again).
+    pub fn parse(self, body: &[u8], members: &[Member<'_>]) -> Result<Request, ApiError> {
+        match self {
+            Inbound::Chat => chat::parse_members(members),
+            Inbound::Responses => responses::parse(body),
+            Inbound::Messages => messages::parse(body),
+        }
+    }
+
+    /// Renders a whole answer in this format.
+    pub fn render(self, resp: &Response, meta: &Meta, tail: &Tail) -> Vec<u8> {
+        match self {
+            Inbound::Chat => chat::render(resp, meta, tail),
+            Inbound::Responses => responses::render(resp, meta, tail),
+            Inbound::Messages => messages::render(resp, meta, tail),
+        }
+    }
+
+    /// A stream encoder in this format.
+    pub fn encoder(self, meta: Meta) -> Box<dyn StreamEncoder> {
+        match self {
+            Inbound::Chat => Box::new(chat::Encoder::new(meta)),
+            Inbound::Responses => Box::new(responses::Encoder::new(meta)),
+            Inbound::Messages => Box::new(messages::Encoder::new(meta)),
+        }
+    }
+
+    /// The in-band error event that ends a stream whose header already went out.
+    pub fn error_frame(self, err: &ApiError) -> Vec<u8> {
+        match self {
+            Inbound::Chat => chat::error_frame(err),
+            Inbound::Responses => responses::error_frame(err),
+            Inbound::Messages => messages::error_frame(err),
+        }
+    }
+}

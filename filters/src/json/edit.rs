@@ -377,14 +377,16 @@ mod tests {
             }
             let v = serde_json::to_vec(&serde_json::json!(1.5)).unwrap();
             let out = set_member(&b, "provider", &v);
-            match serde_json::from_slice::<Value>(&b) {
+            let read = serde_json::from_slice::<Value>(&b);
+            match read {
                 Ok(Value::Object(_)) => {
                     let got: Value = serde_json::from_slice(&out).unwrap();
                     prop_assert_eq!(&got["provider"], &serde_json::json!(1.5));
                 }
                 // serde refuses a number out of its range that is still valid JSON
-                // syntax: the scan may edit such a document.
-                _ if memchr::memmem::find(&b, b"e400").is_some() => {}
+                // syntax (`1e400`, or a mutated digit turned exponent: `-1E117...`):
+                // the scan may edit such a document.
+                Err(e) if e.to_string().contains("number out of range") => {}
                 // Not an object: left as it came, or still not JSON.
                 _ => prop_assert!(out == b || serde_json::from_slice::<Value>(&out).is_err()),
             }

@@ -1129,6 +1129,21 @@ pub fn refusal(status: u16, body: &[u8]) -> Option<RefusalReason> {
         .then_some(RefusalReason::ContentPolicy)
 }
 
+/// Claude on Vertex: the model is in the URL and the API version in the body.
+pub fn for_vertex(body: &[u8]) -> Vec<u8> {
+    const VERSION: &str = "vertex-2023-10-16";
+    let Ok(mut o) = serde_json::from_slice::<
+        std::collections::BTreeMap<String, Box<serde_json::value::RawValue>>,
+    >(body) else {
+        return body.to_vec();
+    };
+    o.remove("model");
+    if let Ok(v) = serde_json::value::RawValue::from_string(format!("{VERSION:?}")) {
+        o.insert("anthropic_version".into(), v);
+    }
+    serde_json::to_vec(&o).unwrap_or_else(|_| body.to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

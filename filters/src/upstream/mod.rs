@@ -16,9 +16,16 @@ pub mod anthropic;
 pub mod bedrock;
 mod chat_scan;
 pub mod embed;
+mod frames;
 pub mod gemini;
+pub mod native;
 pub mod openai_chat;
 pub mod openai_responses;
+
+pub use frames::{Frame, Framer};
+
+use crate::inbound::Inbound;
+use crate::ir::{DecodeError, Event, RefusalReason, Request, StreamDecoder};
 
 /// A request body rendered for one rung.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -26,4 +33,104 @@ pub struct Rendered {
     pub body: Vec<u8>,
     /// Request fields this wire cannot carry, by their inbound names.
     pub dropped: Vec<String>,
+}
+
+/// An upstream wire protocol, and the dispatch to its module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Wire {
+    OpenAiChat,
+    OpenAiResponses,
+    Anthropic,
+    Gemini,
+    Bedrock,
+}
+
+impl Wire {
+    /// The wire a provider's rung speaks for a request in `inbound` format; `None`
+    /// for a provider the gateway cannot call yet.
+    pub fn of_rung(provider: &str, model_id: &str, inbound: Inbound) -> Option<Wire> {
+        Some(match provider {
+            // Vertex hosts Claude behind Anthropic's own body, and Gemini.
+            "vertex" if model_id.contains("claude") => Wire::Anthropic,
+            "vertex" => Wire::Gemini,
+            // OpenAI itself serves both of its wires: a responses client gets the
+            // responses API (native: reasoning items and include pass through).
+            "openai" if inbound == Inbound::Responses => Wire::OpenAiResponses,
+            "openai" | "azure" | "mistral" | "openrouter" | "hosted" | "local" => Wire::OpenAiChat,
+            "anthropic" => Wire::Anthropic,
+            "google" => Wire::Gemini,
+            "bedrock" => Wire::Bedrock,
+            _ => return None,
+        })
+    }
+
+    /// Whether a rung of this wire speaks the inbound format itself: the client's
+    /// body passes through with only the gateway-owned fields changed.
+    pub fn is_native(self, provider: &str, inbound: Inbound) -> bool {
+        matches!(
+            (inbound, self, provider),
+            (Inbound::Chat, Wire::OpenAiChat, _)
+                | (Inbound::Responses, Wire::OpenAiResponses, "openai")
+                | (Inbound::Messages, Wire::Anthropic, "anthropic")
+        )
+    }
+
+    /// Renders the canonical request for a rung of this wire served by `provider`.
+    pub fn render(self, provider: &str, req: &Request, model_id: &str, stream: bool) -> Rendered {
+        match self {
+            Wire::OpenAiChat => openai_chat::render(req, model_id, stream),
+            Wire::OpenAiResponses => openai_responses::render(req, model_id, stream),
+            Wire::Anthropic if provider == "vertex" => {
+                let mut r = anthropic::render(req, model_id, stream);
+                r.body = anthropic::for_vertex(&r.body);
+                r
+            }
+            Wire::Anthropic => anthropic::render(req, model_id, stream),
+            Wire::Gemini => gemini::render(req, model_id, stream),
+            Wire::Bedrock => bedrock::render(req, model_id, stream),
+        }
+    }
+
+    /// Decodes a whole answer of this wire.
+    pub fn decode(self, body: &[u8]) -> Result<Vec<Event>, DecodeError> {
+        match self {
+            Wire::OpenAiChat => openai_chat::decode(body),
+            Wire::OpenAiResponses => openai_responses::decode(body),
+            Wire::Anthropic => anthropic::decode(body),
+            Wire::Gemini => gemini::decode(body),
+            Wire::Bedrock => bedrock::decode(body),
+        }
+    }
+
+    /// Whether an error answer of this wire is a policy refusal.
+    pub fn refusal(self, status: u16, body: &[u8]) -> Option<RefusalReason> {
+        match self {
+            Wire::OpenAiChat => openai_chat::refusal(status, body),
+            Wire::OpenAiResponses => openai_responses::refusal(status, body),
+            Wire::Anthropic => anthropic::refusal(status, body),
+            Wire::Gemini => gemini::refusal(status, body),
+            Wire::Bedrock => bedrock::refusal(status, body),
+        }
+    }
+
+    /// A stream decoder for this wire.
+    pub fn decoder(self) -> Box<dyn StreamDecoder> {
+        match self {
+            Wire::OpenAiChat => Box::new(openai_chat::Decoder::new()),
+            Wire::OpenAiResponses => Box::new(openai_responses::Decoder::new()),
+            Wire::Anthropic => Box::new(anthropic::Decoder::new()),
+            Wire::Gemini => Box::new(gemini::Decoder::new()),
+            Wire::Bedrock => Box::new(bedrock::Decoder::new()),
+        }
+    }
+
+    /// What splits this wire's stream bytes into frames.
+    pub fn framer(self) -> Framer {
+        Framer::new(self)
+    }
+}
+
+/// Whether a rung serves a model of the Anthropic family (extended thinking).
+pub fn is_claude(provider: &str, model_id: &str) -> bool {
+    provider == "anthropic" || model_id.contains("claude")
 }

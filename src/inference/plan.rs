@@ -1,20 +1,22 @@
-//! What a request will be served by: the parsed request (`Job`), and the rungs the
-//! policy lets serve it (`Leg`s), each with its wire, its target, what it drops and
+//! What a request will be served by: the parsed request (`ParsedRequest`), and the rungs the
+//! policy lets serve it (`PlannedRung`s), each with its wire, its target, what it drops and
 //! the headers it needs, decided once before the first attempt.
 
-use super::upstream::Target;
-use super::wire::{is_claude, is_native, wire_for};
-use super::Gateway;
+use super::Engine;
 use crate::byok::{Lane, RouteRung};
 use crate::catalog::Model;
+use crate::upstream::Target;
+use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::Request;
 use sluice_filters::json::RawObject;
-use sluice_filters::policy::{self, Inbound, ModelFacts, RungFacts, Wire};
+use sluice_filters::policy::{self, ModelFacts, RungFacts};
+use sluice_filters::upstream::is_claude;
+use sluice_filters::upstream::Wire;
 use sluice_filters::{ApiError, ErrorCode};
 use std::sync::Arc;
 
 /// One inference request, parsed.
-pub struct Job<'a> {
+pub struct ParsedRequest<'a> {
     pub inbound: Inbound,
     /// The canonical form, for rungs of another wire.
     pub req: Request,
@@ -34,7 +36,7 @@ pub struct Job<'a> {
 /// conversation has no cache to stay near (about 4 bytes per token of JSON).
 pub const CACHEABLE_BYTES: usize = 4_096;
 
-impl Job<'_> {
+impl ParsedRequest<'_> {
     /// The counter that remembers which rung holds this conversation's prompt
     /// cache: keyed by `prompt_cache_key` when given, else by the conversation's
     /// prefix (instructions, tools, first message), which every later turn repeats.
@@ -71,7 +73,7 @@ impl Job<'_> {
 }
 
 /// One rung the policy let through, and how it is spoken to.
-pub struct Leg {
+pub struct PlannedRung {
     pub target: Arc<Target>,
     pub wire: Wire,
     pub native: bool,
@@ -88,17 +90,22 @@ pub struct Leg {
 const ANTHROPIC_1M: (&str, &str) = ("anthropic-beta", "context-1m-2025-08-07");
 
 /// The rungs of a model that can serve this request, as the policy decides.
-pub(super) fn plan(gw: &Gateway, model: &Model, job: &Job) -> Result<Vec<Leg>, ApiError> {
+pub(super) fn plan(
+    engine: &Engine,
+    model: &Model,
+    parsed: &ParsedRequest,
+) -> Result<Vec<PlannedRung>, ApiError> {
     let mut reachable = Vec::new();
-    for rung in &job.rungs {
+    for rung in &parsed.rungs {
         let r = &rung.spec;
-        let Some(wire) = wire_for(&r.provider, &r.provider_model_id, job.inbound) else {
+        let Some(wire) = Wire::of_rung(&r.provider, &r.provider_model_id, parsed.inbound) else {
             continue;
         };
         let target = if rung.is_platform() {
-            gw.upstreams.target(r)
+            engine.upstreams.target(r)
         } else {
-            gw.upstreams
+            engine
+                .upstreams
                 .own_target(r, &rung.id, rung.account.as_deref())
         };
         let Some(target) = target else {
@@ -117,7 +124,7 @@ pub(super) fn plan(gw: &Gateway, model: &Model, job: &Job) -> Result<Vec<Leg>, A
         .iter()
         .map(|(r, _, wire, _)| RungFacts {
             wire: *wire,
-            native: is_native(&r.provider, *wire, job.inbound),
+            native: wire.is_native(&r.provider, parsed.inbound),
             claude: is_claude(&r.provider, &r.provider_model_id),
             caps: &r.caps,
         })
@@ -125,19 +132,19 @@ pub(super) fn plan(gw: &Gateway, model: &Model, job: &Job) -> Result<Vec<Leg>, A
     let model_facts = ModelFacts {
         modalities: &model.spec.modalities,
         pinned: &model.spec.pinned,
-        long_context_1m: job.long_context,
+        long_context_1m: parsed.long_context,
     };
-    let plans = policy::plan(&job.req, job.inbound, &model_facts, &facts)?;
+    let plans = policy::plan(&parsed.req, parsed.inbound, &model_facts, &facts)?;
     Ok(plans
         .into_iter()
         .map(|p| {
             let (_, target, wire, lane) = &reachable[p.index];
-            let headers = if job.long_context && target.provider == "anthropic" {
+            let headers = if parsed.long_context && target.provider == "anthropic" {
                 vec![ANTHROPIC_1M]
             } else {
                 Vec::new()
             };
-            Leg {
+            PlannedRung {
                 target: target.clone(),
                 wire: *wire,
                 native: facts[p.index].native,
@@ -150,7 +157,7 @@ pub(super) fn plan(gw: &Gateway, model: &Model, job: &Job) -> Result<Vec<Leg>, A
         .collect())
 }
 
-impl Job<'_> {
+impl ParsedRequest<'_> {
     pub(super) fn inbound_label(&self) -> &'static str {
         match self.inbound {
             Inbound::Chat => "chat",

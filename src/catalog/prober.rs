@@ -4,16 +4,16 @@
 //! anything (a 400 or 422 then says the provider refuses the capability; any other
 //! failure leaves the declared capability in place).
 
-use super::upstream::{Target, Upstreams};
-use super::wire::{self, wire_for};
 use crate::catalog::probe::{Verdict, PROBED};
 use crate::catalog::ModelSpec;
 use crate::config::Config;
+use crate::upstream::{Target, Upstreams};
 use bytes::Bytes;
 use pingora::time::fast_timeout::fast_timeout;
 use serde_json::value::RawValue;
+use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::{Message, Part, Request, ResponseFormat, Role, Tool};
-use sluice_filters::policy::{Inbound, Wire};
+use sluice_filters::upstream::Wire;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -77,7 +77,7 @@ fn field_of(capability: &str) -> &'static str {
 
 /// Sends one probe; the provider's status, or `None` when nothing came back.
 async fn send(up: &Upstreams, t: &Target, wire: Wire, req: &Request) -> Option<u16> {
-    let rendered = wire::render(wire, &t.provider, req, &t.model_id, false);
+    let rendered = wire.render(&t.provider, req, &t.model_id, false);
     let path = t.path(wire, false);
     let mut call = up
         .post(t, &path, Bytes::from(rendered.body), false, &[])
@@ -103,7 +103,7 @@ pub async fn probe_all(config: &Config, specs: &[ModelSpec]) -> Vec<Verdict> {
             continue;
         }
         let (Some(wire), Some(t)) = (
-            wire_for(&r.provider, &r.provider_model_id, Inbound::Chat),
+            Wire::of_rung(&r.provider, &r.provider_model_id, Inbound::Chat),
             up.target(r),
         ) else {
             continue;
@@ -122,7 +122,7 @@ pub async fn probe_all(config: &Config, specs: &[ModelSpec]) -> Vec<Verdict> {
                 supported,
                 status,
             };
-            let dropped = wire::render(wire, &t.provider, &req, &t.model_id, false).dropped;
+            let dropped = wire.render(&t.provider, &req, &t.model_id, false).dropped;
             if dropped.iter().any(|d| d == field_of(cap)) {
                 out.push(verdict(false, 0));
                 continue;

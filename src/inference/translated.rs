@@ -12,93 +12,101 @@ use super::attempt::{
     failed_status, json_header, read_before_commit, ready_now, sse_header, unless_gone, until,
     write_whole, Attempt, Before,
 };
-use super::exchange::Exchange;
-use super::plan::{Job, Leg};
-use super::upstream::Failure;
-use super::wire::{self, Framer};
-use super::Gateway;
+use super::plan::{ParsedRequest, PlannedRung};
+use super::tally::Tally;
+use super::Engine;
+use crate::upstream::Failure;
 use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
+use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::{
     Event, FinishReason, Meta, RefusalReason, Response, StreamDecoder, StreamEncoder, Tail,
 };
-use sluice_filters::policy::Inbound;
 use sluice_filters::relay::{self, Owned, Relay};
+use sluice_filters::upstream::Framer;
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
 use std::time::{Duration, Instant};
 
 /// Runs one attempt with a rendered body.
 pub async fn run(
-    gw: &Gateway,
+    engine: &Engine,
     session: &mut Session,
-    ex: &mut Exchange,
-    leg: &Leg,
-    job: &Job<'_>,
+    tally: &mut Tally,
+    planned: &PlannedRung,
+    parsed: &ParsedRequest<'_>,
     body: Bytes,
 ) -> Attempt {
-    if job.stream {
-        let run = Box::pin(stream(gw, session, ex, leg, job, body));
+    if parsed.stream {
+        let run = Box::pin(stream(engine, session, tally, planned, parsed, body));
         run.await
     } else {
-        let run = Box::pin(plain(gw, session, ex, leg, job, body));
+        let run = Box::pin(plain(engine, session, tally, planned, parsed, body));
         run.await
     }
 }
 
-fn meta(ex: &Exchange, leg: &Leg, job: &Job) -> Meta {
+fn meta(tally: &Tally, planned: &PlannedRung, parsed: &ParsedRequest) -> Meta {
     // `created` is when the request arrived, not when the answer was rendered.
-    let age = ex.started.elapsed().as_secs() as i64;
+    let age = tally.started.elapsed().as_secs() as i64;
     Meta {
-        provider: leg.target.rung_id.clone(),
-        slug: job.req.model.clone(),
+        provider: planned.target.rung_id.clone(),
+        slug: parsed.req.model.clone(),
         created: crate::store::now_ms() / 1000 - age,
         fallback_id: crate::store::new_id("gen"),
-        include_usage: job.req.include_usage,
-        stop_sequence: job.req.only_stop(),
+        include_usage: parsed.req.include_usage,
+        stop_sequence: parsed.req.only_stop(),
     }
 }
 
 /// What the gateway sets in a native rung's answer.
-fn owned<'a>(ex: &'a Exchange, leg: &'a Leg, usage: Option<Usage>, receipt: &'a [u8]) -> Owned<'a> {
+fn owned<'a>(
+    tally: &'a Tally,
+    planned: &'a PlannedRung,
+    usage: Option<Usage>,
+    receipt: &'a [u8],
+) -> Owned<'a> {
     Owned {
-        provider: &leg.target.rung_json,
-        usage: usage.map(|u| ex.priced(u)),
+        provider: &planned.target.rung_json,
+        usage: usage.map(|u| tally.priced(u)),
         receipt,
-        ignored: ex.ignored.as_deref(),
+        ignored: tally.ignored.as_deref(),
     }
 }
 
-fn tail(ex: &Exchange, leg: &Leg, usage: Usage, cut: bool) -> Tail {
+fn tail(tally: &Tally, planned: &PlannedRung, usage: Usage, cut: bool) -> Tail {
     Tail {
-        usage: ex.priced(usage),
+        usage: tally.priced(usage),
         cut,
-        receipt: String::from_utf8(ex.receipt_json(&leg.target.provider, "ok")).unwrap_or_default(),
-        ignored: ex.ignored.clone(),
+        receipt: String::from_utf8(tally.receipt_json(&planned.target.provider, "ok"))
+            .unwrap_or_default(),
+        ignored: tally.ignored.clone(),
     }
 }
 
 async fn plain(
-    gw: &Gateway,
+    engine: &Engine,
     session: &mut Session,
-    ex: &mut Exchange,
-    leg: &Leg,
-    job: &Job<'_>,
+    tally: &mut Tally,
+    planned: &PlannedRung,
+    parsed: &ParsedRequest<'_>,
     body: Bytes,
 ) -> Attempt {
-    let t = &leg.target;
-    let path = t.path(leg.wire, false);
+    let t = &planned.target;
+    let path = t.path(planned.wire, false);
     let waited = Instant::now();
-    let limit = ex
+    let limit = tally
         .deadline
         .min(Instant::now() + t.header_timeout + t.first_token_timeout);
-    let max = gw.state.config.limits.max_response_bytes;
-    let deadline = ex.deadline;
+    let max = engine.state.config.limits.max_response_bytes;
+    let deadline = tally.deadline;
     let call = async {
         let mut call = until(
             deadline,
-            gw.upstreams.post(t, &path, body, false, &leg.headers),
+            engine
+                .upstreams
+                .post(t, &path, body, false, &planned.headers),
         )
         .await
         .map_err(|_| Failure::Deadline)??;
@@ -124,11 +132,11 @@ async fn plain(
         Ok(Ok((call, Some(buf))))
     };
     let result = unless_gone(session, call).await;
-    ex.upstream_wait += waited.elapsed();
+    tally.upstream_wait += waited.elapsed();
     let (call, buf) = match result {
         None => return Attempt::ClientGone,
         Some(Err(f)) => return Attempt::Failed(f),
-        Some(Ok(Err((call, status)))) => return failed_status(leg.wire, call, status).await,
+        Some(Ok(Err((call, status)))) => return failed_status(planned.wire, call, status).await,
         Some(Ok(Ok(x))) => x,
     };
     let Some(buf) = buf else {
@@ -137,7 +145,7 @@ async fn plain(
             format!("The provider's answer exceeded the response limit of {max} bytes."),
         ));
     };
-    let Ok(events) = wire::decode(leg.wire, &buf) else {
+    let Ok(events) = planned.wire.decode(&buf) else {
         return Attempt::Failed(Failure::BadAnswer);
     };
     let mut resp = Response::from_events(&events);
@@ -158,25 +166,24 @@ async fn plain(
         return Attempt::Empty(resp.usage);
     }
     call.finish().await;
-    ex.usage = resp.usage.unwrap_or_default();
-    resp.usage = Some(ex.priced(ex.usage));
-    ex.first_token = Some(ex.started.elapsed());
-    let out = if leg.native {
-        let receipt = ex.receipt_json(&t.provider, "ok");
-        let owned = owned(ex, leg, Some(ex.usage), &receipt);
+    tally.usage = resp.usage.unwrap_or_default();
+    resp.usage = Some(tally.priced(tally.usage));
+    tally.first_token = Some(tally.started.elapsed());
+    let out = if planned.native {
+        let receipt = tally.receipt_json(&t.provider, "ok");
+        let owned = owned(tally, planned, Some(tally.usage), &receipt);
         relay::whole(&buf, &owned)
     } else {
-        wire::render_answer(
-            job.inbound,
+        parsed.inbound.render(
             &resp,
-            &meta(ex, leg, job),
-            &tail(ex, leg, ex.usage, false),
+            &meta(tally, planned, parsed),
+            &tail(tally, planned, tally.usage, false),
         )
     };
-    let Some(h) = json_header(ex, &t.provider, "ok") else {
+    let Some(h) = json_header(tally, &t.provider, "ok") else {
         return Attempt::Terminal(ApiError::internal());
     };
-    if !write_whole(session, ex, h, out).await {
+    if !write_whole(session, tally, h, out).await {
         return Attempt::ClientGone;
     }
     Attempt::Served(200)
@@ -218,9 +225,9 @@ impl Flow {
     /// is dropped and the answer goes on (a broken framing still ends it).
     /// A relayed frame is rewritten as it is read, with the usage so far (a
     /// finishing event carries its cost).
-    fn decode(&mut self, ex: &Exchange, leg: &Leg) -> Result<(), Failure> {
+    fn decode(&mut self, tally: &Tally, planned: &PlannedRung) -> Result<(), Failure> {
         let receipt = match self.output {
-            Output::Relay(..) => ex.receipt_json(&leg.target.provider, "ok"),
+            Output::Relay(..) => tally.receipt_json(&planned.target.provider, "ok"),
             Output::Encode(_) => Vec::new(),
         };
         while let Some(frame) = self.framer.next() {
@@ -239,7 +246,7 @@ impl Flow {
                     }
                     relay.observe(ev);
                 }
-                let owned = owned(ex, leg, self.usage, &receipt);
+                let owned = owned(tally, planned, self.usage, &receipt);
                 relay.frame(frame.name.as_deref(), &frame.data, &owned, relayed);
             }
         }
@@ -327,26 +334,28 @@ impl Flow {
 }
 
 async fn stream(
-    gw: &Gateway,
+    engine: &Engine,
     session: &mut Session,
-    ex: &mut Exchange,
-    leg: &Leg,
-    job: &Job<'_>,
+    tally: &mut Tally,
+    planned: &PlannedRung,
+    parsed: &ParsedRequest<'_>,
     body: Bytes,
 ) -> Attempt {
-    let t = &leg.target;
-    let path = t.path(leg.wire, true);
+    let t = &planned.target;
+    let path = t.path(planned.wire, true);
     let waited = Instant::now();
-    let deadline = ex.deadline;
+    let deadline = tally.deadline;
     let posted = unless_gone(
         session,
         until(
             deadline,
-            gw.upstreams.post(t, &path, body, true, &leg.headers),
+            engine
+                .upstreams
+                .post(t, &path, body, true, &planned.headers),
         ),
     )
     .await;
-    ex.upstream_wait += waited.elapsed();
+    tally.upstream_wait += waited.elapsed();
     let mut call = match posted {
         None => return Attempt::ClientGone,
         Some(Err(_)) => return Attempt::Failed(Failure::Deadline),
@@ -355,22 +364,22 @@ async fn stream(
     };
     let status = call.status();
     if !(200..300).contains(&status) {
-        return failed_status(leg.wire, call, status).await;
+        return failed_status(planned.wire, call, status).await;
     }
-    let first_deadline = ex.deadline.min(Instant::now() + t.first_token_timeout);
-    let output = if leg.native {
-        let kind = match job.inbound {
+    let first_deadline = tally.deadline.min(Instant::now() + t.first_token_timeout);
+    let output = if planned.native {
+        let kind = match parsed.inbound {
             Inbound::Messages => relay::Kind::Messages,
             _ => relay::Kind::Responses,
         };
         Output::Relay(Box::new(Relay::new(kind)), Vec::new())
     } else {
-        Output::Encode(wire::encoder(job.inbound, meta(ex, leg, job)))
+        Output::Encode(parsed.inbound.encoder(meta(tally, planned, parsed)))
     };
     let mut flow = Flow {
         output,
-        framer: Framer::new(leg.wire),
-        decoder: wire::decoder(leg.wire),
+        framer: Framer::new(planned.wire),
+        decoder: planned.wire.decoder(),
         events: Vec::new(),
         held: Vec::new(),
         usage: None,
@@ -378,32 +387,38 @@ async fn stream(
         content_chars: 0,
         committed: false,
     };
-    let early = gw.state.config.limits.early_header_ms;
-    let max = gw.state.config.limits.max_response_bytes;
+    let early = engine.state.config.limits.early_header_ms;
+    let max = engine.state.config.limits.max_response_bytes;
     let mut received = 0usize;
     // Pre-commit: hold everything until the first content.
     loop {
-        let chunk =
-            match read_before_commit(session, ex, &mut call, &t.provider, first_deadline, early)
-                .await
-            {
-                Before::Piece(b) => b,
-                Before::Over(a) => return a,
-                Before::End => {
-                    return if flow.finish_seen {
-                        Attempt::Empty(flow.usage)
-                    } else {
-                        Attempt::Failed(Failure::DiedBeforeOutput)
-                    }
+        let chunk = match read_before_commit(
+            session,
+            tally,
+            &mut call,
+            &t.provider,
+            first_deadline,
+            early,
+        )
+        .await
+        {
+            Before::Piece(b) => b,
+            Before::Over(a) => return a,
+            Before::End => {
+                return if flow.finish_seen {
+                    Attempt::Empty(flow.usage)
+                } else {
+                    Attempt::Failed(Failure::DiedBeforeOutput)
                 }
-            };
+            }
+        };
         received += chunk.len();
         flow.framer.push(&chunk);
         // The preamble is held in memory: past the answer cap it is abandoned.
         if received > max {
             return Attempt::Failed(Failure::BadAnswer);
         }
-        if let Err(f) = flow.decode(ex, leg) {
+        if let Err(f) = flow.decode(tally, planned) {
             return Attempt::Failed(f);
         }
         match flow.precommit() {
@@ -415,16 +430,16 @@ async fn stream(
     }
     // Commit.
     flow.committed = true;
-    ex.first_token = Some(ex.started.elapsed());
-    if !ex.header_sent {
-        let Some(h) = sse_header(ex, &t.provider, "ok") else {
+    tally.first_token = Some(tally.started.elapsed());
+    if !tally.header_sent {
+        let Some(h) = sse_header(tally, &t.provider, "ok") else {
             return Attempt::Terminal(ApiError::internal());
         };
-        ex.tape_header(&h);
+        tally.tape_header(&h);
         if session.write_response_header(h, false).await.is_err() {
             return Attempt::ClientGone;
         }
-        ex.header_sent = true;
+        tally.header_sent = true;
     }
     let mut out = Vec::new();
     let mut healthy = flow.encode(&mut out);
@@ -432,7 +447,7 @@ async fn stream(
         if !out.is_empty() {
             let cap = out.capacity();
             let bytes = Bytes::from(std::mem::replace(&mut out, Vec::with_capacity(cap)));
-            ex.tape_body(&bytes);
+            tally.tape_body(&bytes);
             if session
                 .write_response_body(Some(bytes), false)
                 .await
@@ -444,11 +459,11 @@ async fn stream(
         let waited = Instant::now();
         // Silence past the idle bound settles as a cut, like a broken connection.
         let read = until(
-            ex.deadline.min(Instant::now() + t.stream_idle_timeout),
+            tally.deadline.min(Instant::now() + t.stream_idle_timeout),
             call.read(),
         )
         .await;
-        ex.upstream_wait += waited.elapsed();
+        tally.upstream_wait += waited.elapsed();
         let Ok(Ok(Some(b))) = read else {
             // A clean end without the end marker, a broken connection, or the
             // deadline: all settle as the provider's cut.
@@ -471,7 +486,7 @@ async fn stream(
                 None => break,
             }
         }
-        if received > max || flow.decode(ex, leg).is_err() {
+        if received > max || flow.decode(tally, planned).is_err() {
             break;
         }
         healthy = flow.encode(&mut out);
@@ -488,21 +503,21 @@ async fn stream(
     // A stream that ended after its finish is whole even without the end marker.
     let cut = !whole && !flow.finish_seen;
     let usage = if cut || flow.usage.is_none() {
-        ex.cut_usage(flow.usage, flow.content_chars)
+        tally.cut_usage(flow.usage, flow.content_chars)
     } else {
         flow.usage.unwrap_or_default()
     };
-    ex.incomplete = cut;
-    ex.usage = usage;
+    tally.incomplete = cut;
+    tally.usage = usage;
     match &mut flow.output {
-        Output::Encode(enc) => enc.end(&tail(ex, leg, usage, cut), &mut out),
+        Output::Encode(enc) => enc.end(&tail(tally, planned, usage, cut), &mut out),
         Output::Relay(relay, _) => {
-            let receipt = ex.receipt_json(&t.provider, "ok");
-            let owned = owned(ex, leg, Some(usage), &receipt);
-            relay.end(&owned, &meta(ex, leg, job), cut, &mut out);
+            let receipt = tally.receipt_json(&t.provider, "ok");
+            let owned = owned(tally, planned, Some(usage), &receipt);
+            relay.end(&owned, &meta(tally, planned, parsed), cut, &mut out);
         }
     }
-    ex.tape_body(&out);
+    tally.tape_body(&out);
     if session
         .write_response_body(Some(Bytes::from(out)), true)
         .await

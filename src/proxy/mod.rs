@@ -1,33 +1,15 @@
 //! The gateway listener: a Pingora proxy service whose `request_filter` answers every
 //! request itself. Inference needs the body before it can pick an upstream and must
 //! hold the response header back until the first token, which Pingora's native
-//! proxy path cannot do (see DESIGN.md); so the phases stay thin and call the steps
-//! in this folder.
+//! proxy path cannot do (see DESIGN.md); so the phases stay thin: route and method
+//! here, inference in `crate::inference`, `/api` in-process to the management router,
+//! the model list in `models`.
 
-pub mod accounts;
-mod attempt;
-pub mod auth;
-mod body;
-mod breaker;
-mod chat;
-pub mod egress;
-mod embeddings;
-mod exchange;
-mod h1;
-pub mod idempotency;
-mod inference;
 mod management;
 mod models;
-mod native;
-mod plan;
-mod pool;
-pub mod probe;
-mod respond;
-mod translated;
-mod upstream;
-mod waterfall;
-mod wire;
 
+use crate::downstream::respond;
+use crate::inference::Engine;
 use crate::state::AppState;
 use async_trait::async_trait;
 use pingora::prelude::HttpPeer;
@@ -40,24 +22,15 @@ use std::time::Instant;
 pub struct Gateway {
     state: Arc<AppState>,
     management: axum::Router,
-    upstreams: upstream::Upstreams,
-    breaker: breaker::Breaker,
+    engine: Engine,
 }
 
 impl Gateway {
     pub fn new(state: Arc<AppState>) -> Gateway {
-        let management = crate::api::router(state.clone());
-        let upstreams = upstream::Upstreams::new(&state.config);
-        let b = &state.config.breaker;
-        let breaker = breaker::Breaker::new(
-            b.failure_threshold,
-            std::time::Duration::from_millis(b.cooldown_ms),
-        );
         Gateway {
+            management: crate::api::router(state.clone()),
+            engine: Engine::new(state.clone()),
             state,
-            management,
-            upstreams,
-            breaker,
         }
     }
 }
@@ -121,7 +94,7 @@ impl Gateway {
             r if r.is_inference() && method != http::Method::POST => {
                 Err(method_not_allowed(&method, "POST"))
             }
-            r if r.is_inference() => inference::handle(self, session, r, started).await,
+            r if r.is_inference() => self.engine.handle(session, r, started).await,
             Route::MessagesCountTokens => Err(ApiError::new(
                 ErrorCode::NotFound,
                 "count_tokens is not served by this gateway.",

@@ -7,18 +7,18 @@ use super::attempt::{
     failed_status, json_header, read_before_commit, ready_now, sse_header, unless_gone, until,
     write_whole, Attempt, Before,
 };
-use super::exchange::Exchange;
-use super::upstream::{Failure, Target};
-use super::Gateway;
+use super::tally::Tally;
+use super::Engine;
+use crate::upstream::{Failure, Target};
 use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
 use serde_json::json;
 use sluice_filters::ir::{RefusalReason, IGNORED_MEMBER};
 use sluice_filters::json::edit::{set_member as splice_member, set_member_into, set_nested};
-use sluice_filters::policy::Wire;
 use sluice_filters::sse::{data_frame, SseDecoder};
 use sluice_filters::upstream::openai_chat::{inspect, Inspection};
+use sluice_filters::upstream::Wire;
 use sluice_filters::usage::usage_json;
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
@@ -38,22 +38,25 @@ fn refused_before_content(info: &Inspection) -> bool {
 }
 
 pub(super) async fn plain_attempt(
-    gw: &Gateway,
+    engine: &Engine,
     session: &mut Session,
-    ex: &mut Exchange,
+    tally: &mut Tally,
     t: &Target,
     body: Bytes,
 ) -> Attempt {
     let path = t.chat_path();
     let waited = Instant::now();
-    let limit = ex
+    let limit = tally
         .deadline
         .min(Instant::now() + t.header_timeout + t.first_token_timeout);
-    let max = gw.state.config.limits.max_response_bytes;
+    let max = engine.state.config.limits.max_response_bytes;
     let call = async {
-        let mut call = until(ex.deadline, gw.upstreams.post(t, path, body, false, &[]))
-            .await
-            .map_err(|_| Failure::Deadline)??;
+        let mut call = until(
+            tally.deadline,
+            engine.upstreams.post(t, path, body, false, &[]),
+        )
+        .await
+        .map_err(|_| Failure::Deadline)??;
         let status = call.status();
         if !(200..300).contains(&status) {
             return Ok(Err((call, status)));
@@ -61,7 +64,7 @@ pub(super) async fn plain_attempt(
         let mut buf = Vec::new();
         loop {
             match until(limit, call.read()).await {
-                Err(_) if Instant::now() >= ex.deadline => return Err(Failure::Deadline),
+                Err(_) if Instant::now() >= tally.deadline => return Err(Failure::Deadline),
                 Err(_) => return Err(Failure::FirstTokenTimeout),
                 Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
                 Ok(Ok(None)) => break,
@@ -76,7 +79,7 @@ pub(super) async fn plain_attempt(
         Ok(Ok((call, Some(buf))))
     };
     let result = unless_gone(session, call).await;
-    ex.upstream_wait += waited.elapsed();
+    tally.upstream_wait += waited.elapsed();
     let (call, buf) = match result {
         None => return Attempt::ClientGone,
         Some(Err(f)) => return Attempt::Failed(f),
@@ -107,9 +110,9 @@ pub(super) async fn plain_attempt(
     }
     let sent_usage = info.usage;
     drop(info);
-    ex.usage = sent_usage.unwrap_or_default();
-    ex.first_token = Some(ex.started.elapsed());
-    let priced = ex.priced(ex.usage);
+    tally.usage = sent_usage.unwrap_or_default();
+    tally.first_token = Some(tally.started.elapsed());
+    let priced = tally.priced(tally.usage);
     let mut out = match (sent_usage, priced.cost_usd()) {
         (Some(_), Some(cost)) => with_cost(&buf, cost).unwrap_or(buf),
         _ => buf,
@@ -120,10 +123,10 @@ pub(super) async fn plain_attempt(
         out = splice_member(&out, "usage", &usage);
     }
     out = splice_member(&out, "provider", &t.rung_json);
-    let Some(h) = json_header(ex, &t.provider, "ok") else {
+    let Some(h) = json_header(tally, &t.provider, "ok") else {
         return Attempt::Terminal(ApiError::internal());
     };
-    let written = write_whole(session, ex, h, out).await;
+    let written = write_whole(session, tally, h, out).await;
     // The connection goes back to the pool once the client has its answer.
     call.finish().await;
     if !written {
@@ -133,22 +136,22 @@ pub(super) async fn plain_attempt(
 }
 
 pub(super) async fn stream_attempt(
-    gw: &Gateway,
+    engine: &Engine,
     session: &mut Session,
-    ex: &mut Exchange,
+    tally: &mut Tally,
     t: &Target,
     body: Bytes,
     wants_usage: bool,
 ) -> Attempt {
     let path = t.chat_path();
     let waited = Instant::now();
-    let deadline = ex.deadline;
+    let deadline = tally.deadline;
     let posted = unless_gone(
         session,
-        until(deadline, gw.upstreams.post(t, path, body, true, &[])),
+        until(deadline, engine.upstreams.post(t, path, body, true, &[])),
     )
     .await;
-    ex.upstream_wait += waited.elapsed();
+    tally.upstream_wait += waited.elapsed();
     let mut call = match posted {
         None => return Attempt::ClientGone,
         Some(Err(_)) => return Attempt::Failed(Failure::Deadline),
@@ -159,32 +162,38 @@ pub(super) async fn stream_attempt(
     if !(200..300).contains(&status) {
         return failed_status(Wire::OpenAiChat, call, status).await;
     }
-    let first_deadline = ex.deadline.min(Instant::now() + t.first_token_timeout);
+    let first_deadline = tally.deadline.min(Instant::now() + t.first_token_timeout);
     let provider_json = &t.rung_json;
     let mut decoder = SseDecoder::new();
     let mut held: Vec<u8> = Vec::new();
     // What the preamble said so far: usage, and whether a finish came.
     let mut last_usage = None;
     let mut finished = false;
-    let early = gw.state.config.limits.early_header_ms;
-    let max = gw.state.config.limits.max_response_bytes;
+    let early = engine.state.config.limits.early_header_ms;
+    let max = engine.state.config.limits.max_response_bytes;
     let mut received = 0usize;
     // Pre-commit: hold everything until the first content.
     loop {
-        let chunk =
-            match read_before_commit(session, ex, &mut call, &t.provider, first_deadline, early)
-                .await
-            {
-                Before::Piece(b) => b,
-                Before::Over(a) => return a,
-                Before::End => {
-                    return if finished {
-                        Attempt::Empty(last_usage)
-                    } else {
-                        Attempt::Failed(Failure::DiedBeforeOutput)
-                    }
+        let chunk = match read_before_commit(
+            session,
+            tally,
+            &mut call,
+            &t.provider,
+            first_deadline,
+            early,
+        )
+        .await
+        {
+            Before::Piece(b) => b,
+            Before::Over(a) => return a,
+            Before::End => {
+                return if finished {
+                    Attempt::Empty(last_usage)
+                } else {
+                    Attempt::Failed(Failure::DiedBeforeOutput)
                 }
-            };
+            }
+        };
         received += chunk.len();
         decoder.push(&chunk);
         // The preamble is held in memory: a rung that sends more than an answer may
@@ -224,16 +233,16 @@ pub(super) async fn stream_attempt(
                 continue;
             }
             // Commit.
-            ex.first_token = Some(ex.started.elapsed());
-            if !ex.header_sent {
-                let Some(h) = sse_header(ex, &t.provider, "ok") else {
+            tally.first_token = Some(tally.started.elapsed());
+            if !tally.header_sent {
+                let Some(h) = sse_header(tally, &t.provider, "ok") else {
                     return Attempt::Terminal(ApiError::internal());
                 };
-                ex.tape_header(&h);
+                tally.tape_header(&h);
                 if session.write_response_header(h, false).await.is_err() {
                     return Attempt::ClientGone;
                 }
-                ex.header_sent = true;
+                tally.header_sent = true;
             }
             let mut pump = Pump {
                 provider_json,
@@ -247,10 +256,10 @@ pub(super) async fn stream_attempt(
                 created: info.created,
                 out: std::mem::take(&mut held),
             };
-            pump.event(ex, ev.data.as_bytes(), &info);
+            pump.event(tally, ev.data.as_bytes(), &info);
             let idle = t.stream_idle_timeout;
             let result = pump
-                .run(gw, session, ex, &mut call, &mut decoder, idle)
+                .run(engine, session, tally, &mut call, &mut decoder, idle)
                 .await;
             call.finish().await;
             return result;
@@ -275,7 +284,7 @@ struct Pump<'a> {
 
 impl Pump<'_> {
     /// Rewrites one committed event into `out`.
-    fn event(&mut self, ex: &Exchange, data: &[u8], info: &Inspection) {
+    fn event(&mut self, tally: &Tally, data: &[u8], info: &Inspection) {
         self.content_chars += info.content_chars;
         // Every chunk names the same id and model: kept once, not copied per chunk.
         if let Some(id) = info
@@ -299,7 +308,7 @@ impl Pump<'_> {
             return;
         }
         let finishing = info.finish_reason.is_some() && !self.finish_seen;
-        let cost = info.usage.and_then(|u| ex.priced(u).cost_usd());
+        let cost = info.usage.and_then(|u| tally.priced(u).cost_usd());
         if !finishing && cost.is_none() {
             // The common chunk (a delta): rewritten straight into the pending write.
             self.out.extend_from_slice(b"data: ");
@@ -313,8 +322,12 @@ impl Pump<'_> {
         }
         if finishing {
             self.finish_seen = true;
-            frame = splice_member(&frame, "x_gateway", &ex.receipt_json(self.provider, "ok"));
-            if let Some(ignored) = &ex.ignored {
+            frame = splice_member(
+                &frame,
+                "x_gateway",
+                &tally.receipt_json(self.provider, "ok"),
+            );
+            if let Some(ignored) = &tally.ignored {
                 let v = serde_json::to_vec(ignored).unwrap_or_default();
                 frame = splice_member(&frame, IGNORED_MEMBER, &v);
             }
@@ -322,11 +335,11 @@ impl Pump<'_> {
         self.out.extend_from_slice(&data_frame(&frame));
     }
 
-    async fn flush(&mut self, session: &mut Session, ex: &mut Exchange, end: bool) -> bool {
+    async fn flush(&mut self, session: &mut Session, tally: &mut Tally, end: bool) -> bool {
         if self.out.is_empty() && !end {
             return true;
         }
-        ex.tape_body(&self.out);
+        tally.tape_body(&self.out);
         // The next burst is likely as large: start it at this one's capacity, so
         // it is written without a chain of reallocations.
         let cap = self.out.capacity();
@@ -336,25 +349,25 @@ impl Pump<'_> {
 
     async fn run(
         mut self,
-        gw: &Gateway,
+        engine: &Engine,
         session: &mut Session,
-        ex: &mut Exchange,
-        call: &mut super::upstream::Call<'_>,
+        tally: &mut Tally,
+        call: &mut crate::upstream::Call<'_>,
         decoder: &mut SseDecoder,
         idle: Duration,
     ) -> Attempt {
         // Events already decoded in the committing read.
-        let mut done = self.drain(ex, decoder);
-        if !self.flush(session, ex, false).await {
+        let mut done = self.drain(tally, decoder);
+        if !self.flush(session, tally, false).await {
             return Attempt::ClientGone;
         }
-        let max = gw.state.config.limits.max_response_bytes;
+        let max = engine.state.config.limits.max_response_bytes;
         let mut received = 0usize;
         while !done {
             let waited = Instant::now();
             // Silence past the idle bound settles as a cut, like a broken connection.
-            let read = until(ex.deadline.min(Instant::now() + idle), call.read()).await;
-            ex.upstream_wait += waited.elapsed();
+            let read = until(tally.deadline.min(Instant::now() + idle), call.read()).await;
+            tally.upstream_wait += waited.elapsed();
             match read {
                 Ok(Ok(Some(b))) => {
                     received += b.len();
@@ -378,8 +391,8 @@ impl Pump<'_> {
                     if received > max || decoder.too_large() {
                         break;
                     }
-                    done = self.drain(ex, decoder);
-                    if !self.flush(session, ex, false).await {
+                    done = self.drain(tally, decoder);
+                    if !self.flush(session, tally, false).await {
                         return Attempt::ClientGone;
                     }
                     if ended && !done {
@@ -401,19 +414,19 @@ impl Pump<'_> {
                 // whole, only the end marker is missing.
                 self.out.extend_from_slice(b"data: [DONE]\n\n");
             } else {
-                self.cut(ex);
-                ex.incomplete = true;
+                self.cut(tally);
+                tally.incomplete = true;
             }
         }
-        ex.usage = self.usage.unwrap_or_default();
-        if !self.flush(session, ex, true).await {
+        tally.usage = self.usage.unwrap_or_default();
+        if !self.flush(session, tally, true).await {
             return Attempt::ClientGone;
         }
         Attempt::Served(200)
     }
 
     /// Handles every complete event in the decoder; true once `[DONE]` was written.
-    fn drain(&mut self, ex: &Exchange, decoder: &mut SseDecoder) -> bool {
+    fn drain(&mut self, tally: &Tally, decoder: &mut SseDecoder) -> bool {
         while let Some(ev) = decoder.next_event() {
             if ev.data.is_empty() {
                 continue;
@@ -421,7 +434,7 @@ impl Pump<'_> {
             if ev.data == "[DONE]" {
                 if !self.finish_seen {
                     // A stream that ends without a finish chunk still gets the receipt.
-                    self.synthesize_finish(ex, "stop", false);
+                    self.synthesize_finish(tally, "stop", false);
                 }
                 self.out.extend_from_slice(b"data: [DONE]\n\n");
                 return true;
@@ -430,13 +443,13 @@ impl Pump<'_> {
             // A frame that is not a JSON object is dropped: the client's parser
             // would fail on it, and the rest of the answer still comes.
             if let Some(info) = inspect(data) {
-                self.event(ex, data, &info);
+                self.event(tally, data, &info);
             }
         }
         false
     }
 
-    fn synthesize_finish(&mut self, ex: &Exchange, reason: &str, with_usage: bool) {
+    fn synthesize_finish(&mut self, tally: &Tally, reason: &str, with_usage: bool) {
         let usage = self.usage.unwrap_or_default();
         let mut chunk = json!({
             "id": self.last_id,
@@ -446,12 +459,16 @@ impl Pump<'_> {
             "choices": [{"index": 0, "delta": {}, "finish_reason": reason}],
         });
         if with_usage {
-            chunk["usage"] = usage_json(&ex.priced(usage));
+            chunk["usage"] = usage_json(&tally.priced(usage));
         }
         let bytes = serde_json::to_vec(&chunk).unwrap_or_default();
         let bytes = splice_member(&bytes, "provider", self.provider_json);
-        let mut bytes = splice_member(&bytes, "x_gateway", &ex.receipt_json(self.provider, "ok"));
-        if let Some(ignored) = &ex.ignored {
+        let mut bytes = splice_member(
+            &bytes,
+            "x_gateway",
+            &tally.receipt_json(self.provider, "ok"),
+        );
+        if let Some(ignored) = &tally.ignored {
             let v = serde_json::to_vec(ignored).unwrap_or_default();
             bytes = splice_member(&bytes, IGNORED_MEMBER, &v);
         }
@@ -461,10 +478,10 @@ impl Pump<'_> {
 
     /// Settles a stream that died after output: a finish chunk with
     /// finish_reason `length` and usage, then `[DONE]`. Never a silent truncation.
-    fn cut(&mut self, ex: &Exchange) {
-        self.usage = Some(ex.cut_usage(self.usage, self.content_chars));
+    fn cut(&mut self, tally: &Tally) {
+        self.usage = Some(tally.cut_usage(self.usage, self.content_chars));
         // The cut chunk always carries usage: the client must see what it got.
-        self.synthesize_finish(ex, "length", true);
+        self.synthesize_finish(tally, "length", true);
         self.out.extend_from_slice(b"data: [DONE]\n\n");
     }
 }

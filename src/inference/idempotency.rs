@@ -16,7 +16,7 @@
 //! and a retry gets `idempotency_replay_unavailable`. Expired rows are swept in
 //! batches every minute by every instance (deletes of the same rows are harmless).
 
-use super::exchange::{Exchange, Tape};
+use super::tally::{Tally, Tape};
 use crate::state::AppState;
 use crate::store::counters::Counters;
 use crate::store::now_ms;
@@ -279,11 +279,11 @@ async fn alive(state: &AppState, owner: &str) -> bool {
 
 /// Stores the answer under the key, or releases the key when the request was
 /// refused before anything could be billed.
-pub async fn finish(state: &AppState, ticket: Ticket, ex: &Exchange, status: u16) {
+pub async fn finish(state: &AppState, ticket: Ticket, tally: &Tally, status: u16) {
     let pool = &state.db.pool;
-    let keep = ex.billable || ex.header_sent || (200..300).contains(&status);
+    let keep = tally.billable || tally.header_sent || (200..300).contains(&status);
     let done =
-        match (keep, ex.tape.as_deref()) {
+        match (keep, tally.tape.as_deref()) {
             // Billed, but too large to keep: a retry must neither replay nor run.
             (true, None) => {
                 sqlx::query(

@@ -27,7 +27,7 @@ pub enum Outcome {
     ClientGone,
 }
 
-pub struct Exchange {
+pub struct Tally {
     pub started: Instant,
     pub deadline: Instant,
     /// Time spent waiting on providers.
@@ -72,9 +72,9 @@ pub struct Tape {
     pub body: Vec<u8>,
 }
 
-impl Exchange {
-    pub fn new(started: Instant, deadline: Duration) -> Exchange {
-        Exchange {
+impl Tally {
+    pub fn new(started: Instant, deadline: Duration) -> Tally {
+        Tally {
             started,
             deadline: started + deadline,
             upstream_wait: Duration::ZERO,

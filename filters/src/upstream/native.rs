@@ -2,8 +2,8 @@
 //! OpenAI's responses API, a messages client on Anthropic): every member passes
 //! through verbatim, except the ones the gateway owns.
 
-use sluice_filters::json::RawObject;
-use sluice_filters::policy::Wire;
+use super::Wire;
+use crate::json::RawObject;
 
 /// Members replaced (`Some(json)`) or removed (`None`) on a native body.
 fn owned(wire: Wire, stream: bool) -> Vec<(&'static str, Option<&'static str>)> {

@@ -9,21 +9,21 @@
 //! before any output is retried once on the same rung.
 
 use super::attempt::{describe, refusal, write_whole, Attempt};
-use super::breaker::Admit;
-use super::exchange::{Exchange, Outcome};
-use super::plan::{plan, Job, Leg};
-use super::upstream::Failure;
-use super::wire;
-use super::Gateway;
+use super::plan::{plan, ParsedRequest, PlannedRung};
+use super::tally::{Outcome, Tally};
+use super::Engine;
 use crate::byok::Lane;
 use crate::catalog::Model;
+use crate::upstream::breaker::Admit;
+use crate::upstream::Failure;
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
+use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::{Event, FinishReason, Meta, Response, Tail};
 use sluice_filters::json::RawObject;
-use sluice_filters::policy::{Inbound, Wire};
 use sluice_filters::upstream::openai_chat::render_request;
+use sluice_filters::upstream::Wire;
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
 
@@ -33,38 +33,38 @@ const AFFINITY_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Serves an inference request for a model whose route the caller may use.
 pub async fn serve(
-    gw: &Gateway,
+    engine: &Engine,
     session: &mut Session,
-    ex: &mut Exchange,
+    tally: &mut Tally,
     model: &Model,
-    job: Job<'_>,
+    parsed: ParsedRequest<'_>,
 ) -> Outcome {
-    let mut legs = match plan(gw, model, &job) {
+    let mut chain = match plan(engine, model, &parsed) {
         Ok(l) => l,
         Err(e) => return Outcome::Error(e),
     };
     // A conversation whose prompt cache is warm on a rung goes there first.
-    let keyed = job.req.prompt_cache_key.is_some();
-    let affinity = if legs.len() > 1 && (job.cacheable || keyed) {
-        job.affinity_key()
+    let keyed = parsed.req.prompt_cache_key.is_some();
+    let affinity = if chain.len() > 1 && (parsed.cacheable || keyed) {
+        parsed.affinity_key()
     } else {
         None
     };
     let mut warm: Option<String> = None;
     if let Some(k) = &affinity {
-        if let Ok(Some(rung)) = gw.state.counters.get_marker(k).await {
-            if let Some(pos) = legs.iter().position(|l| l.target.rung_id == rung) {
-                let leg = legs.remove(pos);
-                legs.insert(0, leg);
+        if let Ok(Some(rung)) = engine.state.counters.get_marker(k).await {
+            if let Some(pos) = chain.iter().position(|l| l.target.rung_id == rung) {
+                let planned = chain.remove(pos);
+                chain.insert(0, planned);
                 warm = Some(rung);
             }
         }
     }
     // Admission is asked only of a rung about to be tried: a half-open probe slot
     // taken for a rung that is never reached would keep it closed off.
-    let healthy = legs
+    let healthy = chain
         .iter()
-        .filter(|l| gw.breaker.would_admit(&l.target.breaker_key))
+        .filter(|l| engine.breaker.would_admit(&l.target.breaker_key))
         .count();
     if healthy == 0 {
         return Outcome::Error(
@@ -75,69 +75,75 @@ pub async fn serve(
             .with_status(503),
         );
     }
-    let label = job.inbound_label();
+    let label = parsed.inbound_label();
     let single = healthy == 1;
     let mut died = 0u32;
     let mut empty: Option<Usage> = None;
     let mut reasons: Vec<String> = Vec::new();
     let mut tried = 0usize;
-    for leg in &legs {
-        let target = &leg.target;
-        if gw.breaker.admit(&target.breaker_key) == Admit::No {
+    for planned in &chain {
+        let target = &planned.target;
+        if engine.breaker.admit(&target.breaker_key) == Admit::No {
             continue;
         }
         if tried > 0 {
-            gw.state.metrics.failovers.with_label_values(&[label]).inc();
+            engine
+                .state
+                .metrics
+                .failovers
+                .with_label_values(&[label])
+                .inc();
         }
         tried += 1;
         // Only a platform rung draws credits; the org's own account costs nothing here.
-        ex.price = match leg.lane {
-            Lane::Platform => ex.platform_price,
+        tally.price = match planned.lane {
+            Lane::Platform => tally.platform_price,
             Lane::PassThrough => Default::default(),
         };
-        ex.lane = leg.lane;
+        tally.lane = planned.lane;
         for try_no in 0..2 {
-            let result = attempt(gw, session, ex, leg, &job).await;
+            let result = attempt(engine, session, tally, planned, &parsed).await;
             let outcome = result.label();
-            gw.state
+            engine
+                .state
                 .metrics
                 .upstream_attempts
                 .with_label_values(&[target.provider.as_str(), outcome.as_str()])
                 .inc();
-            ex.attempt(&target.provider, &outcome);
+            tally.attempt(&target.provider, &outcome);
             match result {
                 Attempt::Served(status) => {
-                    gw.breaker.success(&target.breaker_key);
-                    ex.rung = Some(target.rung_id.clone());
-                    ex.billable = true;
+                    engine.breaker.success(&target.breaker_key);
+                    tally.rung = Some(target.rung_id.clone());
+                    tally.billable = true;
                     if let Some(k) = &affinity {
-                        let c = &gw.state.counters;
+                        let c = &engine.state.counters;
                         let _ = c.put_marker(k, &target.rung_id, AFFINITY_TTL, false).await;
                     }
                     return Outcome::Written(status);
                 }
                 Attempt::Refused(reason) => {
-                    gw.breaker.success(&target.breaker_key);
-                    ex.rung = Some(target.rung_id.clone());
+                    engine.breaker.success(&target.breaker_key);
+                    tally.rung = Some(target.rung_id.clone());
                     return Outcome::Error(refusal(reason));
                 }
                 Attempt::Empty(u) => {
-                    gw.breaker.success(&target.breaker_key);
-                    ex.empty_attempts += 1;
+                    engine.breaker.success(&target.breaker_key);
+                    tally.empty_attempts += 1;
                     empty.get_or_insert(u.unwrap_or_default());
-                    ex.rung = Some(target.rung_id.clone());
+                    tally.rung = Some(target.rung_id.clone());
                     break;
                 }
                 Attempt::Terminal(e) => {
-                    gw.breaker.abandon(&target.breaker_key);
+                    engine.breaker.abandon(&target.breaker_key);
                     return Outcome::Error(e);
                 }
                 Attempt::ClientGone => {
-                    gw.breaker.abandon(&target.breaker_key);
+                    engine.breaker.abandon(&target.breaker_key);
                     return Outcome::ClientGone;
                 }
                 Attempt::Failed(Failure::Deadline) => {
-                    gw.breaker.abandon(&target.breaker_key);
+                    engine.breaker.abandon(&target.breaker_key);
                     return Outcome::Error(ApiError::new(
                         ErrorCode::DeadlineExceeded,
                         "The request ran past its deadline before any rung answered.",
@@ -146,7 +152,7 @@ pub async fn serve(
                 Attempt::Failed(Failure::Status(429)) if warm.as_ref() == Some(&target.rung_id) => {
                     // Moving a warm conversation to a cold rung would pay its whole
                     // prompt again: the throttle goes back to the caller instead.
-                    gw.breaker.failure(&target.breaker_key);
+                    engine.breaker.failure(&target.breaker_key);
                     return Outcome::Error(
                         ApiError::new(
                             ErrorCode::UnavailableRoute,
@@ -160,9 +166,9 @@ pub async fn serve(
                 }
                 Attempt::Failed(f) => {
                     if f.trips_breaker() {
-                        gw.breaker.failure(&target.breaker_key);
+                        engine.breaker.failure(&target.breaker_key);
                     } else {
-                        gw.breaker.abandon(&target.breaker_key);
+                        engine.breaker.abandon(&target.breaker_key);
                     }
                     reasons.push(format!("{} ({})", target.rung_id, describe(&f)));
                     if f == Failure::DiedBeforeOutput {
@@ -177,9 +183,9 @@ pub async fn serve(
         }
     }
     if let Some(u) = empty {
-        ex.usage = u;
+        tally.usage = u;
         // Boxed: rare, and inline it would nearly double every request's state.
-        let answer = Box::pin(empty_completion(session, ex, model, &job));
+        let answer = Box::pin(empty_completion(session, tally, model, &parsed));
         return answer.await;
     }
     if single && died == 2 {
@@ -224,16 +230,18 @@ fn without<'a>(object: &RawObject<'a>, dropped: &[String]) -> Option<RawObject<'
 /// One attempt on one rung: the native fast path when the rung speaks the client's
 /// format, else the translated path.
 async fn attempt(
-    gw: &Gateway,
+    engine: &Engine,
     session: &mut Session,
-    ex: &mut Exchange,
-    leg: &Leg,
-    job: &Job<'_>,
+    tally: &mut Tally,
+    planned: &PlannedRung,
+    parsed: &ParsedRequest<'_>,
 ) -> Attempt {
-    let t = &leg.target;
+    let t = &planned.target;
     // Rungs whose provider routes by prompt_cache_key get the derived value.
-    let routing = match leg.wire {
-        Wire::OpenAiChat | Wire::OpenAiResponses if leg.cache_key_routing => job.routing_key(),
+    let routing = match planned.wire {
+        Wire::OpenAiChat | Wire::OpenAiResponses if planned.cache_key_routing => {
+            parsed.routing_key()
+        }
         _ => None,
     };
     let with_routing = |body: Vec<u8>| match &routing {
@@ -243,72 +251,77 @@ async fn attempt(
         }
         None => body,
     };
-    if leg.native {
-        let trimmed = without(&job.object, &leg.dropped);
-        let object = trimmed.as_ref().unwrap_or(&job.object);
-        ex.ignored = disclosure(&leg.dropped, &[]);
+    if planned.native {
+        let trimmed = without(&parsed.object, &planned.dropped);
+        let object = trimmed.as_ref().unwrap_or(&parsed.object);
+        tally.ignored = disclosure(&planned.dropped, &[]);
         // Each kind of attempt is boxed on its own: a box sized for the largest
         // (a translated stream) would be copied whole on every plain request.
-        if job.inbound == Inbound::Chat {
+        if parsed.inbound == Inbound::Chat {
             let body = Bytes::from(with_routing(render_request(
                 object,
                 &t.model_id,
-                job.stream,
+                parsed.stream,
             )));
-            return if job.stream {
-                let wants_usage = job.req.include_usage;
-                let run = Box::pin(super::chat::stream_attempt(
-                    gw,
+            return if parsed.stream {
+                let wants_usage = parsed.req.include_usage;
+                let run = Box::pin(super::native_chat::stream_attempt(
+                    engine,
                     session,
-                    ex,
+                    tally,
                     t,
                     body,
                     wants_usage,
                 ));
                 run.await
             } else {
-                let run = Box::pin(super::chat::plain_attempt(gw, session, ex, t, body));
+                let run = Box::pin(super::native_chat::plain_attempt(
+                    engine, session, tally, t, body,
+                ));
                 run.await
             };
         }
-        let body = with_routing(super::native::render(
-            leg.wire,
+        let body = with_routing(sluice_filters::upstream::native::render(
+            planned.wire,
             object,
             &t.model_id,
-            job.stream,
+            parsed.stream,
         ));
-        return super::translated::run(gw, session, ex, leg, job, Bytes::from(body)).await;
+        return super::translated::run(engine, session, tally, planned, parsed, Bytes::from(body))
+            .await;
     }
-    let rendered = wire::render(leg.wire, &t.provider, &job.req, &t.model_id, job.stream);
-    ex.ignored = disclosure(&leg.dropped, &rendered.dropped);
+    let rendered = planned
+        .wire
+        .render(&t.provider, &parsed.req, &t.model_id, parsed.stream);
+    tally.ignored = disclosure(&planned.dropped, &rendered.dropped);
     let body = with_routing(rendered.body);
-    super::translated::run(gw, session, ex, leg, job, Bytes::from(body)).await
+    super::translated::run(engine, session, tally, planned, parsed, Bytes::from(body)).await
 }
 
 /// Every reachable rung ended its turn with no content: 200 with the warning header
 /// and the format's empty shape (a terminal frame when the header already went out).
 async fn empty_completion(
     session: &mut Session,
-    ex: &mut Exchange,
+    tally: &mut Tally,
     model: &Model,
-    job: &Job<'_>,
+    parsed: &ParsedRequest<'_>,
 ) -> Outcome {
     let meta = Meta {
-        provider: ex.rung.clone().unwrap_or_default(),
+        provider: tally.rung.clone().unwrap_or_default(),
         slug: model.spec.slug.clone(),
         created: crate::store::now_ms() / 1000,
         fallback_id: crate::store::new_id("empty"),
-        include_usage: job.req.include_usage,
+        include_usage: parsed.req.include_usage,
         stop_sequence: None,
     };
     let tail = Tail {
-        usage: ex.priced(Usage::default()),
+        usage: tally.priced(Usage::default()),
         cut: false,
-        receipt: String::from_utf8(ex.receipt_json("", "")).unwrap_or_default(),
-        ignored: ex.ignored.clone(),
+        receipt: String::from_utf8(tally.receipt_json("", "")).unwrap_or_default(),
+        ignored: tally.ignored.clone(),
     };
-    let body = if job.stream {
-        let mut enc = wire::encoder(job.inbound, meta);
+    let body = if parsed.stream {
+        let mut enc = parsed.inbound.encoder(meta);
         let mut out = Vec::new();
         enc.event(
             &Event::Start {
@@ -330,13 +343,13 @@ async fn empty_completion(
     } else {
         let resp = Response {
             finish: Some(FinishReason::Stop),
-            usage: Some(ex.priced(Usage::default())),
+            usage: Some(tally.priced(Usage::default())),
             ..Response::default()
         };
-        wire::render_answer(job.inbound, &resp, &meta, &tail)
+        parsed.inbound.render(&resp, &meta, &tail)
     };
-    if ex.header_sent {
-        ex.tape_body(&body);
+    if tally.header_sent {
+        tally.tape_body(&body);
         let ok = session
             .write_response_body(Some(Bytes::from(body)), true)
             .await
@@ -352,14 +365,14 @@ async fn empty_completion(
         Err(_) => return Outcome::Error(ApiError::internal()),
     };
     let _ = h.insert_header("x-gateway-warning", "empty_completion");
-    if job.stream {
+    if parsed.stream {
         let _ = h.insert_header(http::header::CONTENT_TYPE, "text/event-stream");
         let _ = h.insert_header(http::header::CACHE_CONTROL, "no-cache");
     } else {
         let _ = h.insert_header(http::header::CONTENT_TYPE, "application/json");
     }
-    ex.receipt_headers(&mut h, "", "");
-    if !write_whole(session, ex, h, body).await {
+    tally.receipt_headers(&mut h, "", "");
+    if !write_whole(session, tally, h, body).await {
         return Outcome::ClientGone;
     }
     Outcome::Written(200)

@@ -1,36 +1,14 @@
 //! `GET /v1/models` and `GET /v1/models/{id}`: the models the key's org can call,
 //! with the pricing extension.
 
-use super::respond::send_json;
-use crate::accounts::{presented_key, KeyRecord, OrgRecord};
-use crate::catalog::Model;
+use crate::downstream::respond::send_json;
+use crate::downstream::Handled;
+use crate::inference::{authenticate, granted};
+
 use crate::state::AppState;
 use pingora::proxy::Session;
 use serde_json::json;
 use sluice_filters::{ApiError, ErrorCode};
-use std::sync::Arc;
-
-pub type Handled = Result<u16, ApiError>;
-
-/// The presented key and its org, or 401 `invalid_key`.
-pub async fn authenticate(
-    state: &AppState,
-    session: &Session,
-    allow_x_api_key: bool,
-) -> Result<(Arc<KeyRecord>, Arc<OrgRecord>), ApiError> {
-    let key = presented_key(&session.req_header().headers, allow_x_api_key)
-        .ok_or_else(ApiError::invalid_key)?;
-    state
-        .directory
-        .authenticate_or_fetch(&state.db, key)
-        .await
-        .ok_or_else(ApiError::invalid_key)
-}
-
-/// Whether the org may call the model at all (restricted models need a grant).
-pub fn granted(org: &OrgRecord, model: &Model) -> bool {
-    !model.spec.restricted || model.owner.is_some() || org.grants.contains(&model.spec.slug)
-}
 
 pub async fn list(state: &AppState, session: &mut Session) -> Handled {
     let (_, org) = authenticate(state, session, false).await?;

@@ -2,15 +2,15 @@
 //! every attempt uses (deadlines, the client going away, whole answers, the SSE
 //! header).
 
-use super::exchange::Exchange;
-use super::upstream::{Call, Failure};
+use super::tally::Tally;
+use crate::upstream::{Call, Failure};
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
 use sluice_filters::ir::RefusalReason;
-use sluice_filters::policy::Wire;
 use sluice_filters::sse::KEEPALIVE;
+use sluice_filters::upstream::Wire;
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
 use std::time::{Duration, Instant};
@@ -107,16 +107,16 @@ pub async fn unless_gone<F: std::future::Future>(
 /// when the client is gone.
 pub async fn write_whole(
     session: &mut Session,
-    ex: &mut Exchange,
+    tally: &mut Tally,
     mut h: ResponseHeader,
     body: Vec<u8>,
 ) -> bool {
     // Lower-case names are taken as they are; a `HeaderName` would be title-cased
     // and parsed again on insert.
     let _ = h.insert_header("content-length", body.len());
-    if ex.tape.is_some() {
-        ex.tape_header(&h);
-        ex.tape_body(&body);
+    if tally.tape.is_some() {
+        tally.tape_header(&h);
+        tally.tape_body(&body);
     }
     session
         .write_response_header(Box::new(h), false)
@@ -129,24 +129,24 @@ pub async fn write_whole(
 }
 
 /// The header of a whole JSON answer, with the receipt.
-pub fn json_header(ex: &Exchange, provider: &str, outcome: &str) -> Option<ResponseHeader> {
+pub fn json_header(tally: &Tally, provider: &str, outcome: &str) -> Option<ResponseHeader> {
     // Room for ours and the two Pingora adds (date, connection): no regrowth.
     let mut h = ResponseHeader::build_no_case(200, Some(8)).ok()?;
     let _ = h.insert_header(
         "content-type",
         http::HeaderValue::from_static("application/json"),
     );
-    ex.receipt_headers(&mut h, provider, outcome);
+    tally.receipt_headers(&mut h, provider, outcome);
     Some(h)
 }
 
 /// The SSE response header, with the receipt.
-pub fn sse_header(ex: &Exchange, provider: &str, outcome: &str) -> Option<Box<ResponseHeader>> {
+pub fn sse_header(tally: &Tally, provider: &str, outcome: &str) -> Option<Box<ResponseHeader>> {
     let mut h = ResponseHeader::build_no_case(200, Some(10)).ok()?;
     let _ = h.insert_header("content-type", "text/event-stream");
     let _ = h.insert_header("cache-control", "no-cache");
     let _ = h.insert_header("transfer-encoding", "chunked");
-    ex.receipt_headers(&mut h, provider, outcome);
+    tally.receipt_headers(&mut h, provider, outcome);
     Some(Box::new(h))
 }
 
@@ -166,7 +166,7 @@ pub enum Before {
 /// departed client end the attempt.
 pub async fn read_before_commit(
     session: &mut Session,
-    ex: &mut Exchange,
+    tally: &mut Tally,
     call: &mut Call<'_>,
     provider: &str,
     first_deadline: Instant,
@@ -175,18 +175,18 @@ pub async fn read_before_commit(
     loop {
         let next_keepalive = if early_ms == 0 {
             None
-        } else if ex.header_sent {
+        } else if tally.header_sent {
             Some(Instant::now() + Duration::from_millis(early_ms.clamp(1000, 15_000)))
         } else {
-            Some(ex.started + Duration::from_millis(early_ms))
+            Some(tally.started + Duration::from_millis(early_ms))
         };
         let wait_until = next_keepalive.map_or(first_deadline, |k| k.min(first_deadline));
         let waited = Instant::now();
         let read = unless_gone(session, until(wait_until, call.read())).await;
-        ex.upstream_wait += waited.elapsed();
+        tally.upstream_wait += waited.elapsed();
         return match read {
             None => Before::Over(Attempt::ClientGone),
-            Some(Err(_)) if Instant::now() >= ex.deadline => {
+            Some(Err(_)) if Instant::now() >= tally.deadline => {
                 Before::Over(Attempt::Failed(Failure::Deadline))
             }
             Some(Err(_)) if Instant::now() >= first_deadline => {
@@ -194,15 +194,15 @@ pub async fn read_before_commit(
             }
             Some(Err(_)) => {
                 // A keep-alive tick: the first content is slow.
-                if !ex.header_sent {
-                    let Some(h) = sse_header(ex, provider, "pending") else {
+                if !tally.header_sent {
+                    let Some(h) = sse_header(tally, provider, "pending") else {
                         return Before::Over(Attempt::Terminal(ApiError::internal()));
                     };
-                    ex.tape_header(&h);
+                    tally.tape_header(&h);
                     if session.write_response_header(h, false).await.is_err() {
                         return Before::Over(Attempt::ClientGone);
                     }
-                    ex.header_sent = true;
+                    tally.header_sent = true;
                 }
                 if session
                     .write_response_body(Some(Bytes::from_static(KEEPALIVE)), false)
@@ -233,7 +233,7 @@ pub async fn failed_status(wire: Wire, mut call: Call<'_>, status: u16) -> Attem
             }
         }
     }
-    match super::wire::refusal(wire, status, &buf) {
+    match wire.refusal(status, &buf) {
         Some(reason) => Attempt::Refused(reason),
         None => Attempt::Failed(Failure::Status(status)),
     }

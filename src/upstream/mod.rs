@@ -4,248 +4,40 @@
 //! for the header under a timeout (HTTP/1.1 answers read by `h1`), read body pieces,
 //! and give the connection back only when the answer was whole.
 
-use super::auth::{google, sigv4};
-use super::egress::{self, parse_base};
-use super::h1;
-use super::pool::IdlePool;
+pub mod auth;
+pub mod breaker;
+pub mod egress;
+mod h1;
+mod head;
+mod pool;
+mod target;
+
+pub use target::Target;
+
 use crate::catalog::RungSpec;
 use crate::config::{Config, ProviderConfig};
+use auth::{google, sigv4};
 use bytes::Bytes;
+use egress::parse_base;
+use head::{Head, Val};
 use pingora::connectors::http::Connector;
-use pingora::http::RequestHeader;
 use pingora::prelude::HttpPeer;
 use pingora::protocols::http::client::HttpSession;
 use pingora::time::fast_timeout::fast_timeout;
-use pingora::upstreams::peer::Peer;
-use sluice_filters::policy::Wire;
-use sluice_filters::upstream::{bedrock, gemini};
+use pool::IdlePool;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use target::{OwnCloud, PeerCache, Vertex};
 use tokio::io::AsyncWriteExt;
 
-/// The version of Azure OpenAI's data-plane API we speak.
-const AZURE_API_VERSION: &str = "2024-10-21";
 /// The Anthropic messages API version we speak.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 const DNS_TTL: Duration = Duration::from_secs(60);
 /// Hosts the DNS cache holds at most: org URLs name hosts too, so it is bounded.
 const DNS_MAX: usize = 1024;
 const POOL_IDLE: Duration = Duration::from_secs(60);
-
-/// How a rung is reached. Debug leaves the credential out.
-#[derive(Clone)]
-pub struct Target {
-    /// `<provider>:<provider_model_id>`.
-    pub rung_id: String,
-    /// `rung_id` as a JSON string: the `provider` member spliced into answers.
-    pub rung_json: Vec<u8>,
-    /// Where chat completions are posted.
-    chat_path: String,
-    pub provider: String,
-    pub model_id: String,
-    tls: bool,
-    host: String,
-    /// `host` when it is an IP address, parsed once.
-    ip: Option<std::net::IpAddr>,
-    port: u16,
-    /// Path prefix of the base URL, without a trailing slash.
-    prefix: String,
-    credential: Option<Arc<str>>,
-    pub connect_timeout: Duration,
-    pub header_timeout: Duration,
-    pub first_token_timeout: Duration,
-    /// Longest silence between chunks of a committed stream.
-    pub stream_idle_timeout: Duration,
-    /// The rung's own base URL as the catalog gives it (empty: the provider's).
-    rung_base: String,
-    /// Keys the circuit breaker: the rung's provider, model id, base URL and
-    /// credential (never the host alone).
-    pub breaker_key: String,
-    /// Bedrock and Vertex: the cloud region the base URL names.
-    region: String,
-    /// An org's own cloud account (BYOK on Bedrock or Vertex), in place of the
-    /// platform's.
-    own_cloud: Option<OwnCloud>,
-    /// `host[:port]` for the Host header and signing.
-    authority: String,
-    peer: PeerCache,
-    /// The address comes from an org (a deployment's or connection's base URL, a
-    /// Vertex token_uri): every connection checks where it really goes.
-    org_url: bool,
-}
-
-/// The peer for the last address the host resolved to, built once: a peer owns
-/// its name and options, and its reuse hash walks them.
-#[derive(Clone, Default)]
-struct PeerCache(Arc<Mutex<Option<CachedPeer>>>);
-
-/// A resolved address, its peer and the peer's pool key.
-type CachedPeer = (SocketAddr, Arc<HttpPeer>, u64);
-
-impl std::fmt::Debug for PeerCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PeerCache")
-    }
-}
-
-impl std::fmt::Debug for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Target")
-            .field("rung_id", &self.rung_id)
-            .field("provider", &self.provider)
-            .field("model_id", &self.model_id)
-            .field("authority", &self.authority)
-            .field("prefix", &self.prefix)
-            .field(
-                "credential",
-                &self.credential.as_ref().map(|_| "<redacted>"),
-            )
-            .field("own_cloud", &self.own_cloud)
-            .finish_non_exhaustive()
-    }
-}
-
-/// An org's own Bedrock keys or Vertex service account.
-#[derive(Clone)]
-enum OwnCloud {
-    Aws(Arc<sigv4::AwsCredentials>),
-    Vertex(Arc<Vertex>),
-}
-
-impl std::fmt::Debug for OwnCloud {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            OwnCloud::Aws(_) => "OwnCloud::Aws(..)",
-            OwnCloud::Vertex(_) => "OwnCloud::Vertex(..)",
-        })
-    }
-}
-
-impl Target {
-    /// A path under the rung's base URL.
-    pub fn under_base(&self, suffix: &str) -> String {
-        format!("{}{suffix}", self.prefix)
-    }
-
-    /// Names the rung, and keeps its JSON form (spliced into every answer) with it.
-    fn set_rung_id(&mut self, id: String) {
-        self.rung_json = serde_json::to_vec(&id).unwrap_or_default();
-        self.rung_id = id;
-    }
-
-    /// The request path of the chat-completions endpoint.
-    pub fn chat_path(&self) -> &str {
-        &self.chat_path
-    }
-
-    /// The chat-completions path under the base URL, built once per target.
-    fn build_chat_path(provider: &str, prefix: &str, model_id: &str) -> String {
-        if provider == "azure" {
-            format!(
-                "{prefix}/openai/deployments/{model_id}/chat/completions?api-version={AZURE_API_VERSION}"
-            )
-        } else {
-            format!("{prefix}/chat/completions")
-        }
-    }
-
-    /// The request path of this rung's endpoint for `wire`.
-    pub fn path(&self, wire: Wire, stream: bool) -> String {
-        match wire {
-            Wire::OpenAiChat => self.chat_path().to_string(),
-            Wire::OpenAiResponses => format!("{}/responses", self.prefix),
-            Wire::Anthropic if self.provider == "vertex" => self.vertex_path("anthropic", stream),
-            Wire::Gemini if self.provider == "vertex" => self.vertex_path("google", stream),
-            Wire::Anthropic => format!("{}/v1/messages", self.prefix),
-            Wire::Gemini => format!("{}{}", self.prefix, gemini::path(&self.model_id, stream)),
-            Wire::Bedrock => format!("{}{}", self.prefix, bedrock::path(&self.model_id, stream)),
-        }
-    }
-
-    /// The OpenAI-compatible embeddings endpoint (Azure: the deployment's).
-    pub fn embeddings_path(&self) -> String {
-        if self.provider == "azure" {
-            format!(
-                "{}/openai/deployments/{}/embeddings?api-version={AZURE_API_VERSION}",
-                self.prefix, self.model_id
-            )
-        } else {
-            format!("{}/embeddings", self.prefix)
-        }
-    }
-
-    /// Bedrock's `invoke` endpoint of the rung's model (embeddings).
-    pub fn bedrock_invoke_path(&self) -> String {
-        format!(
-            "{}{}",
-            self.prefix,
-            sigv4::model_path(&self.model_id, "invoke")
-        )
-    }
-
-    /// Gemini's batch embeddings endpoint.
-    pub fn gemini_embed_path(&self) -> String {
-        format!(
-            "{}/v1beta/models/{}:batchEmbedContents",
-            self.prefix, self.model_id
-        )
-    }
-
-    /// Vertex AI's embeddings endpoint (`predict` on the publisher model).
-    pub fn vertex_embed_path(&self) -> String {
-        let project = self.credential.as_deref().unwrap_or_default();
-        format!(
-            "{}{}",
-            self.prefix,
-            google::vertex_path(project, &self.region, "google", &self.model_id, "predict")
-        )
-    }
-
-    /// A Vertex AI publisher model endpoint; the project comes from the service
-    /// account.
-    fn vertex_path(&self, publisher: &str, stream: bool) -> String {
-        let method = match (publisher, stream) {
-            ("anthropic", true) => "streamRawPredict",
-            ("anthropic", false) => "rawPredict",
-            (_, true) => "streamGenerateContent?alt=sse",
-            (_, false) => "generateContent",
-        };
-        let project = self.credential.as_deref().unwrap_or_default();
-        format!(
-            "{}{}",
-            self.prefix,
-            google::vertex_path(project, &self.region, publisher, &self.model_id, method)
-        )
-    }
-
-    fn authority(tls: bool, host: &str, port: u16) -> String {
-        let default_port = if tls { 443 } else { 80 };
-        if port == default_port {
-            host.to_string()
-        } else {
-            format!("{host}:{port}")
-        }
-    }
-
-    /// The peer at `addr` and its pool key.
-    fn peer(&self, addr: SocketAddr) -> (Arc<HttpPeer>, u64) {
-        let mut cached = self.peer.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((a, peer, key)) = cached.as_ref() {
-            if *a == addr {
-                return (peer.clone(), *key);
-            }
-        }
-        let mut peer = HttpPeer::new(addr, self.tls, self.host.clone());
-        peer.options.connection_timeout = Some(self.connect_timeout);
-        peer.options.total_connection_timeout = Some(self.connect_timeout);
-        let key = peer.reuse_hash();
-        let peer = Arc::new(peer);
-        *cached = Some((addr, peer.clone(), key));
-        (peer, key)
-    }
-}
 
 /// Resolved hosts, each for `DNS_TTL`. Keyed by host strings that org URLs
 /// supply too: expired entries are pruned as it fills, and it never holds more than
@@ -349,16 +141,6 @@ pub struct Upstreams {
     own_vertex: Mutex<HashMap<String, Arc<Vertex>>>,
     /// `[network] allow_private_upstreams`: org URLs may reach any address.
     allow_private: bool,
-}
-
-/// A Vertex AI service account and its access token.
-struct Vertex {
-    account: google::ServiceAccount,
-    tokens: google::TokenCache,
-    /// Serializes refreshes: a burst of requests makes one token request.
-    refresh: tokio::sync::Mutex<()>,
-    /// An org's account: its token_uri is an org URL.
-    org: bool,
 }
 
 impl Upstreams {
@@ -867,129 +649,6 @@ async fn header_within<T>(
     }
 }
 
-/// A header value of an upstream request.
-enum Val<'a> {
-    Str(&'a str),
-    /// `Bearer <token>`, written without formatting a string first.
-    Bearer(&'a str),
-    Len(usize),
-}
-
-/// An upstream request head. HTTP/1.1 writes it straight to bytes, with the body
-/// (one send, no header map built and dropped per request); only an HTTP/2
-/// connection needs Pingora's `RequestHeader`.
-struct Head<'a> {
-    method: &'static str,
-    path: &'a str,
-    fields: Vec<(&'a str, Val<'a>)>,
-}
-
-impl<'a> Head<'a> {
-    fn new(method: &'static str, path: &'a str) -> Head<'a> {
-        Head {
-            method,
-            path,
-            fields: Vec::with_capacity(8),
-        }
-    }
-
-    fn field(&mut self, name: &'a str, value: Val<'a>) {
-        self.fields.push((name, value));
-    }
-
-    /// The request as HTTP/1.1 bytes followed by the body; `None` when a name or
-    /// value could break the framing (a credential with a line break, say).
-    fn to_h1(&self, body: &[u8]) -> Option<Vec<u8>> {
-        if !self.path.bytes().all(|b| b.is_ascii_graphic()) {
-            return None;
-        }
-        let mut out = Vec::with_capacity(256 + body.len());
-        out.extend_from_slice(self.method.as_bytes());
-        out.push(b' ');
-        out.extend_from_slice(self.path.as_bytes());
-        out.extend_from_slice(b" HTTP/1.1\r\n");
-        for (name, value) in &self.fields {
-            if name.is_empty() || !name.bytes().all(is_token) {
-                return None;
-            }
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b": ");
-            match value {
-                Val::Str(v) => push_value(&mut out, v)?,
-                Val::Bearer(v) => {
-                    out.extend_from_slice(b"Bearer ");
-                    push_value(&mut out, v)?;
-                }
-                Val::Len(n) => out.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes()),
-            }
-            out.extend_from_slice(b"\r\n");
-        }
-        out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(body);
-        Some(out)
-    }
-
-    fn to_request_header(&self) -> Option<RequestHeader> {
-        let mut req = RequestHeader::build_no_case(
-            self.method,
-            self.path.as_bytes(),
-            Some(self.fields.len()),
-        )
-        .ok()?;
-        for (name, value) in &self.fields {
-            let value = match value {
-                Val::Str(v) => v.to_string(),
-                Val::Bearer(v) => format!("Bearer {v}"),
-                Val::Len(n) => n.to_string(),
-            };
-            req.insert_header(name.to_ascii_lowercase(), value).ok()?;
-        }
-        Some(req)
-    }
-}
-
-/// RFC 9110 token characters (header names), looked up rather than searched:
-/// every byte of every name is checked on every request.
-fn is_token(b: u8) -> bool {
-    const TOKEN: [bool; 256] = {
-        let mut t = [false; 256];
-        let mut i = 0;
-        while i < 256 {
-            let c = i as u8;
-            t[i] = c.is_ascii_alphanumeric()
-                || matches!(
-                    c,
-                    b'!' | b'#'
-                        | b'$'
-                        | b'%'
-                        | b'&'
-                        | b'\''
-                        | b'*'
-                        | b'+'
-                        | b'-'
-                        | b'.'
-                        | b'^'
-                        | b'_'
-                        | b'`'
-                        | b'|'
-                        | b'~'
-                );
-            i += 1;
-        }
-        t
-    };
-    TOKEN[usize::from(b)]
-}
-
-/// A field value: visible characters, spaces and tabs only.
-fn push_value(out: &mut Vec<u8>, v: &str) -> Option<()> {
-    if v.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-        return None;
-    }
-    out.extend_from_slice(v.as_bytes());
-    Some(())
-}
-
 /// A connection about to carry a request: a bare HTTP/1.1 stream (from the idle
 /// pool or just opened) or a session of another protocol.
 enum Conn {
@@ -1060,29 +719,6 @@ impl Call<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn request_heads_are_written_once_and_refuse_line_breaks() {
-        let mut head = Head::new("POST", "/v1/chat/completions");
-        head.field("Host", Val::Str("api.example.com"));
-        head.field("Content-Length", Val::Len(1024));
-        head.field("Authorization", Val::Bearer("sk-1"));
-        assert_eq!(
-            head.to_h1(b"{}").unwrap(),
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 1024\r\nAuthorization: Bearer sk-1\r\n\r\n{}"
-        );
-        let req = head.to_request_header().unwrap();
-        assert_eq!(req.headers.get("authorization").unwrap(), "Bearer sk-1");
-        assert_eq!(req.headers.get("content-length").unwrap(), "1024");
-        // A secret with a line break would smuggle a header: never written.
-        head.field("api-key", Val::Str("k\r\nX-Evil: 1"));
-        assert!(head.to_h1(b"").is_none());
-        assert!(head.to_request_header().is_none());
-        let mut bad_name = Head::new("POST", "/");
-        bad_name.field("a b", Val::Str("x"));
-        assert!(bad_name.to_h1(b"").is_none());
-        assert!(Head::new("POST", "/a b").to_h1(b"").is_none());
-    }
 
     #[test]
     fn only_the_rungs_own_failures_trip_the_breaker() {

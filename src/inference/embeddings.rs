@@ -5,11 +5,11 @@
 //! failed call fails the rung over, and nothing of a failed rung is billed.
 
 use super::attempt::{describe, json_header, unless_gone, until, write_whole};
-use super::breaker::Admit;
-use super::exchange::{Exchange, Outcome};
-use super::upstream::{Failure, Target};
-use super::Gateway;
+use super::tally::{Outcome, Tally};
+use super::Engine;
 use crate::byok::{Lane, RouteRung};
+use crate::upstream::breaker::Admit;
+use crate::upstream::{Failure, Target};
 use bytes::Bytes;
 use pingora::proxy::Session;
 use sluice_filters::inbound::embeddings::{render, EmbedRequest, Input};
@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// The rungs that can serve this request, or the 400 that says why none can.
-fn legs(
-    gw: &Gateway,
+fn chain(
+    engine: &Engine,
     rungs: &[RouteRung],
     req: &EmbedRequest,
 ) -> Result<Vec<(Arc<Target>, EmbedWire, Lane)>, ApiError> {
@@ -30,9 +30,10 @@ fn legs(
     for rung in rungs {
         let r = &rung.spec;
         let target = if rung.is_platform() {
-            gw.upstreams.target(r)
+            engine.upstreams.target(r)
         } else {
-            gw.upstreams
+            engine
+                .upstreams
                 .own_target(r, &rung.id, rung.account.as_deref())
         };
         let (Some(wire), Some(t)) = (
@@ -86,15 +87,15 @@ fn path(t: &Target, wire: EmbedWire) -> String {
 
 /// One rung: every batch in order. `Err` fails the rung over.
 async fn rung(
-    gw: &Gateway,
+    engine: &Engine,
     session: &mut Session,
-    ex: &mut Exchange,
+    tally: &mut Tally,
     t: &Target,
     wire: EmbedWire,
     req: &EmbedRequest,
 ) -> Result<Option<Embedded>, Failure> {
     let limit = batch_limit(wire, &t.provider);
-    let max = gw.state.config.limits.max_response_bytes;
+    let max = engine.state.config.limits.max_response_bytes;
     let mut all = Embedded::default();
     let mut tokens = 0u64;
     let mut start = 0;
@@ -103,11 +104,11 @@ async fn rung(
         let batch = req.input.slice(start..end);
         let body = Bytes::from(embed::render(wire, &batch, &t.model_id, req.dimensions));
         let path = path(t, wire);
-        let deadline = ex.deadline;
+        let deadline = tally.deadline;
         let read_until = deadline.min(Instant::now() + t.header_timeout + t.first_token_timeout);
         let waited = Instant::now();
         let call = async {
-            let mut call = until(deadline, gw.upstreams.post(t, &path, body, false, &[]))
+            let mut call = until(deadline, engine.upstreams.post(t, &path, body, false, &[]))
                 .await
                 .map_err(|_| Failure::Deadline)??;
             let status = call.status();
@@ -133,7 +134,7 @@ async fn rung(
             Ok(Some(buf))
         };
         let result = unless_gone(session, call).await;
-        ex.upstream_wait += waited.elapsed();
+        tally.upstream_wait += waited.elapsed();
         let Some(result) = result else {
             return Err(Failure::Connect("client gone".into()));
         };
@@ -154,62 +155,64 @@ async fn rung(
 }
 
 pub async fn serve(
-    gw: &Gateway,
+    engine: &Engine,
     session: &mut Session,
-    ex: &mut Exchange,
+    tally: &mut Tally,
     rungs: &[RouteRung],
     req: EmbedRequest,
 ) -> Outcome {
-    let legs = match legs(gw, rungs, &req) {
+    let chain = match chain(engine, rungs, &req) {
         Ok(l) => l,
         Err(e) => return Outcome::Error(e),
     };
     let mut reasons = Vec::new();
-    for (t, wire, lane) in &legs {
-        if gw.breaker.admit(&t.breaker_key) == Admit::No {
+    for (t, wire, lane) in &chain {
+        if engine.breaker.admit(&t.breaker_key) == Admit::No {
             continue;
         }
         // Only a platform rung draws credits; the org's own account costs nothing here.
-        ex.price = match lane {
-            Lane::Platform => ex.platform_price,
+        tally.price = match lane {
+            Lane::Platform => tally.platform_price,
             Lane::PassThrough => Default::default(),
         };
-        ex.lane = *lane;
+        tally.lane = *lane;
         if !reasons.is_empty() {
-            gw.state
+            engine
+                .state
                 .metrics
                 .failovers
                 .with_label_values(&["embeddings"])
                 .inc();
         }
-        let result = rung(gw, session, ex, t, *wire, &req).await;
+        let result = rung(engine, session, tally, t, *wire, &req).await;
         let label = match &result {
             Ok(_) => "ok".to_string(),
             Err(f) => f.label(),
         };
-        gw.state
+        engine
+            .state
             .metrics
             .upstream_attempts
             .with_label_values(&[t.provider.as_str(), label.as_str()])
             .inc();
         match result {
             Ok(None) => {
-                gw.breaker.abandon(&t.breaker_key);
-                ex.attempt(&t.provider, "too_large");
+                engine.breaker.abandon(&t.breaker_key);
+                tally.attempt(&t.provider, "too_large");
                 return Outcome::Error(ApiError::new(
                     ErrorCode::ProviderOutputTooLarge,
                     "The provider's answer exceeded the response limit.",
                 ));
             }
             Ok(Some(got)) => {
-                gw.breaker.success(&t.breaker_key);
-                ex.rung = Some(t.rung_id.clone());
-                ex.billable = true;
+                engine.breaker.success(&t.breaker_key);
+                tally.rung = Some(t.rung_id.clone());
+                tally.billable = true;
                 let tokens = got.tokens.unwrap_or(0);
-                ex.usage.input_tokens = tokens;
-                ex.first_token = Some(ex.started.elapsed());
+                tally.usage.input_tokens = tokens;
+                tally.first_token = Some(tally.started.elapsed());
                 let reported = got.model.unwrap_or_else(|| t.model_id.clone());
-                let usage = ex.priced(sluice_filters::usage::Usage {
+                let usage = tally.priced(sluice_filters::usage::Usage {
                     input_tokens: tokens,
                     ..Default::default()
                 });
@@ -221,22 +224,22 @@ pub async fn serve(
                     usage.cost_usd(),
                     &t.rung_id,
                 );
-                let Some(h) = json_header(ex, &t.provider, "ok") else {
+                let Some(h) = json_header(tally, &t.provider, "ok") else {
                     return Outcome::Error(ApiError::internal());
                 };
-                ex.attempt(&t.provider, "ok");
-                return if write_whole(session, ex, h, body).await {
+                tally.attempt(&t.provider, "ok");
+                return if write_whole(session, tally, h, body).await {
                     Outcome::Written(200)
                 } else {
                     Outcome::ClientGone
                 };
             }
             Err(Failure::Connect(why)) if why == "client gone" => {
-                gw.breaker.abandon(&t.breaker_key);
+                engine.breaker.abandon(&t.breaker_key);
                 return Outcome::ClientGone;
             }
             Err(Failure::Deadline) => {
-                gw.breaker.abandon(&t.breaker_key);
+                engine.breaker.abandon(&t.breaker_key);
                 return Outcome::Error(ApiError::new(
                     ErrorCode::DeadlineExceeded,
                     "The request ran past its deadline before any rung answered.",
@@ -244,11 +247,11 @@ pub async fn serve(
             }
             Err(f) => {
                 if f.trips_breaker() {
-                    gw.breaker.failure(&t.breaker_key);
+                    engine.breaker.failure(&t.breaker_key);
                 } else {
-                    gw.breaker.abandon(&t.breaker_key);
+                    engine.breaker.abandon(&t.breaker_key);
                 }
-                ex.attempt(&t.provider, &f.label());
+                tally.attempt(&t.provider, &f.label());
                 reasons.push(format!("{} ({})", t.rung_id, describe(&f)));
             }
         }

@@ -1,0 +1,342 @@
+//! Admission: the steps before anything is sent upstream or charged. Who is
+//! asking (the key and its org), whether the org may be served at all, the body
+//! read under its limits, the model it names (granted to the org, offered where the
+//! request comes from, of the route's kind), the org's active route for it, and
+//! the gates of the lanes that route can use.
+
+use crate::accounts::{presented_key, KeyRecord, OrgRecord};
+use crate::billing::gate;
+use crate::byok::{route, RouteRung};
+use crate::catalog::{Model, ModelKind};
+use crate::downstream::body::{read_capped, BodyError};
+use crate::state::AppState;
+use bytes::Bytes;
+use pingora::proxy::Session;
+use sluice_filters::json::{split_object as split, Member};
+use sluice_filters::slug::split_suffixes;
+use sluice_filters::{ApiError, ErrorCode, Route};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The presented key and its org, or 401 `invalid_key`.
+pub async fn authenticate(
+    state: &AppState,
+    session: &Session,
+    allow_x_api_key: bool,
+) -> Result<(Arc<KeyRecord>, Arc<OrgRecord>), ApiError> {
+    let key = presented_key(&session.req_header().headers, allow_x_api_key)
+        .ok_or_else(ApiError::invalid_key)?;
+    state
+        .directory
+        .authenticate_or_fetch(&state.db, key)
+        .await
+        .ok_or_else(ApiError::invalid_key)
+}
+
+/// Whether the org may call the model at all (restricted models need a grant).
+pub fn granted(org: &OrgRecord, model: &Model) -> bool {
+    !model.spec.restricted || model.owner.is_some() || org.grants.contains(&model.spec.slug)
+}
+
+/// An org under review is refused on every lane, BYOK included.
+pub fn not_under_review(org: &OrgRecord) -> Result<(), ApiError> {
+    if org.under_review {
+        return Err(ApiError::new(
+            ErrorCode::OrgUnderReview,
+            review_message(org.review_reason.as_deref()),
+        ));
+    }
+    Ok(())
+}
+
+/// The request body, whole, within the size cap and the read deadline; the
+/// embeddings route also needs it declared as JSON.
+pub async fn read_body(
+    state: &AppState,
+    session: &mut Session,
+    route: Route,
+    started: Instant,
+) -> Result<Bytes, ApiError> {
+    let limits = &state.config.limits;
+    let read_until = started + Duration::from_millis(limits.request_read_timeout_ms);
+    let body = match read_capped(session, limits.max_request_bytes, read_until).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge(e)) => return Err(e),
+        Err(BodyError::Io(_)) => {
+            return Err(ApiError::new(
+                ErrorCode::RequestCancelled,
+                "The client went away.",
+            ))
+        }
+    };
+    if route == Route::Embeddings && !is_json(session) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "The embeddings route takes a JSON body: send Content-Type: application/json.",
+        ));
+    }
+    Ok(body)
+}
+
+/// The model a request names, as the org may call it.
+pub struct Asked {
+    /// The `model` member as the client wrote it (suffixes included).
+    pub name: String,
+    /// The `[1m]` suffix asked for the 1M-token window.
+    pub long_context: bool,
+    pub model: Arc<Model>,
+}
+
+/// Reads `model` from the body's members and finds the model: granted to the
+/// org, offered where the request comes from, and of the route's kind.
+pub fn model(
+    state: &AppState,
+    session: &Session,
+    org: &OrgRecord,
+    members: &[Member<'_>],
+    route: Route,
+) -> Result<Asked, ApiError> {
+    // The last of repeated members wins, as in the forwarded object.
+    let name: String = match members
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "model")
+        .map(|m| m.1)
+    {
+        None => {
+            return Err(
+                ApiError::new(ErrorCode::InvalidRequest, "model is required.").param("model"),
+            )
+        }
+        Some(raw) => serde_json::from_str(raw.get())
+            .map_err(|_| ApiError::invalid_parameter("model", "model must be a string slug"))?,
+    };
+    let wanted = split_suffixes(&name);
+    let long_context = wanted.long_context;
+    let catalog = state.catalog.snapshot();
+    let model = catalog
+        .lookup(Some(&org.id), wanted.slug)
+        .filter(|m| granted(org, m))
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::ModelNotGranted,
+                format!(
+                    "This key cannot call {:?}: use a slug from GET /v1/models.",
+                    name.chars().take(128).collect::<String>()
+                ),
+            )
+            .param("model")
+        })?
+        .clone();
+    drop(catalog);
+    let country = client_country(state, session);
+    if !model.spec.serves_country(country.as_deref()) {
+        return Err(ApiError::new(
+            ErrorCode::ModelLocationNotSupported,
+            "This model is not offered where the request comes from, or the location could not be verified.",
+        ));
+    }
+    let wants_embedding = route == Route::Embeddings;
+    if wants_embedding != (model.spec.kind == ModelKind::Embedding) {
+        return Err(ApiError::new(
+            ErrorCode::UnsupportedCapability,
+            if wants_embedding {
+                "This model does not serve embeddings."
+            } else {
+                "This model serves embeddings only."
+            },
+        )
+        .param("model"));
+    }
+    Ok(Asked {
+        name,
+        long_context,
+        model,
+    })
+}
+
+/// The most a request can cost, which the gates hold until it settles: its body as
+/// input, its output budget clamped to the model's maximum, at the dearest price
+/// the request can be billed (cache writes when it marks breakpoints).
+pub fn worst_case(
+    model: &Model,
+    req: &sluice_filters::ir::Request,
+    body_len: usize,
+) -> gate::WorstCase {
+    let budget = gate::output_budget(req.max_tokens, model.spec.max_output_tokens);
+    if req.cache_breaks.is_empty() {
+        gate::worst_case(&model.spec.price, body_len, budget)
+    } else {
+        gate::worst_case_caching(&model.spec.price, body_len, budget)
+    }
+}
+
+/// Splits the body into its top-level members (values unparsed), once: the native
+/// rungs forward them and the chat format validates them without a second read.
+pub fn split_object(body: &[u8]) -> Result<Vec<Member<'_>>, ApiError> {
+    let not_object = || {
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            "The request body must be a JSON object.",
+        )
+    };
+    let starts_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    match std::str::from_utf8(body) {
+        Ok(text) if starts_object => split(text).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => not_object(),
+            _ => ApiError::invalid_json(e),
+        }),
+        // Valid JSON of another shape is a malformed request; anything else
+        // (bytes that are not UTF-8 among them) is not JSON.
+        _ => Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+                Ok(_) => not_object(),
+                Err(e) => ApiError::invalid_json(e),
+            },
+        ),
+    }
+}
+
+/// The org's active route for the model: its own order and accounts, the
+/// require-ZDR policy, and a per-request `x-gateway-route` choice of one rung.
+pub fn active_route(
+    state: &AppState,
+    session: &Session,
+    org: &OrgRecord,
+    model: &Model,
+) -> Result<Vec<RouteRung>, ApiError> {
+    let routing = state.byok.snapshot();
+    let mut rungs = route::effective(model, org, &routing);
+    drop(routing);
+    static ROUTE: http::HeaderName = http::HeaderName::from_static("x-gateway-route");
+    if let Some(v) = session.req_header().headers.get(&ROUTE) {
+        let want = v.to_str().unwrap_or_default().trim();
+        rungs.retain(|r| route::route_id(&org.id, &model.spec.slug, &r.id) == want);
+        if rungs.is_empty() {
+            return Err(ApiError::invalid_parameter(
+                "x-gateway-route",
+                "x-gateway-route is not a route of this model for this organization: use a route_id from GET /api/models/{slug}/providers",
+            ));
+        }
+    }
+    if rungs.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::UnavailableRoute,
+            "No rung of this model meets the organization's zero-retention policy.",
+        )
+        .with_status(503));
+    }
+    Ok(rungs)
+}
+
+/// Takes the gates for the lanes the route can use. Platform gates refuse only
+/// platform rungs: when they do and the org's own accounts are on the route, the
+/// request goes on there alone. An unverified email refuses credit-drawing rungs
+/// the same way.
+pub async fn admit_lanes<'a>(
+    state: &AppState,
+    rungs: &mut Vec<RouteRung>,
+    ask: impl Fn(bool) -> gate::Ask<'a>,
+) -> Result<gate::Admission, ApiError> {
+    let counters = state.counters.as_ref();
+    let billing = &state.config.billing;
+    let has_own = rungs.iter().any(|r| !r.is_platform());
+    let has_platform = rungs.iter().any(RouteRung::is_platform);
+    let platform_ask = ask(true);
+    let refusal = if !has_platform {
+        None
+    } else if !platform_ask.org.email_verified {
+        Some(ApiError::new(
+            ErrorCode::InsufficientQuota,
+            "email_unverified: verify the organization's email address to draw platform credits; calls on your own provider keys work meanwhile.",
+        )
+        .with_extra("reason", "email_unverified"))
+    } else {
+        match gate::admit(counters, billing, &platform_ask).await {
+            Ok(a) => return Ok(a),
+            Err(e) => Some(e),
+        }
+    };
+    if let Some(e) = refusal {
+        // Key rate guardrails refuse every lane; the daily spend cap and anything
+        // else only the platform's.
+        let key_limit = e.message.starts_with("key_") && !e.message.starts_with("key_daily_cap");
+        if !has_own || key_limit || e.code != ErrorCode::InsufficientQuota {
+            return Err(e);
+        }
+        rungs.retain(|r| !r.is_platform());
+    }
+    gate::admit(counters, billing, &ask(false)).await
+}
+
+/// The one sentence an org under review is told: the operator's reason cut to its
+/// first sentence, without counts (digits are never echoed), or a plain default.
+fn review_message(reason: Option<&str>) -> String {
+    let first = reason
+        .map(|r| r.split_inclusive(['.', '!', '?']).next().unwrap_or(r))
+        .unwrap_or_default();
+    let words: Vec<&str> = first
+        .split_whitespace()
+        .filter(|w| !w.chars().any(|c| c.is_ascii_digit()))
+        .collect();
+    let mut text = words.join(" ");
+    if text
+        .trim_end_matches(['.', '!', '?', ':', ',', ';'])
+        .is_empty()
+    {
+        return "This organization is under review; contact support to have it released.".into();
+    }
+    if !text.ends_with(['.', '!', '?']) {
+        text = text.trim_end_matches([':', ',', ';']).to_string();
+        text.push('.');
+    }
+    text
+}
+
+/// Whether the request says its body is JSON (`application/json`, any parameters).
+fn is_json(session: &Session) -> bool {
+    session
+        .req_header()
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The client's ISO country from the trusted edge header, if configured and present.
+fn client_country(state: &AppState, session: &Session) -> Option<String> {
+    let name = &state.config.server.client_country_header;
+    if name.is_empty() {
+        return None;
+    }
+    let v = session
+        .req_header()
+        .headers
+        .get(name.as_str())?
+        .to_str()
+        .ok()?
+        .trim();
+    (v.len() == 2 && v.bytes().all(|b| b.is_ascii_alphabetic())).then(|| v.to_ascii_uppercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::review_message;
+
+    #[test]
+    fn review_messages_are_one_sentence_without_counts() {
+        assert_eq!(
+            review_message(Some(
+                "Unusual traffic from 3 countries. We will reach out within 24 hours."
+            )),
+            "Unusual traffic from countries."
+        );
+        assert_eq!(
+            review_message(Some("Payment disputed")),
+            "Payment disputed."
+        );
+        assert!(review_message(None).contains("under review"));
+        assert!(review_message(Some("1234.")).contains("under review"));
+    }
+}

@@ -1,0 +1,166 @@
+//! One inference request's life, admit to settle, as DESIGN.md's request path
+//! gives it: admit (key, body, model, route, gates), plan the rungs, walk the
+//! waterfall until one commits, then settle (cost, usage event, idempotency).
+//! Each step is a file of this folder; `handle` reads as the list of them.
+
+mod admit;
+mod attempt;
+mod embeddings;
+pub mod idempotency;
+mod native_chat;
+mod plan;
+mod settle;
+mod tally;
+mod translated;
+mod waterfall;
+
+pub use admit::{authenticate, granted};
+
+use crate::downstream::Handled;
+use crate::state::AppState;
+use crate::upstream::breaker::Breaker;
+use crate::upstream::Upstreams;
+use idempotency::Claim;
+use pingora::proxy::Session;
+use plan::{ParsedRequest, CACHEABLE_BYTES};
+use settle::Settling;
+use sluice_filters::inbound::Inbound;
+use sluice_filters::json::RawObject;
+use sluice_filters::Route;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tally::Tally;
+
+/// What serving inference needs beyond the shared state: the provider client and
+/// the health of every rung it calls.
+pub struct Engine {
+    pub state: Arc<AppState>,
+    upstreams: Upstreams,
+    breaker: Breaker,
+}
+
+impl Engine {
+    pub fn new(state: Arc<AppState>) -> Engine {
+        let upstreams = Upstreams::new(&state.config);
+        let b = &state.config.breaker;
+        let breaker = Breaker::new(b.failure_threshold, Duration::from_millis(b.cooldown_ms));
+        Engine {
+            state,
+            upstreams,
+            breaker,
+        }
+    }
+
+    /// Serves one request of an inference route (chat, responses, messages,
+    /// embeddings); returns the status the client saw.
+    pub async fn handle(&self, session: &mut Session, route: Route, started: Instant) -> Handled {
+        let state = &self.state;
+        let (key, org) = admit::authenticate(state, session, route == Route::Messages).await?;
+        admit::not_under_review(&org)?;
+        let body = admit::read_body(state, session, route, started).await?;
+        let members = admit::split_object(&body)?;
+        let asked = admit::model(state, session, &org, &members, route)?;
+        let model = &asked.model;
+        let mut rungs = admit::active_route(state, session, &org, model)?;
+
+        let mut tally = Tally::new(
+            started,
+            Duration::from_millis(state.config.limits.request_deadline_ms),
+        );
+        tally.platform_price = model.spec.price;
+        tally.prompt_estimate = (body.len() / 4) as u64;
+        let inbound = match route {
+            Route::Chat => Some(Inbound::Chat),
+            Route::Responses => Some(Inbound::Responses),
+            Route::Messages => Some(Inbound::Messages),
+            _ => None,
+        };
+        let ask = |worst, platform| crate::billing::gate::Ask {
+            key: &key,
+            org: &org,
+            model: &model.spec,
+            worst,
+            platform,
+        };
+        let admission;
+        let mut ticket = None;
+        let outcome = match inbound {
+            Some(inbound) => {
+                // Structural validation before anything is charged or sent.
+                let mut req = inbound.parse(&body, &members)?;
+                req.model = asked.name.clone();
+                if inbound != Inbound::Messages {
+                    if let Some(k) = idempotency::key_of(session)? {
+                        // Rare paths are boxed: inline, their database futures would
+                        // enlarge every request's state.
+                        let claim = Box::pin(idempotency::claim(
+                            state,
+                            &org.id,
+                            &k,
+                            route.label(),
+                            &body,
+                            tally.deadline,
+                        ));
+                        match claim.await? {
+                            Claim::Replay(tape) => {
+                                let replay = Box::pin(idempotency::replay(session, tape));
+                                return Ok(replay.await);
+                            }
+                            Claim::Fresh(t) => {
+                                tally.tape = Some(Box::default());
+                                tally.tape_cap = state.config.limits.idempotency_max_tape_bytes;
+                                ticket = Some(t);
+                            }
+                        }
+                    }
+                }
+                let worst = admit::worst_case(model, &req, body.len());
+                admission = match admit::admit_lanes(state, &mut rungs, |p| ask(worst, p)).await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        if let Some(t) = ticket {
+                            let finish = Box::pin(idempotency::finish(state, t, &tally, e.status));
+                            finish.await;
+                        }
+                        return Err(e);
+                    }
+                };
+                if admission.free {
+                    tally.platform_price = Default::default();
+                }
+                let parsed = ParsedRequest {
+                    inbound,
+                    stream: req.stream,
+                    req,
+                    object: RawObject::from_members(&members),
+                    long_context: asked.long_context,
+                    rungs,
+                    org_id: org.id.clone(),
+                    cacheable: body.len() >= CACHEABLE_BYTES,
+                };
+                let serve = Box::pin(waterfall::serve(self, session, &mut tally, model, parsed));
+                serve.await
+            }
+            None => {
+                let req = sluice_filters::inbound::embeddings::parse(&body)?;
+                let worst = crate::billing::gate::worst_case(&model.spec.price, body.len(), 0);
+                admission = admit::admit_lanes(state, &mut rungs, |p| ask(worst, p)).await?;
+                if admission.free {
+                    tally.platform_price = Default::default();
+                }
+                let serve = Box::pin(embeddings::serve(self, session, &mut tally, &rungs, req));
+                serve.await
+            }
+        };
+        let who = Settling {
+            route,
+            inbound,
+            model,
+            key_id: &key.id,
+            org_id: &org.id,
+        };
+        let status =
+            settle::settle(state, session, &mut tally, who, admission, ticket, outcome).await;
+        Ok(status)
+    }
+}

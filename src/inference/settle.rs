@@ -1,0 +1,169 @@
+//! Settlement, after the answer (or its error) is decided: the real cost replaces
+//! the reservation, an error not yet written reaches the client in its format
+//! (in-band when a stream's header already went out), the idempotency record is
+//! finished, and the request's usage event and metrics are recorded.
+
+use super::idempotency::{self, Ticket};
+use super::tally::{Outcome, Tally};
+use crate::billing::gate;
+use crate::byok::Lane;
+use crate::catalog::Model;
+use crate::downstream::respond::send;
+use crate::state::AppState;
+use crate::store::usage::UsageEvent;
+use bytes::Bytes;
+use pingora::proxy::Session;
+use sluice_filters::inbound::Inbound;
+use sluice_filters::sse::data_frame;
+use sluice_filters::{ErrorCode, Format, Route};
+
+/// What settlement records the request under.
+pub struct Settling<'a> {
+    pub route: Route,
+    /// The client's format; `None` for embeddings.
+    pub inbound: Option<Inbound>,
+    pub model: &'a Model,
+    pub key_id: &'a str,
+    pub org_id: &'a str,
+}
+
+/// Settles a served (or failed) request; returns the status the client saw.
+pub async fn settle(
+    state: &AppState,
+    session: &mut Session,
+    tally: &mut Tally,
+    who: Settling<'_>,
+    admission: gate::Admission,
+    ticket: Option<Ticket>,
+    outcome: Outcome,
+) -> u16 {
+    let list = &who.model.spec.price;
+    let platform = tally.lane == Lane::Platform;
+    let used = if tally.billable {
+        gate::Used {
+            billed_micro_usd: billed_cost(tally),
+            list_micro_usd: i64::try_from(crate::billing::cost_micro_usd(list, &tally.usage))
+                .unwrap_or(i64::MAX),
+            tokens: gate::weighted_tokens(list, &tally.usage),
+            platform,
+        }
+    } else {
+        gate::Used {
+            platform,
+            ..gate::Used::default()
+        }
+    };
+    gate::settle(state.counters.as_ref(), admission.hold, used).await;
+    let free = admission.free;
+    let format = who.inbound.map_or(Format::OpenAi, Inbound::format);
+    let (status, error_class) = match outcome {
+        Outcome::Written(s) => (s, None),
+        Outcome::ClientGone => (499, Some(ErrorCode::RequestCancelled.as_str().to_string())),
+        Outcome::Error(e) => {
+            let class = Some(e.code.as_str().to_string());
+            if tally.header_sent {
+                // The 200 header already went out: the stream ends with an in-band error.
+                let frame = match who.inbound {
+                    Some(i) => i.error_frame(&e),
+                    None => data_frame(&e.to_body(format)),
+                };
+                tally.tape_body(&frame);
+                // The error writes are boxed: rare, and inline they would enlarge
+                // (and be copied with) every request's state.
+                let write = Box::pin(session.write_response_body(Some(Bytes::from(frame)), true));
+                let _ = write.await;
+            } else {
+                let extra = [
+                    ("x-gateway-attempts", tally.attempts.clone()),
+                    ("x-gateway-overhead-us", tally.overhead_us().to_string()),
+                ];
+                let write = Box::pin(send(
+                    session,
+                    e.status,
+                    "application/json",
+                    Bytes::from(e.to_body(format)),
+                    &extra,
+                ));
+                let _ = write.await;
+            }
+            (e.status, class)
+        }
+    };
+    if let Some(t) = ticket {
+        let finish = Box::pin(idempotency::finish(state, t, tally, status));
+        finish.await;
+    }
+    record(state, tally, &who, status, error_class, (used, free));
+    if status == 499 {
+        499
+    } else if tally.header_sent {
+        200
+    } else {
+        status
+    }
+}
+
+/// What the request is billed: its usage at list price when a rung served it;
+/// failed and empty attempts cost nothing.
+fn billed_cost(tally: &Tally) -> i64 {
+    if !tally.billable {
+        return 0;
+    }
+    i64::try_from(crate::billing::cost_micro_usd(&tally.price, &tally.usage)).unwrap_or(i64::MAX)
+}
+
+fn record(
+    state: &AppState,
+    tally: &Tally,
+    who: &Settling,
+    status: u16,
+    error_class: Option<String>,
+    (used, free): (gate::Used, bool),
+) {
+    let (route, model, key_id, org_id) = (who.route, who.model, who.key_id, who.org_id);
+    let m = &state.metrics;
+    let label = route.label();
+    if let Some(t) = tally.first_token {
+        m.ttft.with_label_values(&[label]).observe(t.as_secs_f64());
+    }
+    m.overhead
+        .with_label_values(&[label])
+        .observe(tally.overhead_us() as f64 / 1e6);
+    let u = tally.usage;
+    for (kind, n) in [
+        ("input", u.input_tokens),
+        ("cached", u.cached_tokens),
+        ("cache_write", u.cache_write_tokens),
+        ("output", u.output_tokens),
+    ] {
+        if n > 0 {
+            m.tokens.with_label_values(&[label, kind]).inc_by(n);
+        }
+    }
+    state.usage.record(UsageEvent {
+        id: String::new(),
+        org_id: org_id.to_string(),
+        key_id: key_id.to_string(),
+        route: label.into(),
+        model: model.spec.slug.clone(),
+        rung: tally.rung.clone(),
+        lane: tally.lane.as_str().into(),
+        input_tokens: u.input_tokens,
+        cached_tokens: u.cached_tokens,
+        cache_write_tokens: u.cache_write_tokens,
+        output_tokens: u.output_tokens,
+        reasoning_tokens: u.reasoning_tokens,
+        cost_micro_usd: billed_cost(tally),
+        status,
+        error_class,
+        incomplete: tally.incomplete,
+        attempts: tally.attempts.clone(),
+        empty_attempts: tally.empty_attempts,
+        latency_ms: tally.started.elapsed().as_millis() as u64,
+        // What the windows keep, so a restart can rebuild them from the ledger.
+        free: free && tally.billable && tally.lane == Lane::Platform,
+        weighted_tokens: used.tokens,
+        list_micro_usd: used.list_micro_usd,
+        at_ms: crate::store::now_ms(),
+    });
+}
