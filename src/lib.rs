@@ -18,6 +18,7 @@
 
 // Wiring.
 pub mod config;
+pub mod error;
 pub mod server;
 
 // Listeners.

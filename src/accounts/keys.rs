@@ -3,7 +3,8 @@
 //! enough: no slow KDF needed against guessing), shown once at creation.
 
 use super::orgs::org_exists;
-use crate::store::db::{db_error, opt_i64};
+use crate::error::Error;
+use crate::store::db::opt_i64;
 use crate::store::{new_id, now_ms, Db};
 use rand::RngCore;
 use serde::Serialize;
@@ -125,7 +126,7 @@ pub async fn create(db: &Db, org_id: &str, new: NewKey) -> Result<(KeyRecord, St
     .bind(now)
     .execute(&db.pool)
     .await
-    .map_err(db_error)?;
+    .map_err(Error::db("keys"))?;
     Ok((rec, plaintext))
 }
 
@@ -139,7 +140,7 @@ pub async fn revoke(db: &Db, key_id: &str) -> Result<bool, ApiError> {
     .bind(key_id)
     .execute(&db.pool)
     .await
-    .map_err(db_error)?;
+    .map_err(Error::db("keys"))?;
     Ok(done.rows_affected() > 0)
 }
 
@@ -192,7 +193,7 @@ pub async fn get(db: &Db, key_id: &str) -> Result<Option<KeyRecord>, ApiError> {
         .bind(key_id)
         .fetch_optional(&db.pool)
         .await
-        .map_err(db_error)?;
+        .map_err(Error::db("keys"))?;
     Ok(row.as_ref().map(from_row))
 }
 
@@ -203,7 +204,7 @@ pub async fn list_for_org(db: &Db, org_id: &str) -> Result<Vec<KeyRecord>, ApiEr
     .bind(org_id)
     .fetch_all(&db.pool)
     .await
-    .map_err(db_error)?;
+    .map_err(Error::db("keys"))?;
     Ok(rows.iter().map(from_row).collect())
 }
 

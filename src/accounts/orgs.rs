@@ -2,7 +2,7 @@
 //! Every write bumps `updated_at`, which is how other instances see the change.
 
 use super::{micro_to_usd, usd_to_micro};
-use crate::store::db::db_error;
+use crate::error::Error;
 use crate::store::db::opt_i64;
 use crate::store::{new_id, now_ms, Db};
 use serde::Serialize;
@@ -78,7 +78,7 @@ pub async fn org_exists(db: &Db, org_id: &str) -> Result<bool, ApiError> {
         .bind(org_id)
         .fetch_optional(&db.pool)
         .await
-        .map_err(db_error)?
+        .map_err(Error::db("orgs"))?
         .is_some())
 }
 
@@ -102,7 +102,7 @@ pub async fn create(db: &Db, new: NewOrg) -> Result<String, ApiError> {
     let id = new_id("org");
     let now = now_ms();
     let flag = |b: bool| b as i64;
-    let mut tx = db.pool.begin().await.map_err(db_error)?;
+    let mut tx = db.pool.begin().await.map_err(Error::db("orgs"))?;
     sqlx::query(
         "INSERT INTO orgs (id, name, email, email_verified, card_on_file, settled, tier, \
          balance_micro_usd, purchased_micro_usd, under_review, review_reason, credits_overflow, \
@@ -118,11 +118,11 @@ pub async fn create(db: &Db, new: NewOrg) -> Result<String, ApiError> {
     .bind(now)
     .execute(&mut *tx)
     .await
-    .map_err(db_error)?;
+    .map_err(Error::db("orgs"))?;
     if new.credits_micro_usd > 0 {
         ledger_in_tx(&mut tx, &id, new.credits_micro_usd, "grant", now).await?;
     }
-    tx.commit().await.map_err(db_error)?;
+    tx.commit().await.map_err(Error::db("orgs"))?;
     Ok(id)
 }
 
@@ -144,7 +144,7 @@ async fn ledger_in_tx(
     .bind(now)
     .execute(&mut **tx)
     .await
-    .map_err(db_error)?;
+    .map_err(Error::db("orgs"))?;
     let purchased = if kind == "purchase" { amount } else { 0 };
     sqlx::query(
         "UPDATE orgs SET balance_micro_usd = balance_micro_usd + $1, \
@@ -157,7 +157,7 @@ async fn ledger_in_tx(
     .bind(org_id)
     .execute(&mut **tx)
     .await
-    .map_err(db_error)?;
+    .map_err(Error::db("orgs"))?;
     Ok(())
 }
 
@@ -187,7 +187,7 @@ pub async fn add_credits(
     if !org_exists(db, org_id).await? {
         return Err(no_org());
     }
-    let mut tx = db.pool.begin().await.map_err(db_error)?;
+    let mut tx = db.pool.begin().await.map_err(Error::db("orgs"))?;
     let now = now_ms();
     ledger_in_tx(&mut tx, org_id, amount, kind, now).await?;
     if kind == "purchase" {
@@ -197,11 +197,11 @@ pub async fn add_credits(
                 .bind(MAX_TIER)
                 .execute(&mut *tx)
                 .await
-                .map_err(db_error)?;
+                .map_err(Error::db("orgs"))?;
         }
         lift_payment_review(&mut tx, org_id).await?;
     }
-    tx.commit().await.map_err(db_error)?;
+    tx.commit().await.map_err(Error::db("orgs"))?;
     Ok(get(db, org_id).await?.ok_or_else(no_org)?.balance_micro_usd)
 }
 
@@ -216,7 +216,7 @@ pub async fn verify(
 ) -> Result<OrgRecord, ApiError> {
     let org = get(db, org_id).await?.ok_or_else(no_org)?;
     let now = now_ms();
-    let mut tx = db.pool.begin().await.map_err(db_error)?;
+    let mut tx = db.pool.begin().await.map_err(Error::db("orgs"))?;
     sqlx::query(
         "UPDATE orgs SET email_verified = $1, card_on_file = $2, settled = $3, updated_at = $4 WHERE id = $5",
     )
@@ -227,12 +227,12 @@ pub async fn verify(
     .bind(org_id)
     .execute(&mut *tx)
     .await
-    .map_err(db_error)?;
+    .map_err(Error::db("orgs"))?;
     if settled == Some(true) && !org.settled {
         ledger_in_tx(&mut tx, org_id, VERIFICATION_MICRO_USD, "verification", now).await?;
         lift_payment_review(&mut tx, org_id).await?;
     }
-    tx.commit().await.map_err(db_error)?;
+    tx.commit().await.map_err(Error::db("orgs"))?;
     get(db, org_id).await?.ok_or_else(no_org)
 }
 
@@ -241,12 +241,12 @@ pub async fn set_grants(db: &Db, org_id: &str, slugs: &[String]) -> Result<(), A
     if !org_exists(db, org_id).await? {
         return Err(no_org());
     }
-    let mut tx = db.pool.begin().await.map_err(db_error)?;
+    let mut tx = db.pool.begin().await.map_err(Error::db("orgs"))?;
     sqlx::query("DELETE FROM org_grants WHERE org_id = $1")
         .bind(org_id)
         .execute(&mut *tx)
         .await
-        .map_err(db_error)?;
+        .map_err(Error::db("orgs"))?;
     let unique: BTreeSet<&String> = slugs.iter().collect();
     for slug in unique {
         sqlx::query("INSERT INTO org_grants (org_id, slug) VALUES ($1, $2)")
@@ -254,10 +254,11 @@ pub async fn set_grants(db: &Db, org_id: &str, slugs: &[String]) -> Result<(), A
             .bind(slug)
             .execute(&mut *tx)
             .await
-            .map_err(db_error)?;
+            .map_err(Error::db("orgs"))?;
     }
     touch(&mut tx, org_id).await?;
-    tx.commit().await.map_err(db_error)
+    tx.commit().await.map_err(Error::db("orgs"))?;
+    Ok(())
 }
 
 /// The highest tier an org can be moved to.
@@ -275,7 +276,7 @@ async fn lift_payment_review(
     .bind(org_id)
     .execute(&mut **tx)
     .await
-    .map_err(db_error)?;
+    .map_err(Error::db("orgs"))?;
     Ok(())
 }
 
@@ -313,7 +314,7 @@ async fn touch(tx: &mut sqlx::Transaction<'_, sqlx::Any>, org_id: &str) -> Resul
         .bind(org_id)
         .execute(&mut **tx)
         .await
-        .map_err(db_error)?;
+        .map_err(Error::db("orgs"))?;
     Ok(())
 }
 
@@ -367,7 +368,7 @@ pub async fn set_tier(db: &Db, org_id: &str, tier: i64) -> Result<(), ApiError> 
 
 /// The result of an UPDATE of one org: not found when no row matched.
 fn one_org(done: Result<sqlx::any::AnyQueryResult, sqlx::Error>) -> Result<(), ApiError> {
-    match done.map_err(db_error)?.rows_affected() {
+    match done.map_err(Error::db("orgs"))?.rows_affected() {
         0 => Err(no_org()),
         _ => Ok(()),
     }
@@ -417,7 +418,7 @@ pub async fn get(db: &Db, org_id: &str) -> Result<Option<OrgRecord>, ApiError> {
         .bind(org_id)
         .fetch_optional(&db.pool)
         .await
-        .map_err(db_error)?;
+        .map_err(Error::db("orgs"))?;
     let Some(row) = row else { return Ok(None) };
     let mut org = from_row(&row);
     org.grants = grants_of(db, org_id).await.map_err(|e| {

@@ -7,7 +7,7 @@ use super::respond::{json, parse_body, ApiResult, Failure};
 use super::{Authed, Shared};
 use crate::catalog::model::{FreeAllowance, ModelKind, ModelSpec, Price, Requires};
 use crate::catalog::RungSpec;
-use crate::store::db::db_error;
+use crate::error::Error;
 use crate::store::now_ms;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -111,7 +111,7 @@ async fn store(state: &Shared, org_id: &str, spec: &ModelSpec, new: bool) -> Res
                     "this organization already has a model with this slug",
                 ))
             }
-            e => Failure(db_error(e)),
+            e => Failure(Error::db("custom models")(e).into()),
         })?;
     if let Err(e) = state.catalog.reload(&state.db).await {
         tracing::warn!(error = %e, "catalog reload after a model write failed; the poll will catch up");

@@ -10,6 +10,12 @@ use sluice_filters::{ApiError, ErrorCode, Format};
 /// An [`ApiError`] as an axum answer (OpenAI-style envelope).
 pub struct Failure(pub ApiError);
 
+impl From<crate::error::Error> for Failure {
+    fn from(e: crate::error::Error) -> Failure {
+        Failure(e.into())
+    }
+}
+
 impl From<ApiError> for Failure {
     fn from(e: ApiError) -> Self {
         Failure(e)

@@ -6,6 +6,7 @@
 use super::respond::{json, ApiResult, Failure};
 use super::{Authed, Shared};
 use crate::accounts::micro_to_usd;
+use crate::error::Error;
 use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use serde_json::{json as j, Value};
@@ -66,11 +67,6 @@ fn limit(q: &Scope) -> Result<i64, Failure> {
     }
 }
 
-fn db_error(e: sqlx::Error) -> Failure {
-    tracing::error!(error = %e, "usage read failed");
-    Failure(ApiError::internal())
-}
-
 /// `GET /api/gateway/usage/events`: one entry per request, newest first.
 pub async fn events(
     Authed(c): Authed,
@@ -91,7 +87,7 @@ pub async fn events(
     .bind(n + 1)
     .fetch_all(&state.db.pool)
     .await
-    .map_err(db_error)?;
+    .map_err(Error::db("usage reads"))?;
     let has_more = rows.len() as i64 > n;
     let data: Vec<Value> = rows
         .iter()
@@ -169,7 +165,7 @@ pub async fn daily(
         .bind(org)
         .fetch_all(&state.db.pool)
         .await
-        .map_err(db_error)?;
+        .map_err(Error::db("usage reads"))?;
     let data: Vec<Value> = rows
         .iter()
         .map(|r| {

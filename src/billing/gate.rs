@@ -20,6 +20,7 @@ use crate::accounts::micro_to_usd;
 use crate::accounts::orgs::OrgRecord;
 use crate::catalog::model::{FreeAllowance, ModelSpec, Price, Requires};
 use crate::config::BillingConfig;
+use crate::error::Error;
 use crate::store::counters::{
     now_secs, window_counter, BalanceReq, Counters, WindowOutcome, WindowReq,
 };
@@ -399,14 +400,7 @@ fn unseeded() -> anyhow::Error {
 }
 
 fn store_down(e: anyhow::Error) -> ApiError {
-    // Limits and credits are the customer's money: without the store that
-    // enforces them, the request is not sent.
-    tracing::error!(error = %e, "counters unavailable for the request's gates");
-    ApiError::new(
-        ErrorCode::UnavailableRoute,
-        "The limits store is unavailable; retry with backoff.",
-    )
-    .with_status(503)
+    Error::counters("the request's gates")(e).into()
 }
 
 fn window(key: String, secs: u64, amount: i64, limit: i64, l: Limit, m: Measure) -> Window {

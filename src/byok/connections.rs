@@ -5,7 +5,7 @@
 use super::secrets::Sealer;
 use crate::accounts::micro_to_usd;
 use crate::config::PROVIDERS;
-use crate::store::db::db_error;
+use crate::error::Error;
 use crate::store::db::opt_i64;
 use crate::store::{new_id, now_ms, Db};
 use serde_json::{json, Value};
@@ -219,7 +219,7 @@ pub async fn create(
         .bind(org_id)
         .fetch_one(&db.pool)
         .await
-        .map_err(db_error)?
+        .map_err(Error::db("provider connections"))?
         .get("n");
     if held >= MAX_PER_ORG {
         return Err(ApiError::new(
@@ -248,7 +248,7 @@ pub async fn create(
         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
             return Err(account_exists(alias))
         }
-        Err(e) => return Err(db_error(e)),
+        Err(e) => return Err(Error::db("provider connections")(e).into()),
     }
     find(db, org_id, provider, alias)
         .await?
@@ -277,7 +277,7 @@ pub async fn rotate(
     .bind(&current.id)
     .execute(&db.pool)
     .await
-    .map_err(db_error)?;
+    .map_err(Error::db("provider connections"))?;
     find(db, org_id, provider, alias)
         .await?
         .ok_or_else(ApiError::internal)
@@ -309,7 +309,7 @@ pub async fn find_sealed(
     .bind(alias)
     .fetch_optional(&db.pool)
     .await
-    .map_err(db_error)?;
+    .map_err(Error::db("provider connections"))?;
     Ok(row.as_ref().map(from_row))
 }
 
@@ -332,7 +332,7 @@ pub async fn list(db: &Db, org_id: &str) -> Result<Vec<Connection>, ApiError> {
     .bind(org_id)
     .fetch_all(&db.pool)
     .await
-    .map_err(db_error)?;
+    .map_err(Error::db("provider connections"))?;
     Ok(rows.iter().map(|r| from_row(r).0).collect())
 }
 
@@ -374,7 +374,7 @@ pub async fn delete(db: &Db, org_id: &str, provider: &str, alias: &str) -> Resul
     .bind(alias)
     .execute(&db.pool)
     .await
-    .map_err(db_error)?
+    .map_err(Error::db("provider connections"))?
     .rows_affected();
     if n == 0 {
         return Err(no_account(alias));
@@ -392,7 +392,7 @@ pub async fn set_status(db: &Db, id: &str, ok: bool, detail: &str) -> Result<(),
         .bind(id)
         .execute(&db.pool)
         .await
-        .map_err(db_error)?;
+        .map_err(Error::db("provider connections"))?;
     Ok(())
 }
 
@@ -408,6 +408,6 @@ pub async fn set_spend(db: &Db, id: &str, micro_usd: i64) -> Result<(), ApiError
     .bind(id)
     .execute(&db.pool)
     .await
-    .map_err(db_error)?;
+    .map_err(Error::db("provider connections"))?;
     Ok(())
 }

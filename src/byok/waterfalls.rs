@@ -1,6 +1,6 @@
 //! Storing an org's waterfall override for a model.
 
-use crate::store::db::db_error;
+use crate::error::Error;
 use crate::store::{now_ms, Db};
 use sluice_filters::ApiError;
 
@@ -16,6 +16,6 @@ pub async fn put(db: &Db, org_id: &str, slug: &str, chain: &[String]) -> Result<
     .bind(now_ms())
     .execute(&db.pool)
     .await
-    .map_err(db_error)?;
+    .map_err(Error::db("org waterfalls"))?;
     Ok(())
 }

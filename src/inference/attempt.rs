@@ -3,7 +3,8 @@
 //! header).
 
 use super::tally::Tally;
-use crate::upstream::{Call, Failure};
+use super::Engine;
+use crate::upstream::{Call, Failure, Target};
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
@@ -222,7 +223,10 @@ pub async fn read_before_commit(
 
 /// Reads an error answer's body (bounded, briefly) to tell a refusal from a
 /// failure. The connection is not reused either way.
-pub async fn failed_status(wire: Wire, mut call: Call<'_>, status: u16) -> Attempt {
+pub async fn failed_status(wire: Option<Wire>, mut call: Call<'_>, status: u16) -> Attempt {
+    let Some(wire) = wire else {
+        return Attempt::Failed(Failure::Status(status));
+    };
     let mut buf = Vec::new();
     if (400..500).contains(&status) && status != 429 {
         let deadline = Instant::now() + Duration::from_millis(500);
@@ -236,5 +240,102 @@ pub async fn failed_status(wire: Wire, mut call: Call<'_>, status: u16) -> Attem
     match wire.refusal(status, &buf) {
         Some(reason) => Attempt::Refused(reason),
         None => Attempt::Failed(Failure::Status(status)),
+    }
+}
+
+/// Where and how one attempt posts: the rung, its path and wire, the body and the
+/// headers this request needs there.
+pub struct Post<'a> {
+    pub target: &'a Target,
+    pub path: &'a str,
+    /// The wire whose error answers may be refusals (`None`: embeddings, whose
+    /// error answers are failures only).
+    pub wire: Option<Wire>,
+    pub body: Bytes,
+    pub stream: bool,
+    pub headers: &'a [(&'static str, &'static str)],
+}
+
+/// Posts to the rung and waits for its answer's header, within the request's
+/// deadline and unless the client goes away first. A non-2xx answer ends the
+/// attempt (a refusal, or a failure the waterfall judges).
+pub async fn open<'e>(
+    engine: &'e Engine,
+    session: &mut Session,
+    tally: &mut Tally,
+    post: Post<'_>,
+) -> Result<Call<'e>, Attempt> {
+    let waited = Instant::now();
+    let send = engine
+        .upstreams
+        .post(post.target, post.path, post.body, post.stream, post.headers);
+    let posted = unless_gone(session, until(tally.deadline, send)).await;
+    tally.upstream_wait += waited.elapsed();
+    let call = match posted {
+        None => return Err(Attempt::ClientGone),
+        Some(Err(_)) => return Err(Attempt::Failed(Failure::Deadline)),
+        Some(Ok(Err(f))) => return Err(Attempt::Failed(f)),
+        Some(Ok(Ok(c))) => c,
+    };
+    let status = call.status();
+    if !(200..300).contains(&status) {
+        return Err(failed_status(post.wire, call, status).await);
+    }
+    Ok(call)
+}
+
+/// Posts a whole (not streamed) request and reads the whole answer, which must
+/// come within the rung's header and first-token times and within
+/// `limits.max_response_bytes`. The client going away ends the wait.
+pub async fn read_whole<'e>(
+    engine: &'e Engine,
+    session: &mut Session,
+    tally: &mut Tally,
+    post: Post<'_>,
+) -> Result<(Call<'e>, Vec<u8>), Attempt> {
+    let t = post.target;
+    let deadline = tally.deadline;
+    let limit = deadline.min(Instant::now() + t.header_timeout + t.first_token_timeout);
+    let max = engine.state.config.limits.max_response_bytes;
+    let waited = Instant::now();
+    let read = async {
+        let send = engine
+            .upstreams
+            .post(t, post.path, post.body, false, post.headers);
+        let mut call = until(deadline, send)
+            .await
+            .map_err(|_| Failure::Deadline)??;
+        let status = call.status();
+        if !(200..300).contains(&status) {
+            return Ok(Err((call, status)));
+        }
+        let mut buf = Vec::new();
+        loop {
+            match until(limit, call.read()).await {
+                Err(_) if Instant::now() >= deadline => return Err(Failure::Deadline),
+                Err(_) => return Err(Failure::FirstTokenTimeout),
+                Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
+                Ok(Ok(None)) => break,
+                Ok(Ok(Some(b))) => {
+                    if buf.len() + b.len() > max {
+                        return Ok(Ok((call, None)));
+                    }
+                    buf.extend_from_slice(&b);
+                }
+            }
+        }
+        Ok(Ok((call, Some(buf))))
+    };
+    let result = unless_gone(session, read).await;
+    tally.upstream_wait += waited.elapsed();
+    match result {
+        None => Err(Attempt::ClientGone),
+        Some(Err(f)) => Err(Attempt::Failed(f)),
+        Some(Ok(Err((call, status)))) => Err(failed_status(post.wire, call, status).await),
+        Some(Ok(Ok((call, Some(buf))))) => Ok((call, buf)),
+        Some(Ok(Ok((_, None)))) => Err(Attempt::Terminal(ApiError::new(
+            ErrorCode::ProviderOutputTooLarge,
+            format!("The provider's answer exceeded the response limit of {max} bytes."),
+        ))),
     }
 }

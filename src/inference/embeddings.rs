@@ -4,7 +4,7 @@
 //! provider's limit is split into several upstream calls and merged in order; any
 //! failed call fails the rung over, and nothing of a failed rung is billed.
 
-use super::attempt::{describe, json_header, unless_gone, until, write_whole};
+use super::attempt::{describe, json_header, read_whole, write_whole, Attempt, Post};
 use super::tally::{Outcome, Tally};
 use super::Engine;
 use crate::byok::{Lane, RouteRung};
@@ -16,7 +16,6 @@ use sluice_filters::inbound::embeddings::{render, EmbedRequest, Input};
 use sluice_filters::upstream::embed::{self, batch_limit, EmbedWire, Embedded};
 use sluice_filters::{ApiError, ErrorCode};
 use std::sync::Arc;
-use std::time::Instant;
 
 /// The rungs that can serve this request, or the 400 that says why none can.
 fn chain(
@@ -95,7 +94,6 @@ async fn rung(
     req: &EmbedRequest,
 ) -> Result<Option<Embedded>, Failure> {
     let limit = batch_limit(wire, &t.provider);
-    let max = engine.state.config.limits.max_response_bytes;
     let mut all = Embedded::default();
     let mut tokens = 0u64;
     let mut start = 0;
@@ -104,42 +102,23 @@ async fn rung(
         let batch = req.input.slice(start..end);
         let body = Bytes::from(embed::render(wire, &batch, &t.model_id, req.dimensions));
         let path = path(t, wire);
-        let deadline = tally.deadline;
-        let read_until = deadline.min(Instant::now() + t.header_timeout + t.first_token_timeout);
-        let waited = Instant::now();
-        let call = async {
-            let mut call = until(deadline, engine.upstreams.post(t, &path, body, false, &[]))
-                .await
-                .map_err(|_| Failure::Deadline)??;
-            let status = call.status();
-            if !(200..300).contains(&status) {
-                return Err(Failure::Status(status));
-            }
-            let mut buf = Vec::new();
-            loop {
-                match until(read_until, call.read()).await {
-                    Err(_) if Instant::now() >= deadline => return Err(Failure::Deadline),
-                    Err(_) => return Err(Failure::FirstTokenTimeout),
-                    Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
-                    Ok(Ok(None)) => break,
-                    Ok(Ok(Some(b))) => {
-                        if buf.len() + b.len() > max {
-                            return Ok(None);
-                        }
-                        buf.extend_from_slice(&b);
-                    }
-                }
-            }
-            call.finish().await;
-            Ok(Some(buf))
+        let post = Post {
+            target: t,
+            path: &path,
+            wire: None,
+            body,
+            stream: false,
+            headers: &[],
         };
-        let result = unless_gone(session, call).await;
-        tally.upstream_wait += waited.elapsed();
-        let Some(result) = result else {
-            return Err(Failure::Connect("client gone".into()));
-        };
-        let Some(buf) = result? else {
-            return Ok(None);
+        let buf = match read_whole(engine, session, tally, post).await {
+            Ok((call, buf)) => {
+                call.finish().await;
+                buf
+            }
+            Err(Attempt::Failed(f)) => return Err(f),
+            // Over the response limit.
+            Err(Attempt::Terminal(_)) => return Ok(None),
+            Err(_) => return Err(Failure::Connect("client gone".into())),
         };
         let got = embed::decode(wire, &buf, batch.len()).map_err(|_| Failure::BadAnswer)?;
         // Providers that report no token count are billed on an estimate.

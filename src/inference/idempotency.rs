@@ -17,6 +17,7 @@
 //! batches every minute by every instance (deletes of the same rows are harmless).
 
 use super::tally::{Tally, Tape};
+use crate::error::Error;
 use crate::state::AppState;
 use crate::store::counters::Counters;
 use crate::store::now_ms;
@@ -132,11 +133,6 @@ fn body_hash(route: &str, body: &[u8]) -> String {
     hex::encode(h.finalize())
 }
 
-fn db_failure(e: sqlx::Error) -> ApiError {
-    tracing::error!(error = %e, "idempotency store");
-    ApiError::internal()
-}
-
 /// Claims `key` for this request, or answers what an earlier request with it left.
 pub async fn claim(
     state: &AppState,
@@ -176,7 +172,7 @@ pub async fn claim(
         .bind(now.saturating_add(ttl_ms))
         .execute(pool)
         .await
-        .map_err(db_failure)?
+        .map_err(Error::db("idempotency"))?
         .rows_affected();
         if inserted == 1 {
             return Ok(Claim::Fresh(Ticket {
@@ -192,7 +188,7 @@ pub async fn claim(
         .bind(key)
         .fetch_optional(pool)
         .await
-        .map_err(db_failure)?;
+        .map_err(Error::db("idempotency"))?;
         let Some(row) = row else { continue };
         if row.get::<i64, _>("expires_at") <= now {
             sqlx::query(
@@ -203,7 +199,7 @@ pub async fn claim(
             .bind(now)
             .execute(pool)
             .await
-            .map_err(db_failure)?;
+            .map_err(Error::db("idempotency"))?;
             continue;
         }
         if row.get::<String, _>("body_hash") != hash {

@@ -4,8 +4,8 @@
 //! common text chunk: the fast path of the gateway.
 
 use super::attempt::{
-    failed_status, json_header, read_before_commit, ready_now, sse_header, unless_gone, until,
-    write_whole, Attempt, Before,
+    json_header, open, read_before_commit, read_whole, ready_now, sse_header, until, write_whole,
+    Attempt, Before, Post,
 };
 use super::tally::Tally;
 use super::Engine;
@@ -21,7 +21,7 @@ use sluice_filters::upstream::openai_chat::{inspect, Inspection};
 use sluice_filters::upstream::Wire;
 use sluice_filters::usage::usage_json;
 use sluice_filters::usage::Usage;
-use sluice_filters::{ApiError, ErrorCode};
+use sluice_filters::ApiError;
 use std::time::{Duration, Instant};
 
 /// The answer (or chunk) with `usage.cost` set in its own usage object.
@@ -44,55 +44,17 @@ pub(super) async fn plain_attempt(
     t: &Target,
     body: Bytes,
 ) -> Attempt {
-    let path = t.chat_path();
-    let waited = Instant::now();
-    let limit = tally
-        .deadline
-        .min(Instant::now() + t.header_timeout + t.first_token_timeout);
-    let max = engine.state.config.limits.max_response_bytes;
-    let call = async {
-        let mut call = until(
-            tally.deadline,
-            engine.upstreams.post(t, path, body, false, &[]),
-        )
-        .await
-        .map_err(|_| Failure::Deadline)??;
-        let status = call.status();
-        if !(200..300).contains(&status) {
-            return Ok(Err((call, status)));
-        }
-        let mut buf = Vec::new();
-        loop {
-            match until(limit, call.read()).await {
-                Err(_) if Instant::now() >= tally.deadline => return Err(Failure::Deadline),
-                Err(_) => return Err(Failure::FirstTokenTimeout),
-                Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
-                Ok(Ok(None)) => break,
-                Ok(Ok(Some(b))) => {
-                    if buf.len() + b.len() > max {
-                        return Ok(Ok((call, None)));
-                    }
-                    buf.extend_from_slice(&b);
-                }
-            }
-        }
-        Ok(Ok((call, Some(buf))))
+    let post = Post {
+        target: t,
+        path: t.chat_path(),
+        wire: Some(Wire::OpenAiChat),
+        body,
+        stream: false,
+        headers: &[],
     };
-    let result = unless_gone(session, call).await;
-    tally.upstream_wait += waited.elapsed();
-    let (call, buf) = match result {
-        None => return Attempt::ClientGone,
-        Some(Err(f)) => return Attempt::Failed(f),
-        Some(Ok(Err((call, status)))) => {
-            return failed_status(Wire::OpenAiChat, call, status).await
-        }
-        Some(Ok(Ok(x))) => x,
-    };
-    let Some(buf) = buf else {
-        return Attempt::Terminal(ApiError::new(
-            ErrorCode::ProviderOutputTooLarge,
-            format!("The provider's answer exceeded the response limit of {max} bytes."),
-        ));
+    let (call, buf) = match read_whole(engine, session, tally, post).await {
+        Ok(x) => x,
+        Err(a) => return a,
     };
     let Some(info) = inspect(&buf) else {
         return Attempt::Failed(Failure::BadAnswer);
@@ -143,25 +105,18 @@ pub(super) async fn stream_attempt(
     body: Bytes,
     wants_usage: bool,
 ) -> Attempt {
-    let path = t.chat_path();
-    let waited = Instant::now();
-    let deadline = tally.deadline;
-    let posted = unless_gone(
-        session,
-        until(deadline, engine.upstreams.post(t, path, body, true, &[])),
-    )
-    .await;
-    tally.upstream_wait += waited.elapsed();
-    let mut call = match posted {
-        None => return Attempt::ClientGone,
-        Some(Err(_)) => return Attempt::Failed(Failure::Deadline),
-        Some(Ok(Err(f))) => return Attempt::Failed(f),
-        Some(Ok(Ok(c))) => c,
+    let post = Post {
+        target: t,
+        path: t.chat_path(),
+        wire: Some(Wire::OpenAiChat),
+        body,
+        stream: true,
+        headers: &[],
     };
-    let status = call.status();
-    if !(200..300).contains(&status) {
-        return failed_status(Wire::OpenAiChat, call, status).await;
-    }
+    let mut call = match open(engine, session, tally, post).await {
+        Ok(c) => c,
+        Err(a) => return a,
+    };
     let first_deadline = tally.deadline.min(Instant::now() + t.first_token_timeout);
     let provider_json = &t.rung_json;
     let mut decoder = SseDecoder::new();

@@ -9,8 +9,8 @@
 //! written in the client's format (encoded, or relayed) and sent at once.
 
 use super::attempt::{
-    failed_status, json_header, read_before_commit, ready_now, sse_header, unless_gone, until,
-    write_whole, Attempt, Before,
+    json_header, open, read_before_commit, read_whole, ready_now, sse_header, until, write_whole,
+    Attempt, Before, Post,
 };
 use super::plan::{ParsedRequest, PlannedRung};
 use super::tally::Tally;
@@ -26,7 +26,7 @@ use sluice_filters::ir::{
 use sluice_filters::relay::{self, Owned, Relay};
 use sluice_filters::upstream::Framer;
 use sluice_filters::usage::Usage;
-use sluice_filters::{ApiError, ErrorCode};
+use sluice_filters::ApiError;
 use std::time::{Duration, Instant};
 
 /// Runs one attempt with a rendered body.
@@ -95,55 +95,17 @@ async fn plain(
 ) -> Attempt {
     let t = &planned.target;
     let path = t.path(planned.wire, false);
-    let waited = Instant::now();
-    let limit = tally
-        .deadline
-        .min(Instant::now() + t.header_timeout + t.first_token_timeout);
-    let max = engine.state.config.limits.max_response_bytes;
-    let deadline = tally.deadline;
-    let call = async {
-        let mut call = until(
-            deadline,
-            engine
-                .upstreams
-                .post(t, &path, body, false, &planned.headers),
-        )
-        .await
-        .map_err(|_| Failure::Deadline)??;
-        let status = call.status();
-        if !(200..300).contains(&status) {
-            return Ok(Err((call, status)));
-        }
-        let mut buf = Vec::new();
-        loop {
-            match until(limit, call.read()).await {
-                Err(_) if Instant::now() >= deadline => return Err(Failure::Deadline),
-                Err(_) => return Err(Failure::FirstTokenTimeout),
-                Ok(Err(_)) => return Err(Failure::DiedBeforeOutput),
-                Ok(Ok(None)) => break,
-                Ok(Ok(Some(b))) => {
-                    if buf.len() + b.len() > max {
-                        return Ok(Ok((call, None)));
-                    }
-                    buf.extend_from_slice(&b);
-                }
-            }
-        }
-        Ok(Ok((call, Some(buf))))
+    let post = Post {
+        target: t,
+        path: &path,
+        wire: Some(planned.wire),
+        body,
+        stream: false,
+        headers: &planned.headers,
     };
-    let result = unless_gone(session, call).await;
-    tally.upstream_wait += waited.elapsed();
-    let (call, buf) = match result {
-        None => return Attempt::ClientGone,
-        Some(Err(f)) => return Attempt::Failed(f),
-        Some(Ok(Err((call, status)))) => return failed_status(planned.wire, call, status).await,
-        Some(Ok(Ok(x))) => x,
-    };
-    let Some(buf) = buf else {
-        return Attempt::Terminal(ApiError::new(
-            ErrorCode::ProviderOutputTooLarge,
-            format!("The provider's answer exceeded the response limit of {max} bytes."),
-        ));
+    let (call, buf) = match read_whole(engine, session, tally, post).await {
+        Ok(x) => x,
+        Err(a) => return a,
     };
     let Ok(events) = planned.wire.decode(&buf) else {
         return Attempt::Failed(Failure::BadAnswer);
@@ -343,29 +305,18 @@ async fn stream(
 ) -> Attempt {
     let t = &planned.target;
     let path = t.path(planned.wire, true);
-    let waited = Instant::now();
-    let deadline = tally.deadline;
-    let posted = unless_gone(
-        session,
-        until(
-            deadline,
-            engine
-                .upstreams
-                .post(t, &path, body, true, &planned.headers),
-        ),
-    )
-    .await;
-    tally.upstream_wait += waited.elapsed();
-    let mut call = match posted {
-        None => return Attempt::ClientGone,
-        Some(Err(_)) => return Attempt::Failed(Failure::Deadline),
-        Some(Ok(Err(f))) => return Attempt::Failed(f),
-        Some(Ok(Ok(c))) => c,
+    let post = Post {
+        target: t,
+        path: &path,
+        wire: Some(planned.wire),
+        body,
+        stream: true,
+        headers: &planned.headers,
     };
-    let status = call.status();
-    if !(200..300).contains(&status) {
-        return failed_status(planned.wire, call, status).await;
-    }
+    let mut call = match open(engine, session, tally, post).await {
+        Ok(c) => c,
+        Err(a) => return a,
+    };
     let first_deadline = tally.deadline.min(Instant::now() + t.first_token_timeout);
     let output = if planned.native {
         let kind = match parsed.inbound {

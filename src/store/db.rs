@@ -190,13 +190,6 @@ pub fn opt_i64(row: &AnyRow, col: &str) -> Option<i64> {
     row.try_get::<Option<i64>, _>(col).ok().flatten()
 }
 
-/// A failed query as the client sees it: a stable 500 `internal_error`; the cause
-/// goes to the log, never to the answer.
-pub fn db_error(e: sqlx::Error) -> sluice_filters::ApiError {
-    tracing::error!(error = %e, "database error");
-    sluice_filters::ApiError::internal()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
