@@ -6,11 +6,15 @@ use super::Engine;
 use crate::byok::{Lane, RouteRung};
 use crate::catalog::Model;
 use crate::upstream::Target;
+use bytes::Bytes;
 use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::Request;
+use sluice_filters::json::edit::set_member;
 use sluice_filters::json::RawObject;
 use sluice_filters::policy::{self, ModelFacts, RungFacts};
 use sluice_filters::upstream::is_claude;
+use sluice_filters::upstream::native;
+use sluice_filters::upstream::openai_chat::render_request;
 use sluice_filters::upstream::Wire;
 use sluice_filters::{ApiError, ErrorCode};
 use std::sync::Arc;
@@ -165,4 +169,68 @@ impl ParsedRequest<'_> {
             Inbound::Messages => "messages",
         }
     }
+}
+
+impl PlannedRung {
+    /// The body this rung is sent for the request, and the
+    /// `x-service-ignored-parameters` value of what it does not receive. A native
+    /// rung gets the client's own members, less the dropped ones; any other rung the
+    /// canonical request rendered for its wire. Rungs whose provider routes by
+    /// `prompt_cache_key` get the derived value.
+    pub fn render(&self, parsed: &ParsedRequest) -> (Bytes, Option<String>) {
+        let t = &self.target;
+        let (body, ignored) = if self.native {
+            let trimmed = without(&parsed.object, &self.dropped);
+            let object = trimmed.as_ref().unwrap_or(&parsed.object);
+            let body = if parsed.inbound == Inbound::Chat {
+                render_request(object, &t.model_id, parsed.stream)
+            } else {
+                native::render(self.wire, object, &t.model_id, parsed.stream)
+            };
+            (body, disclosure(&self.dropped, &[]))
+        } else {
+            let rendered = self
+                .wire
+                .render(&t.provider, &parsed.req, &t.model_id, parsed.stream);
+            (rendered.body, disclosure(&self.dropped, &rendered.dropped))
+        };
+        let routing = match self.wire {
+            Wire::OpenAiChat | Wire::OpenAiResponses if self.cache_key_routing => {
+                parsed.routing_key()
+            }
+            _ => None,
+        };
+        let body = match routing {
+            Some(k) => {
+                let v = serde_json::to_vec(&k).unwrap_or_default();
+                set_member(&body, "prompt_cache_key", &v)
+            }
+            None => body,
+        };
+        (Bytes::from(body), ignored)
+    }
+}
+
+/// The `x-service-ignored-parameters` value: every dropped field, comma-separated,
+/// in first-seen order without repeats.
+fn disclosure(a: &[String], b: &[String]) -> Option<String> {
+    let mut names: Vec<&str> = Vec::new();
+    for n in a.iter().chain(b) {
+        if !names.contains(&n.as_str()) {
+            names.push(n);
+        }
+    }
+    (!names.is_empty()).then(|| names.join(","))
+}
+
+/// The client's object without the members this rung does not receive.
+fn without<'a>(object: &RawObject<'a>, dropped: &[String]) -> Option<RawObject<'a>> {
+    if dropped.iter().all(|d| !object.contains_key(d)) {
+        return None;
+    }
+    let mut o = object.clone();
+    for d in dropped {
+        o.remove(d);
+    }
+    Some(o)
 }

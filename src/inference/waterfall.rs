@@ -21,9 +21,6 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::{Event, FinishReason, Meta, Response, Tail};
-use sluice_filters::json::RawObject;
-use sluice_filters::upstream::openai_chat::render_request;
-use sluice_filters::upstream::Wire;
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
 
@@ -203,32 +200,8 @@ pub async fn serve(
     ))
 }
 
-/// The `x-service-ignored-parameters` value: every dropped field, comma-separated,
-/// in first-seen order without repeats.
-fn disclosure(a: &[String], b: &[String]) -> Option<String> {
-    let mut names: Vec<&str> = Vec::new();
-    for n in a.iter().chain(b) {
-        if !names.contains(&n.as_str()) {
-            names.push(n);
-        }
-    }
-    (!names.is_empty()).then(|| names.join(","))
-}
-
-/// The client's object without the members this rung does not receive.
-fn without<'a>(object: &RawObject<'a>, dropped: &[String]) -> Option<RawObject<'a>> {
-    if dropped.iter().all(|d| !object.contains_key(d)) {
-        return None;
-    }
-    let mut o = object.clone();
-    for d in dropped {
-        o.remove(d);
-    }
-    Some(o)
-}
-
-/// One attempt on one rung: the native fast path when the rung speaks the client's
-/// format, else the translated path.
+/// One attempt on one rung: the native chat fast path when the rung speaks the
+/// chat format, else an attempt that reads the answer to find the commit point.
 async fn attempt(
     engine: &Engine,
     session: &mut Session,
@@ -236,66 +209,30 @@ async fn attempt(
     planned: &PlannedRung,
     parsed: &ParsedRequest<'_>,
 ) -> Attempt {
+    let (body, ignored) = planned.render(parsed);
+    tally.ignored = ignored;
     let t = &planned.target;
-    // Rungs whose provider routes by prompt_cache_key get the derived value.
-    let routing = match planned.wire {
-        Wire::OpenAiChat | Wire::OpenAiResponses if planned.cache_key_routing => {
-            parsed.routing_key()
+    // Each kind of attempt is boxed on its own: a box sized for the largest
+    // (a translated stream) would be copied whole on every plain request.
+    if planned.native && parsed.inbound == Inbound::Chat {
+        if parsed.stream {
+            let wants_usage = parsed.req.include_usage;
+            let run = Box::pin(super::native_chat::stream_attempt(
+                engine,
+                session,
+                tally,
+                t,
+                body,
+                wants_usage,
+            ));
+            return run.await;
         }
-        _ => None,
-    };
-    let with_routing = |body: Vec<u8>| match &routing {
-        Some(k) => {
-            let v = serde_json::to_vec(k).unwrap_or_default();
-            sluice_filters::json::edit::set_member(&body, "prompt_cache_key", &v)
-        }
-        None => body,
-    };
-    if planned.native {
-        let trimmed = without(&parsed.object, &planned.dropped);
-        let object = trimmed.as_ref().unwrap_or(&parsed.object);
-        tally.ignored = disclosure(&planned.dropped, &[]);
-        // Each kind of attempt is boxed on its own: a box sized for the largest
-        // (a translated stream) would be copied whole on every plain request.
-        if parsed.inbound == Inbound::Chat {
-            let body = Bytes::from(with_routing(render_request(
-                object,
-                &t.model_id,
-                parsed.stream,
-            )));
-            return if parsed.stream {
-                let wants_usage = parsed.req.include_usage;
-                let run = Box::pin(super::native_chat::stream_attempt(
-                    engine,
-                    session,
-                    tally,
-                    t,
-                    body,
-                    wants_usage,
-                ));
-                run.await
-            } else {
-                let run = Box::pin(super::native_chat::plain_attempt(
-                    engine, session, tally, t, body,
-                ));
-                run.await
-            };
-        }
-        let body = with_routing(sluice_filters::upstream::native::render(
-            planned.wire,
-            object,
-            &t.model_id,
-            parsed.stream,
+        let run = Box::pin(super::native_chat::plain_attempt(
+            engine, session, tally, t, body,
         ));
-        return super::translated::run(engine, session, tally, planned, parsed, Bytes::from(body))
-            .await;
+        return run.await;
     }
-    let rendered = planned
-        .wire
-        .render(&t.provider, &parsed.req, &t.model_id, parsed.stream);
-    tally.ignored = disclosure(&planned.dropped, &rendered.dropped);
-    let body = with_routing(rendered.body);
-    super::translated::run(engine, session, tally, planned, parsed, Bytes::from(body)).await
+    super::translated::run(engine, session, tally, planned, parsed, body).await
 }
 
 /// Every reachable rung ended its turn with no content: 200 with the warning header
