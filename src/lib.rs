@@ -19,6 +19,7 @@
 // Wiring.
 pub mod config;
 pub mod error;
+pub mod metrics;
 pub mod server;
 
 // Listeners.

@@ -169,7 +169,7 @@ async fn probe(config: config::Config) -> anyhow::Result<()> {
     let specs = catalog::load_configured(&config.catalog.path)?.unwrap_or_default();
     let db = store::Db::connect(&config.storage.database_url).await?;
     db.migrate().await?;
-    let verdicts = sluice::catalog::prober::probe_all(&config, &specs).await;
+    let verdicts = sluice::upstream::prober::probe_all(&config, &specs).await;
     catalog::probe::record(&db, &verdicts).await?;
     for m in &specs {
         for r in &m.rungs {

@@ -3,7 +3,7 @@
 use crate::accounts::Directory;
 use crate::catalog::CatalogStore;
 use crate::config::Config;
-use crate::ops::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::store::counters::{MemoryCounters, RedisCounters, SeededCounters};
 use crate::store::usage::{spawn_writer, UsageSink};
 use crate::store::{Counters, Db};
@@ -53,7 +53,7 @@ impl AppState {
             // the ledger the allowances are not known, so the start fails.
             let now = crate::store::counters::now_secs();
             let unstored = crate::store::usage::read_spool(&spool);
-            let uses = crate::store::usage::free_use(&db, now, &unstored)
+            let uses = crate::billing::gate::free_use(&db, now, &unstored)
                 .await
                 .context("reading free allowance use from the ledger")?;
             crate::billing::gate::restore_free(inner.as_ref(), &uses, now).await?;

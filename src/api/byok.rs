@@ -4,8 +4,9 @@
 
 use super::respond::{json, parse_body, ApiResult, Failure};
 use super::{Authed, Shared};
-use crate::byok::check::{self, Checked};
 use crate::byok::{connections, route, waterfalls, Live};
+use crate::upstream::account_check::{self, Checked};
+use crate::upstream::auth::google::ServiceAccount;
 use crate::upstream::egress;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -41,6 +42,11 @@ fn account_body(provider: &str, body: &[u8]) -> Result<(Account, Value), Failure
     let a: Account = parse_body(body)?;
     let config = a.config.clone().unwrap_or_else(|| j!({}));
     connections::validate(provider, &a.setup_alias, &a.secret, &config)?;
+    if provider == "vertex" {
+        if let Err(why) = ServiceAccount::from_json(&a.secret) {
+            return Err(ApiError::invalid_parameter("secret", why).into());
+        }
+    }
     Ok((a, config))
 }
 
@@ -62,7 +68,7 @@ async fn check_urls(
             .map_err(|why| refused("config.base_url", why))?;
     }
     if provider == "vertex" {
-        if let Ok(account) = crate::upstream::auth::google::ServiceAccount::from_json(&a.secret) {
+        if let Ok(account) = ServiceAccount::from_json(&a.secret) {
             egress::check_org_url(&account.token_uri, allow)
                 .await
                 .map_err(|why| refused("secret.token_uri", why))?;
@@ -145,7 +151,7 @@ pub async fn rotate(
         conn,
         secret: Arc::from(a.secret.as_str()),
     };
-    match check::spend(&state.config, &live).await {
+    match account_check::spend(&state.config, &live).await {
         Ok(micro) => {
             connections::set_spend(&state.db, &live.conn.id, micro).await?;
             out["spend_usd"] = j!(crate::accounts::micro_to_usd(micro));
@@ -204,7 +210,7 @@ pub async fn check(
 ) -> ApiResult {
     let live = account(&state, &c.org.id, &org_id, &provider, &q).await?;
     let conn = &live.conn;
-    let (status, detail) = match check::check(&state.config, &live).await {
+    let (status, detail) = match account_check::check(&state.config, &live).await {
         Checked::Ok(d) => {
             connections::set_status(&state.db, &conn.id, true, &d).await?;
             ("ok", d)
@@ -230,7 +236,7 @@ pub async fn spend_refresh(
 ) -> ApiResult {
     let live = account(&state, &c.org.id, &org_id, &provider, &q).await?;
     let conn = &live.conn;
-    let mut out = match check::spend(&state.config, &live).await {
+    let mut out = match account_check::spend(&state.config, &live).await {
         Ok(micro) => {
             connections::set_spend(&state.db, &conn.id, micro).await?;
             connections::find(&state.db, &org_id, &provider, &conn.setup_alias)

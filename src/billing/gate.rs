@@ -24,6 +24,8 @@ use crate::error::Error;
 use crate::store::counters::{
     now_secs, window_counter, BalanceReq, Counters, WindowOutcome, WindowReq,
 };
+use crate::store::usage::UsageEvent;
+use crate::store::Db;
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
 
@@ -768,6 +770,71 @@ pub async fn settle(counters: &dyn Counters, hold: Hold, used: Used) {
     if let Err(e) = counters.correct_many(&adds).await {
         tracing::error!(error = %e, "settling the request's holds failed");
     }
+}
+
+/// Each org's use of each model's free allowance in the windows open at `now`
+/// (Unix seconds): the stored rows, plus `unstored` events (a spool not replayed
+/// yet).
+pub async fn free_use(db: &Db, now: u64, unstored: &[UsageEvent]) -> anyhow::Result<Vec<FreeUse>> {
+    use sqlx::Row;
+    let ms = |secs: u64| i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let hour = ms(now / 3_600 * 3_600);
+    let day = ms(now / 86_400 * 86_400);
+    let month = ms(month_start(now));
+    // Sums cast back to BIGINT: PostgreSQL widens SUM(BIGINT) to NUMERIC.
+    let rows = sqlx::query(
+        "SELECT org_id, model, \
+         CAST(SUM(CASE WHEN created_at >= $1 THEN weighted_tokens ELSE 0 END) AS BIGINT) AS h, \
+         CAST(SUM(CASE WHEN created_at >= $2 THEN weighted_tokens ELSE 0 END) AS BIGINT) AS d, \
+         CAST(SUM(CASE WHEN created_at >= $3 THEN list_micro_usd ELSE 0 END) AS BIGINT) AS m, \
+         CAST(SUM(list_micro_usd) AS BIGINT) AS l \
+         FROM usage_events WHERE free = 1 GROUP BY org_id, model",
+    )
+    .bind(hour)
+    .bind(day)
+    .bind(month)
+    .fetch_all(&db.pool)
+    .await?;
+    let mut out: Vec<FreeUse> = Vec::with_capacity(rows.len());
+    for r in &rows {
+        out.push(FreeUse {
+            org_id: r.try_get("org_id")?,
+            model: r.try_get("model")?,
+            hour_tokens: r.try_get::<Option<i64>, _>("h")?.unwrap_or(0),
+            day_tokens: r.try_get::<Option<i64>, _>("d")?.unwrap_or(0),
+            month_list: r.try_get::<Option<i64>, _>("m")?.unwrap_or(0),
+            life_list: r.try_get::<Option<i64>, _>("l")?.unwrap_or(0),
+        });
+    }
+    for e in unstored.iter().filter(|e| e.free) {
+        let i = match out
+            .iter()
+            .position(|u| u.org_id == e.org_id && u.model == e.model)
+        {
+            Some(i) => i,
+            None => {
+                out.push(FreeUse {
+                    org_id: e.org_id.clone(),
+                    model: e.model.clone(),
+                    ..FreeUse::default()
+                });
+                out.len() - 1
+            }
+        };
+        let u = &mut out[i];
+        let at = e.at_ms;
+        if at >= hour {
+            u.hour_tokens = u.hour_tokens.saturating_add(e.weighted_tokens);
+        }
+        if at >= day {
+            u.day_tokens = u.day_tokens.saturating_add(e.weighted_tokens);
+        }
+        if at >= month {
+            u.month_list = u.month_list.saturating_add(e.list_micro_usd);
+        }
+        u.life_list = u.life_list.saturating_add(e.list_micro_usd);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! Bring your own keys: an org's provider accounts (sealed at rest), its own order
 //! of rungs per model, and the active route each request is served on.
 
-pub mod check;
 pub mod connections;
 pub mod route;
 pub mod secrets;

@@ -4,7 +4,6 @@
 
 pub mod model;
 pub mod probe;
-pub mod prober;
 pub mod query;
 pub mod retention;
 

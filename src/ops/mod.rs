@@ -2,7 +2,6 @@
 //! `/admin` (behind the admin token).
 
 pub mod admin;
-pub mod metrics;
 
 use crate::api::respond::{json, Failure};
 use crate::api::Shared;

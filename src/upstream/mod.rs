@@ -4,12 +4,14 @@
 //! for the header under a timeout (HTTP/1.1 answers read by `h1`), read body pieces,
 //! and give the connection back only when the answer was whole.
 
+pub mod account_check;
 pub mod auth;
 pub mod breaker;
 pub mod egress;
 mod h1;
 mod head;
 mod pool;
+pub mod prober;
 mod target;
 
 pub use target::Target;

@@ -4,10 +4,10 @@
 //! anything (a 400 or 422 then says the provider refuses the capability; any other
 //! failure leaves the declared capability in place).
 
+use super::{Target, Upstreams};
 use crate::catalog::probe::{Verdict, PROBED};
 use crate::catalog::ModelSpec;
 use crate::config::Config;
-use crate::upstream::{Target, Upstreams};
 use bytes::Bytes;
 use pingora::time::fast_timeout::fast_timeout;
 use serde_json::value::RawValue;

@@ -2,11 +2,11 @@
 //! cheap check that the key works (the provider's model list), and the spend the
 //! provider reports where its API offers it.
 
+use super::egress;
+use super::{Failure, Target, Upstreams};
 use crate::byok::Live;
 use crate::catalog::RungSpec;
 use crate::config::Config;
-use crate::upstream::egress;
-use crate::upstream::{Failure, Target, Upstreams};
 use std::sync::Arc;
 
 /// What a check found.
