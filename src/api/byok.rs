@@ -4,7 +4,7 @@
 
 use super::respond::{json, parse_body, ApiResult, Failure};
 use super::{Authed, Shared};
-use crate::byok::{connections, route, waterfalls, Live};
+use crate::byok::{active_route, connections, waterfalls, Live};
 use crate::upstream::account_check::{self, Checked};
 use crate::upstream::auth::google::ServiceAccount;
 use crate::upstream::egress;
@@ -282,13 +282,14 @@ fn waterfall_json(state: &Shared, c: &super::Caller, slug: &str) -> Result<Value
         .lookup(Some(&c.org.id), slug)
         .ok_or_else(|| unknown_model(slug))?;
     let routing = state.byok.snapshot();
-    let ids =
-        |r: Vec<route::RouteRung>| r.into_iter().map(|r| r.id.to_string()).collect::<Vec<_>>();
+    let ids = |r: Vec<active_route::RouteRung>| {
+        r.into_iter().map(|r| r.id.to_string()).collect::<Vec<_>>()
+    };
     Ok(j!({
         "slug": model.spec.slug,
-        "default": ids(route::default_rungs(model, &c.org.id, &routing)),
+        "default": ids(active_route::default_rungs(model, &c.org.id, &routing)),
         "override": routing.waterfall(&c.org.id, &model.spec.slug).map(|w| w.as_ref().clone()),
-        "effective": ids(route::effective(model, &c.org, &routing)),
+        "effective": ids(active_route::effective(model, &c.org, &routing)),
     }))
 }
 
@@ -319,7 +320,7 @@ pub async fn put_waterfall(
             .lookup(Some(&c.org.id), &slug)
             .ok_or_else(|| unknown_model(&slug))?;
         let routing = state.byok.snapshot();
-        let ids = route::check_chain(&chain.model_provider_ids, model, &c.org.id, &routing)?;
+        let ids = active_route::check_chain(&chain.model_provider_ids, model, &c.org.id, &routing)?;
         (model.spec.slug.clone(), ids)
     };
     waterfalls::put(&state.db, &c.org.id, &checked.0, &checked.1).await?;

@@ -3,7 +3,7 @@
 
 use super::respond::{json, ApiResult, Failure};
 use super::{MaybeAuthed, Shared};
-use crate::byok::route;
+use crate::byok::active_route;
 use crate::catalog::query::ListQuery;
 use crate::catalog::{retention, Retention};
 use axum::extract::{Path, Query, State};
@@ -57,7 +57,7 @@ fn org_verdict(
     if m.owner.is_some() {
         return None;
     }
-    let active = route::effective(m, org, routing);
+    let active = active_route::effective(m, org, routing);
     retention::verdict(
         active
             .iter()
@@ -89,7 +89,7 @@ pub async fn one(
     if let Some(c) = &caller {
         // The verdict of the org's active route: its order and its ZDR policy.
         let routing = state.byok.snapshot();
-        let active = route::effective(model, &c.org, &routing);
+        let active = active_route::effective(model, &c.org, &routing);
         row["retention"] = json!(org_verdict(model, &c.org, &routing).map(Retention::as_str));
         row["waterfall"] = json!(active.iter().map(|r| r.id.as_ref()).collect::<Vec<&str>>());
     }
@@ -111,13 +111,14 @@ pub async fn providers(
         // the handle that selects it per request (x-gateway-route).
         Some(c) => {
             let routing = state.byok.snapshot();
-            route::chain(model, &c.org, &routing)
+            active_route::chain(model, &c.org, &routing)
                 .iter()
                 .map(|r| {
                     let mut v = model.deployment_json(&r.spec);
                     v["rung_id"] = json!(r.id.as_ref());
                     v["lane"] = json!(r.lane.as_str());
-                    v["route_id"] = json!(route::route_id(&c.org.id, &model.spec.slug, &r.id));
+                    v["route_id"] =
+                        json!(active_route::route_id(&c.org.id, &model.spec.slug, &r.id));
                     v
                 })
                 .collect()

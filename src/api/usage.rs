@@ -209,7 +209,7 @@ pub async fn catalog(
             // The lane is the one the org's effective chain serves first: an
             // org chain that starts with a `byok:` rung is pass-through. A chain
             // the ZDR policy empties falls back to where the model itself lives.
-            let first = crate::byok::route::effective(m, &c.org, &routing)
+            let first = crate::byok::active_route::effective(m, &c.org, &routing)
                 .first()
                 .map(|r| r.lane);
             let lane = match first {

@@ -6,7 +6,7 @@
 
 use crate::accounts::{presented_key, KeyRecord, OrgRecord};
 use crate::billing::gate;
-use crate::byok::{route, RouteRung};
+use crate::byok::{active_route, RouteRung};
 use crate::catalog::{Model, ModelKind};
 use crate::downstream::body::{read_capped, BodyError};
 use crate::state::AppState;
@@ -206,12 +206,12 @@ pub fn active_route(
     model: &Model,
 ) -> Result<Vec<RouteRung>, ApiError> {
     let routing = state.byok.snapshot();
-    let mut rungs = route::effective(model, org, &routing);
+    let mut rungs = active_route::effective(model, org, &routing);
     drop(routing);
     static ROUTE: http::HeaderName = http::HeaderName::from_static("x-gateway-route");
     if let Some(v) = session.req_header().headers.get(&ROUTE) {
         let want = v.to_str().unwrap_or_default().trim();
-        rungs.retain(|r| route::route_id(&org.id, &model.spec.slug, &r.id) == want);
+        rungs.retain(|r| active_route::route_id(&org.id, &model.spec.slug, &r.id) == want);
         if rungs.is_empty() {
             return Err(ApiError::invalid_parameter(
                 "x-gateway-route",

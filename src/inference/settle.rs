@@ -8,7 +8,7 @@ use super::tally::{Outcome, Tally};
 use crate::billing::gate;
 use crate::byok::Lane;
 use crate::catalog::Model;
-use crate::downstream::respond::send;
+use crate::downstream::answer::send;
 use crate::state::AppState;
 use crate::store::usage::UsageEvent;
 use bytes::Bytes;

@@ -2,8 +2,8 @@
 //! Management bodies are small JSON, so we read the body (capped), call the axum
 //! router directly, and write its answer: no loopback hop, no second socket.
 
+use crate::downstream::answer::{send, send_error};
 use crate::downstream::body::{read_capped, BodyError};
-use crate::downstream::respond::{send, send_error};
 use axum::body::Body;
 use axum::Router;
 use bytes::Bytes;

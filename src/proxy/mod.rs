@@ -6,9 +6,9 @@
 //! the model list in `models`.
 
 mod management;
-mod models;
+mod model_list;
 
-use crate::downstream::respond;
+use crate::downstream::answer;
 use crate::inference::Engine;
 use crate::state::AppState;
 use async_trait::async_trait;
@@ -69,7 +69,7 @@ impl Gateway {
                 "This instance is draining; retry on another.",
             );
             session.set_keepalive(None);
-            respond::send_error(session, &e, format).await?;
+            answer::send_error(session, &e, format).await?;
             return Ok(e.status);
         }
         let method = session.req_header().method.clone();
@@ -89,8 +89,8 @@ impl Gateway {
             Route::Models | Route::Model if method != http::Method::GET => {
                 Err(method_not_allowed(&method, "GET"))
             }
-            Route::Models => Box::pin(models::list(&self.state, session)).await,
-            Route::Model => Box::pin(models::one(&self.state, session)).await,
+            Route::Models => Box::pin(model_list::list(&self.state, session)).await,
+            Route::Model => Box::pin(model_list::one(&self.state, session)).await,
             r if r.is_inference() && method != http::Method::POST => {
                 Err(method_not_allowed(&method, "POST"))
             }
@@ -104,7 +104,7 @@ impl Gateway {
         match result {
             Ok(status) => Ok(status),
             Err(e) => {
-                respond::send_error(session, &e, format).await?;
+                answer::send_error(session, &e, format).await?;
                 Ok(e.status)
             }
         }

@@ -1,7 +1,7 @@
 //! `GET /v1/models` and `GET /v1/models/{id}`: the models the key's org can call,
 //! with the pricing extension.
 
-use crate::downstream::respond::send_json;
+use crate::downstream::answer::send_json;
 use crate::downstream::Handled;
 use crate::inference::{authenticate, granted};
 
