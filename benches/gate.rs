@@ -55,6 +55,7 @@ fn records(n: &str) -> (KeyRecord, OrgRecord) {
         review_for_payment: false,
         credits_overflow: false,
         require_zdr: false,
+        prompt_capture: None,
         grants: Default::default(),
         created_at: 0,
     };

@@ -107,6 +107,16 @@ enum AdminCommand {
     },
     /// Set an organization's tier.
     Tier { org_id: String, tier: i64 },
+    /// Change an organization's settings; prints them as they apply now.
+    Settings {
+        org_id: String,
+        #[arg(long)]
+        prompt_capture: Option<bool>,
+        #[arg(long)]
+        require_zdr: Option<bool>,
+        #[arg(long)]
+        credits_overflow: Option<bool>,
+    },
 }
 
 /// jemalloc: about 160 allocations per request cost 11% fewer instructions than
@@ -307,6 +317,20 @@ async fn admin(config: config::Config, cmd: AdminCommand) -> anyhow::Result<()> 
         }
         AdminCommand::Tier { org_id, tier } => {
             adm::tier(&db, None, &org_id, adm::Tier { tier }).await
+        }
+        AdminCommand::Settings {
+            org_id,
+            prompt_capture,
+            require_zdr,
+            credits_overflow,
+        } => {
+            let change = sluice::accounts::orgs::SettingsChange {
+                prompt_capture,
+                require_zdr,
+                credits_overflow,
+            };
+            let default = config.responses.prompt_capture_default;
+            adm::settings(&db, None, &org_id, change, default).await
         }
     };
     match out {

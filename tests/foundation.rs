@@ -282,6 +282,65 @@ async fn admin_api_is_guarded_and_does_what_the_contract_says() {
 }
 
 #[tokio::test]
+async fn admin_settings_change_what_they_name_and_answer_them_all() {
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, Opts::default()).await;
+    let (org_id, _, _) = s.org_and_key().await;
+    let path = format!("/admin/orgs/{org_id}/settings");
+    // Prompt capture follows [responses] prompt_capture_default (true) until set.
+    let (st, v) = s.admin(Method::PUT, &path, Some(json!({}))).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        v,
+        json!({"org_id": org_id, "prompt_capture": true, "require_zdr": false, "credits_overflow": false})
+    );
+    let (st, v) = s
+        .admin(
+            Method::PUT,
+            &path,
+            Some(json!({"prompt_capture": false, "require_zdr": true})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        (&v["prompt_capture"], &v["require_zdr"]),
+        (&json!(false), &json!(true))
+    );
+    // A later change leaves the others as they are.
+    let (_, v) = s
+        .admin(Method::PUT, &path, Some(json!({"credits_overflow": true})))
+        .await;
+    assert_eq!(
+        (
+            &v["prompt_capture"],
+            &v["require_zdr"],
+            &v["credits_overflow"]
+        ),
+        (&json!(false), &json!(true), &json!(true))
+    );
+    let (_, org) = s
+        .admin(Method::GET, &format!("/admin/orgs/{org_id}"), None)
+        .await;
+    assert_eq!(
+        (&org["prompt_capture"], &org["require_zdr"]),
+        (&json!(false), &json!(true))
+    );
+    // Unknown settings and other orgs are refused.
+    let (st, v) = s
+        .admin(Method::PUT, &path, Some(json!({"bogus": true})))
+        .await;
+    assert_error(st, &v, 400, "invalid_parameter");
+    let (st, v) = s
+        .admin(
+            Method::PUT,
+            "/admin/orgs/org_nope/settings",
+            Some(json!({"require_zdr": true})),
+        )
+        .await;
+    assert_error(st, &v, 404, "not_found");
+}
+
+#[tokio::test]
 async fn admin_is_disabled_without_a_token() {
     let b = Backend::fresh().await;
     let s = Sluice::start(&b, fixture().env("SLUICE_ADMIN__TOKEN", "")).await;

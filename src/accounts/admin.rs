@@ -230,3 +230,20 @@ pub async fn tier(
     orgs::set_tier(db, org_id, req.tier).await?;
     refresh_org(db, dir, org_id).await
 }
+
+/// `PUT /admin/orgs/{org_id}/settings`: prompt capture, the require-ZDR policy,
+/// credits overflow; answers the settings as they apply now.
+pub async fn settings(
+    db: &Db,
+    dir: Option<&Directory>,
+    org_id: &str,
+    change: orgs::SettingsChange,
+    capture_default: bool,
+) -> Result<Value, ApiError> {
+    orgs::set_settings(db, org_id, &change).await?;
+    refresh_org(db, dir, org_id).await?;
+    let org = orgs::get(db, org_id)
+        .await?
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, "No such organization."))?;
+    Ok(org.settings_json(capture_default))
+}

@@ -35,6 +35,9 @@ pub struct OrgRecord {
     pub credits_overflow: bool,
     /// Fail-over stays on zero-retention platform rungs.
     pub require_zdr: bool,
+    /// The org's own prompt capture choice; `None` follows
+    /// `[responses] prompt_capture_default`.
+    pub prompt_capture: Option<bool>,
     pub grants: BTreeSet<String>,
     pub created_at: i64,
 }
@@ -57,6 +60,7 @@ impl OrgRecord {
             "review_reason": self.review_reason,
             "credits_overflow": self.credits_overflow,
             "require_zdr": self.require_zdr,
+            "prompt_capture": self.prompt_capture,
             "grants": self.grants,
             "created_at": self.created_at,
         })
@@ -308,6 +312,51 @@ pub async fn set_require_zdr(db: &Db, org_id: &str, on: bool) -> Result<(), ApiE
     one_org(done)
 }
 
+/// The org settings an operator or a member may change; `None` leaves one as it is.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsChange {
+    pub prompt_capture: Option<bool>,
+    pub require_zdr: Option<bool>,
+    pub credits_overflow: Option<bool>,
+}
+
+/// Applies a settings change in one statement. Turning credits overflow on here
+/// is the operator's (or a verified member's) call: callers check verification.
+pub async fn set_settings(db: &Db, org_id: &str, c: &SettingsChange) -> Result<(), ApiError> {
+    let flag = |b: Option<bool>| b.map(|b| b as i64);
+    let done = sqlx::query(
+        "UPDATE orgs SET prompt_capture = COALESCE($1, prompt_capture), \
+         require_zdr = COALESCE($2, require_zdr), \
+         credits_overflow = COALESCE($3, credits_overflow), updated_at = $4 WHERE id = $5",
+    )
+    .bind(flag(c.prompt_capture))
+    .bind(flag(c.require_zdr))
+    .bind(flag(c.credits_overflow))
+    .bind(now_ms())
+    .bind(org_id)
+    .execute(&db.pool)
+    .await;
+    one_org(done)
+}
+
+impl OrgRecord {
+    /// Whether the responses store keeps this org's conversations.
+    pub fn captures_prompts(&self, default: bool) -> bool {
+        self.prompt_capture.unwrap_or(default)
+    }
+
+    /// The settings read: each as it applies now.
+    pub fn settings_json(&self, capture_default: bool) -> Value {
+        json!({
+            "org_id": self.id,
+            "prompt_capture": self.captures_prompts(capture_default),
+            "require_zdr": self.require_zdr,
+            "credits_overflow": self.credits_overflow,
+        })
+    }
+}
+
 async fn touch(tx: &mut sqlx::Transaction<'_, sqlx::Any>, org_id: &str) -> Result<(), ApiError> {
     sqlx::query("UPDATE orgs SET updated_at = $1 WHERE id = $2")
         .bind(now_ms())
@@ -377,7 +426,7 @@ fn one_org(done: Result<sqlx::any::AnyQueryResult, sqlx::Error>) -> Result<(), A
 const COLUMNS: &str =
     "id, name, email, email_verified, card_on_file, settled, tier, balance_micro_usd, \
                        purchased_micro_usd, credited_micro_usd, under_review, review_reason, \
-                       review_for_payment, credits_overflow, require_zdr, created_at, updated_at";
+                       review_for_payment, credits_overflow, require_zdr, prompt_capture, created_at, updated_at";
 
 fn from_row(row: &sqlx::any::AnyRow) -> OrgRecord {
     let flag = |c: &str| opt_i64(row, c).unwrap_or(0) != 0;
@@ -400,6 +449,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> OrgRecord {
             .flatten(),
         credits_overflow: flag("credits_overflow"),
         require_zdr: flag("require_zdr"),
+        prompt_capture: opt_i64(row, "prompt_capture").map(|v| v != 0),
         grants: BTreeSet::new(),
         created_at: row.get("created_at"),
     }

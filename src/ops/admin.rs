@@ -26,6 +26,7 @@ pub fn router(state: Shared) -> Router<Shared> {
         .route("/admin/orgs/{org_id}/grants", put(grants))
         .route("/admin/orgs/{org_id}/review", post(review))
         .route("/admin/orgs/{org_id}/tier", post(tier))
+        .route("/admin/orgs/{org_id}/settings", put(settings))
         .route_layer(middleware::from_fn_with_state(state, guard))
 }
 
@@ -104,5 +105,18 @@ async fn review(State(s): State<Shared>, Path(org_id): Path<String>, body: Bytes
 
 async fn tier(State(s): State<Shared>, Path(org_id): Path<String>, body: Bytes) -> ApiResult {
     let v = ops::tier(&s.db, Some(&s.directory), &org_id, parse_body(&body)?).await?;
+    Ok(json(StatusCode::OK, &v))
+}
+
+async fn settings(State(s): State<Shared>, Path(org_id): Path<String>, body: Bytes) -> ApiResult {
+    let default = s.config.responses.prompt_capture_default;
+    let v = ops::settings(
+        &s.db,
+        Some(&s.directory),
+        &org_id,
+        parse_body(&body)?,
+        default,
+    )
+    .await?;
     Ok(json(StatusCode::OK, &v))
 }

@@ -74,6 +74,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0008_cache_writes.sql"),
         include_str!("../../migrations/postgres/0008_cache_writes.sql"),
     ),
+    (
+        9,
+        "org settings: prompt capture",
+        include_str!("../../migrations/sqlite/0009_org_settings.sql"),
+        include_str!("../../migrations/postgres/0009_org_settings.sql"),
+    ),
 ];
 
 impl Db {
