@@ -32,6 +32,9 @@ pub mod web;
 pub mod downstream;
 pub mod inference;
 
+// Features, each a room the flow reaches through one door.
+pub mod responses;
+
 // The provider client.
 pub mod upstream;
 

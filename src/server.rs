@@ -95,6 +95,7 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
             state.instance_id.clone(),
         );
         crate::inference::idempotency::spawn_sweep(state.db.clone());
+        state.responses.spawn_jobs();
         crate::upstream::prober::spawn_periodic(config.clone(), state.db.clone());
     });
     // Never dropped: the connections it drives are used by every service.

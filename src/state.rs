@@ -21,6 +21,8 @@ pub struct AppState {
     pub byok: Arc<crate::byok::ByokStore>,
     pub metrics: Metrics,
     pub usage: UsageSink,
+    /// The responses store (`store`, `previous_response_id`).
+    pub responses: crate::responses::Keeper,
     /// This process's id: it owns the Idempotency-Keys it claims while it lives.
     pub instance_id: String,
     draining: AtomicBool,
@@ -70,6 +72,8 @@ impl AppState {
         let sealer =
             crate::byok::secrets::Sealer::load(&config.secrets.key, &config.secrets.key_file)?;
         let byok = Arc::new(crate::byok::ByokStore::load(&db, sealer).await?);
+        let retention = crate::config::parse_duration(&config.responses.retention)?;
+        let responses = crate::responses::Keeper::new(db.clone(), retention);
         Ok(Arc::new(AppState {
             config,
             db,
@@ -79,6 +83,7 @@ impl AppState {
             byok,
             metrics: Metrics::new(),
             usage,
+            responses,
             instance_id: crate::store::new_id("inst"),
             draining: AtomicBool::new(false),
             gateway_up: AtomicBool::new(false),

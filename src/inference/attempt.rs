@@ -115,7 +115,7 @@ pub async fn write_whole(
     // Lower-case names are taken as they are; a `HeaderName` would be title-cased
     // and parsed again on insert.
     let _ = h.insert_header("content-length", body.len());
-    if tally.tape.is_some() {
+    if tally.records_body() {
         tally.tape_header(&h);
         tally.tape_body(&body);
     }

@@ -20,6 +20,7 @@ use crate::downstream::Handled;
 use crate::state::AppState;
 use crate::upstream::breaker::Breaker;
 use crate::upstream::Upstreams;
+use bytes::Bytes;
 use idempotency::Claim;
 use pingora::proxy::Session;
 use plan::{ParsedRequest, CACHEABLE_BYTES};
@@ -57,8 +58,23 @@ impl Engine {
         let state = &self.state;
         let (key, org) = admit::authenticate(state, session, route == Route::Messages).await?;
         admit::not_under_review(&org)?;
-        let body = admit::read_body(state, session, route, started).await?;
-        let members = admit::split_object(&body)?;
+        let read = admit::read_body(state, session, route, started).await?;
+        let mut members = admit::split_object(&read)?;
+        let mut body = &read;
+        // The responses store: a continued conversation is rebuilt in front of the
+        // request's own input, before anything else reads the body.
+        let continued: Bytes;
+        let mut keeping = None;
+        if route == Route::Responses {
+            let capture = org.captures_prompts(state.config.responses.prompt_capture_default);
+            let begun = Box::pin(state.responses.begin(&org.id, capture, &members)).await?;
+            keeping = begun.keeping;
+            if let Some(b) = begun.body {
+                continued = Bytes::from(b);
+                body = &continued;
+                members = admit::split_object(body)?;
+            }
+        }
         let asked = admit::model(state, session, &org, &members, route)?;
         let model = &asked.model;
         let mut rungs = admit::active_route(state, session, &org, model)?;
@@ -69,6 +85,9 @@ impl Engine {
         );
         tally.platform_price = model.spec.price;
         tally.prompt_estimate = (body.len() / 4) as u64;
+        if keeping.is_some() {
+            tally.capture = Some(Vec::new());
+        }
         let inbound = match route {
             Route::Chat => Some(Inbound::Chat),
             Route::Responses => Some(Inbound::Responses),
@@ -84,11 +103,13 @@ impl Engine {
         };
         let admission;
         let mut ticket = None;
+        let mut streamed = false;
         let outcome = match inbound {
             Some(inbound) => {
                 // Structural validation before anything is charged or sent.
-                let mut req = inbound.parse(&body, &members)?;
+                let mut req = inbound.parse(body, &members)?;
                 req.model = asked.name.clone();
+                streamed = req.stream;
                 if inbound != Inbound::Messages {
                     if let Some(k) = idempotency::key_of(session)? {
                         // Rare paths are boxed: inline, their database futures would
@@ -98,7 +119,7 @@ impl Engine {
                             &org.id,
                             &k,
                             route.label(),
-                            &body,
+                            body,
                             tally.deadline,
                         ));
                         match claim.await? {
@@ -142,7 +163,7 @@ impl Engine {
                 serve.await
             }
             None => {
-                let req = sluice_filters::inbound::embeddings::parse(&body)?;
+                let req = sluice_filters::inbound::embeddings::parse(body)?;
                 let worst = crate::billing::gate::worst_case(&model.spec.price, body.len(), 0);
                 admission = admit::admit_lanes(state, &mut rungs, |p| ask(worst, p)).await?;
                 if admission.free {
@@ -159,8 +180,15 @@ impl Engine {
             key_id: &key.id,
             org_id: &org.id,
         };
+        let served = matches!(outcome, tally::Outcome::Written(200));
         let status =
             settle::settle(state, session, &mut tally, who, admission, ticket, outcome).await;
+        // The turn is kept once its answer is whole at the client (a cut stream
+        // as incomplete); a client gone mid-stream leaves nothing.
+        if let (Some(k), Some(answer), true) = (keeping, tally.capture.take(), served) {
+            let slug = &model.spec.slug;
+            state.responses.finish(&org.id, slug, k, &answer, streamed);
+        }
         Ok(status)
     }
 }

@@ -7,15 +7,16 @@ use crate::byok::{Lane, RouteRung};
 use crate::catalog::Model;
 use crate::upstream::Target;
 use bytes::Bytes;
+use sluice_filters::inbound::history::without_anthropic_reasoning;
 use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::Request;
 use sluice_filters::json::edit::set_member;
 use sluice_filters::json::RawObject;
 use sluice_filters::policy::{self, ModelFacts, RungFacts};
 use sluice_filters::upstream::is_claude;
-use sluice_filters::upstream::native;
 use sluice_filters::upstream::openai_chat::render_request;
 use sluice_filters::upstream::Wire;
+use sluice_filters::upstream::{native, reasoning_maker};
 use sluice_filters::{ApiError, ErrorCode};
 use std::sync::Arc;
 
@@ -171,17 +172,38 @@ impl ParsedRequest<'_> {
     }
 }
 
+/// What a rung is sent for a request.
+pub struct Rendered {
+    pub body: Bytes,
+    /// The `x-service-ignored-parameters` value: what this rung does not receive.
+    pub ignored: Option<String>,
+    /// Hidden reasoning of another maker was removed from the history.
+    pub repaired: bool,
+}
+
 impl PlannedRung {
-    /// The body this rung is sent for the request, and the
-    /// `x-service-ignored-parameters` value of what it does not receive. A native
+    /// The body this rung is sent for the request, and what it does not receive. A native
     /// rung gets the client's own members, less the dropped ones; any other rung the
     /// canonical request rendered for its wire. Rungs whose provider routes by
     /// `prompt_cache_key` get the derived value.
-    pub fn render(&self, parsed: &ParsedRequest) -> (Bytes, Option<String>) {
+    pub fn render(&self, parsed: &ParsedRequest) -> Rendered {
         let t = &self.target;
+        // Hidden reasoning goes back only to the maker that produced it; anything
+        // else is removed from the history this rung gets (and the answer says so).
+        let maker = reasoning_maker(self.wire, &t.provider, &t.model_id);
+        let repaired = parsed.req.has_foreign_reasoning(maker);
         let (body, ignored) = if self.native {
             let trimmed = without(&parsed.object, &self.dropped);
-            let object = trimmed.as_ref().unwrap_or(&parsed.object);
+            let (kept, mut repaired_object);
+            let mut object = trimmed.as_ref().unwrap_or(&parsed.object);
+            if repaired && parsed.inbound == Inbound::Responses {
+                if let Some(k) = object.get("input").and_then(without_anthropic_reasoning) {
+                    kept = k;
+                    repaired_object = object.clone();
+                    repaired_object.set("input", &kept);
+                    object = &repaired_object;
+                }
+            }
             let body = if parsed.inbound == Inbound::Chat {
                 render_request(object, &t.model_id, parsed.stream)
             } else {
@@ -189,9 +211,16 @@ impl PlannedRung {
             };
             (body, disclosure(&self.dropped, &[]))
         } else {
+            let stripped;
+            let req = if repaired {
+                stripped = parsed.req.without_foreign_reasoning(maker);
+                &stripped
+            } else {
+                &parsed.req
+            };
             let rendered = self
                 .wire
-                .render(&t.provider, &parsed.req, &t.model_id, parsed.stream);
+                .render(&t.provider, req, &t.model_id, parsed.stream);
             (rendered.body, disclosure(&self.dropped, &rendered.dropped))
         };
         let routing = match self.wire {
@@ -207,7 +236,11 @@ impl PlannedRung {
             }
             None => body,
         };
-        (Bytes::from(body), ignored)
+        Rendered {
+            body: Bytes::from(body),
+            ignored,
+            repaired,
+        }
     }
 }
 

@@ -44,6 +44,9 @@ pub struct Tally {
     /// `x-service-ignored-parameters` of the current attempt: the fields its rung
     /// does not receive.
     pub ignored: Option<String>,
+    /// The current attempt's history lost hidden reasoning of another maker
+    /// (`x-gateway-replay-repair: encrypted_reasoning_stripped`).
+    pub replay_repaired: bool,
     /// The price the serving rung bills at: every answer's usage is priced with
     /// it (zero on the org's own accounts and on free allowances).
     pub price: Price,
@@ -57,6 +60,9 @@ pub struct Tally {
     /// What went to the client, kept only for a request with an Idempotency-Key;
     /// dropped (`None`) once it outgrows `tape_cap`.
     pub tape: Option<Box<Tape>>,
+    /// What went to the client, kept whole for the responses store when it keeps
+    /// this turn.
+    pub capture: Option<Vec<u8>>,
     /// The prompt's size in tokens as the gateway estimates it (body bytes / 4):
     /// a cut stream whose provider never reported its count bills this.
     pub prompt_estimate: u64,
@@ -86,11 +92,13 @@ impl Tally {
             empty_attempts: 0,
             first_token: None,
             ignored: None,
+            replay_repaired: false,
             price: Price::default(),
             platform_price: Price::default(),
             lane: crate::byok::Lane::Platform,
             billable: false,
             tape: None,
+            capture: None,
             prompt_estimate: 0,
             tape_cap: usize::MAX,
         }
@@ -109,8 +117,18 @@ impl Tally {
         }
     }
 
-    /// Records body bytes sent to the client when the request is being taped.
+    /// Whether the body sent to the client is being recorded (for a replay, or
+    /// for the responses store).
+    pub fn records_body(&self) -> bool {
+        self.tape.is_some() || self.capture.is_some()
+    }
+
+    /// Records body bytes sent to the client when the request is being taped or
+    /// captured.
     pub fn tape_body(&mut self, bytes: &[u8]) {
+        if let Some(c) = self.capture.as_mut() {
+            c.extend_from_slice(bytes);
+        }
         if let Some(t) = self.tape.as_deref_mut() {
             if t.body.len().saturating_add(bytes.len()) > self.tape_cap {
                 // Too large to keep for a replay: free it now, not at the end.
@@ -171,6 +189,9 @@ impl Tally {
         );
         if let Some(ignored) = &self.ignored {
             let _ = h.insert_header("x-service-ignored-parameters", ignored.as_str());
+        }
+        if self.replay_repaired {
+            let _ = h.insert_header("x-gateway-replay-repair", "encrypted_reasoning_stripped");
         }
     }
 

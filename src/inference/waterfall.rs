@@ -209,8 +209,10 @@ async fn attempt(
     planned: &PlannedRung,
     parsed: &ParsedRequest<'_>,
 ) -> Attempt {
-    let (body, ignored) = planned.render(parsed);
-    tally.ignored = ignored;
+    let rendered = planned.render(parsed);
+    tally.ignored = rendered.ignored;
+    tally.replay_repaired = rendered.repaired;
+    let body = rendered.body;
     let t = &planned.target;
     // Each kind of attempt is boxed on its own: a box sized for the largest
     // (a translated stream) would be copied whole on every plain request.

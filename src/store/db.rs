@@ -80,6 +80,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0009_org_settings.sql"),
         include_str!("../../migrations/postgres/0009_org_settings.sql"),
     ),
+    (
+        10,
+        "the responses store",
+        include_str!("../../migrations/sqlite/0010_stored_responses.sql"),
+        include_str!("../../migrations/postgres/0010_stored_responses.sql"),
+    ),
 ];
 
 impl Db {

@@ -354,3 +354,129 @@ pub fn assert_error(status: u16, body: &Value, want_status: u16, code: &str) {
         "param present (maybe null): {body}"
     );
 }
+
+/// An answer as a client read it: status, headers, the JSON body of a whole answer,
+/// or a stream's frames (event name, data).
+#[allow(dead_code)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub json: Value,
+    pub frames: Vec<(Option<String>, String)>,
+}
+
+#[allow(dead_code)]
+impl Answer {
+    pub fn header(&self, name: &str) -> String {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default()
+    }
+
+    /// The data of every frame that is JSON.
+    pub fn data(&self) -> Vec<Value> {
+        self.frames
+            .iter()
+            .filter_map(|(_, d)| serde_json::from_str(d).ok())
+            .collect()
+    }
+
+    /// The data of the last frame named `event`.
+    pub fn last_event(&self, event: &str) -> Option<Value> {
+        self.frames
+            .iter()
+            .rev()
+            .find(|(n, _)| n.as_deref() == Some(event))
+            .and_then(|(_, d)| serde_json::from_str(d).ok())
+    }
+}
+
+#[allow(dead_code)]
+impl Sluice {
+    /// POSTs a JSON body with a key and reads the whole answer, whole or streamed.
+    pub async fn call(&self, key: &str, path: &str, body: &Value) -> Answer {
+        self.call_with(key, path, body, &[]).await
+    }
+
+    /// As `call`, with extra request headers.
+    pub async fn call_with(
+        &self,
+        key: &str,
+        path: &str,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> Answer {
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.gateway))
+            .bearer_auth(key)
+            .json(body);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let mut r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        let sse = headers
+            .get("content-type")
+            .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
+        let mut raw = Vec::new();
+        while let Ok(Some(c)) = r.chunk().await {
+            raw.extend_from_slice(&c);
+        }
+        let text = String::from_utf8(raw).unwrap();
+        let (json, frames) = if sse {
+            let frames = text
+                .split("\n\n")
+                .filter(|f| !f.trim().is_empty() && !f.starts_with(':'))
+                .map(|f| {
+                    let name = f
+                        .lines()
+                        .find_map(|l| l.strip_prefix("event: "))
+                        .map(str::to_string);
+                    let data: Vec<&str> =
+                        f.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+                    (name, data.join("\n"))
+                })
+                .collect();
+            (Value::Null, frames)
+        } else {
+            (
+                serde_json::from_str(&text).unwrap_or(Value::Null),
+                Vec::new(),
+            )
+        };
+        Answer {
+            status,
+            headers,
+            json,
+            frames,
+        }
+    }
+}
+
+/// Runs one SQL query against a backend's database; the rows as JSON objects of
+/// their integer and text columns (tests read what the service stored).
+#[allow(dead_code)]
+pub async fn sql_rows(database_url: &str, query: &str) -> Vec<serde_json::Map<String, Value>> {
+    use sqlx::{Column, Row};
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(database_url).await.unwrap();
+    let rows = sqlx::query(query).fetch_all(&pool).await.unwrap();
+    rows.iter()
+        .map(|r| {
+            r.columns()
+                .iter()
+                .map(|c| {
+                    let v = r
+                        .try_get::<i64, _>(c.ordinal())
+                        .map(Value::from)
+                        .or_else(|_| r.try_get::<String, _>(c.ordinal()).map(Value::from))
+                        .unwrap_or(Value::Null);
+                    (c.name().to_string(), v)
+                })
+                .collect()
+        })
+        .collect()
+}

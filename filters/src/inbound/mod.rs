@@ -19,6 +19,7 @@
 pub mod chat;
 pub mod common;
 pub mod embeddings;
+pub mod history;
 pub mod messages;
 pub mod responses;
 

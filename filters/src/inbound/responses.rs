@@ -38,6 +38,10 @@ const EXTRA_FIELDS: [&str; 8] = [
     "max_tool_calls",
 ];
 
+/// The prefix of an `encrypted_content` that holds Anthropic's hidden reasoning
+/// (redacted thinking) rather than OpenAI's.
+pub const ANTHROPIC_REASONING: &str = "sluice:anthropic:";
+
 /// Parameters for a function tool that declares none.
 const EMPTY_PARAMETERS: &str = r#"{"type":"object","properties":{}}"#;
 
@@ -565,7 +569,19 @@ fn reasoning_item(param: Path, item: &RawValue, r: &mut Request) -> Result<(), A
         });
     }
     if let Some(data) = it.encrypted_content {
-        parts.push(Part::EncryptedReasoning { data, id: it.id });
+        // Hidden reasoning another maker produced travels in this format under the
+        // gateway's prefix; an unprefixed one is OpenAI's (an id, maybe empty,
+        // marks it so).
+        parts.push(match data.strip_prefix(ANTHROPIC_REASONING) {
+            Some(rest) => Part::EncryptedReasoning {
+                data: rest.to_string(),
+                id: None,
+            },
+            None => Part::EncryptedReasoning {
+                data,
+                id: Some(it.id.unwrap_or_default()),
+            },
+        });
     }
     Ok(())
 }
@@ -903,9 +919,16 @@ impl OutItem {
             ..
         } = self
         {
-            *encrypted_content = Some(data.to_string());
-            if let Some(n) = new_id {
-                *id = n.to_string();
+            match new_id {
+                Some(n) => {
+                    *encrypted_content = Some(data.to_string());
+                    if !n.is_empty() {
+                        *id = n.to_string();
+                    }
+                }
+                // Anthropic's hidden reasoning (redacted thinking), marked so that a
+                // replay of this item goes back to an Anthropic rung only.
+                None => *encrypted_content = Some(format!("{ANTHROPIC_REASONING}{data}")),
             }
         }
     }

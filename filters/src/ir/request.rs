@@ -57,8 +57,9 @@ pub enum Part {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signature: Option<String>,
     },
-    /// Hidden reasoning carried opaquely: Anthropic `redacted_thinking.data` or an
-    /// OpenAI reasoning item's `encrypted_content`.
+    /// Hidden reasoning carried opaquely: Anthropic `redacted_thinking.data`
+    /// (`id: None`) or an OpenAI reasoning item's `encrypted_content` (`id: Some`,
+    /// maybe empty). Only a rung of the maker that produced it can take it back.
     EncryptedReasoning {
         data: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -70,6 +71,22 @@ impl Part {
     pub fn text(text: impl Into<String>) -> Self {
         Part::Text { text: text.into() }
     }
+
+    /// The maker whose hidden reasoning this part carries.
+    pub fn reasoning_maker(&self) -> Option<ReasoningMaker> {
+        match self {
+            Part::EncryptedReasoning { id: Some(_), .. } => Some(ReasoningMaker::OpenAi),
+            Part::EncryptedReasoning { id: None, .. } => Some(ReasoningMaker::Anthropic),
+            _ => None,
+        }
+    }
+}
+
+/// A maker whose hidden (encrypted) reasoning can be replayed to it alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReasoningMaker {
+    OpenAi,
+    Anthropic,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -280,6 +297,27 @@ impl Request {
             }
         }
         self.messages.iter().any(|m| m.parts.iter().any(media))
+    }
+
+    /// Whether any turn carries hidden reasoning that `maker` (the serving rung's,
+    /// `None` for a rung that takes none back) cannot take.
+    pub fn has_foreign_reasoning(&self, maker: Option<ReasoningMaker>) -> bool {
+        self.messages
+            .iter()
+            .flat_map(|m| &m.parts)
+            .any(|p| p.reasoning_maker().is_some_and(|m| Some(m) != maker))
+    }
+
+    /// This request without the hidden reasoning `maker` cannot take (messages, tool
+    /// calls and tool results are kept; a turn left empty goes).
+    pub fn without_foreign_reasoning(&self, maker: Option<ReasoningMaker>) -> Request {
+        let mut r = self.clone();
+        for m in &mut r.messages {
+            m.parts
+                .retain(|p| p.reasoning_maker().is_none_or(|pm| Some(pm) == maker));
+        }
+        r.messages.retain(|m| !m.parts.is_empty());
+        r
     }
 
     /// The text of the last user turn (what a service-run web search looks up).

@@ -152,6 +152,14 @@ impl<'a> RawObject<'a> {
         self.0.retain(|(k, _)| k != key);
     }
 
+    /// Sets `key` to `value`, in place of its member or as a new last one.
+    pub fn set(&mut self, key: &'a str, value: &'a RawValue) {
+        match self.0.iter_mut().find(|(k, _)| k == key) {
+            Some(m) => m.1 = value,
+            None => self.0.push((Cow::Borrowed(key), value)),
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&str, &'a RawValue)> + '_ {
         self.0.iter().map(|(k, v)| (k.as_ref(), *v))
     }

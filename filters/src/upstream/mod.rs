@@ -25,7 +25,7 @@ pub mod openai_responses;
 pub use frames::{Frame, Framer};
 
 use crate::inbound::Inbound;
-use crate::ir::{DecodeError, Event, RefusalReason, Request, StreamDecoder};
+use crate::ir::{DecodeError, Event, ReasoningMaker, RefusalReason, Request, StreamDecoder};
 
 /// A request body rendered for one rung.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -133,4 +133,16 @@ impl Wire {
 /// Whether a rung serves a model of the Anthropic family (extended thinking).
 pub fn is_claude(provider: &str, model_id: &str) -> bool {
     provider == "anthropic" || model_id.contains("claude")
+}
+
+/// Whose hidden reasoning a rung takes back: OpenAI's on its responses API,
+/// Anthropic's on Claude (Anthropic, Claude on Vertex, Claude on Bedrock); no other
+/// rung takes any.
+pub fn reasoning_maker(wire: Wire, provider: &str, model_id: &str) -> Option<ReasoningMaker> {
+    match wire {
+        Wire::OpenAiResponses => Some(ReasoningMaker::OpenAi),
+        Wire::Anthropic => Some(ReasoningMaker::Anthropic),
+        Wire::Bedrock if is_claude(provider, model_id) => Some(ReasoningMaker::Anthropic),
+        _ => None,
+    }
 }

@@ -92,6 +92,8 @@ enum Item<'a> {
         output: Content<'a>,
     },
     Reasoning {
+        /// Left out when the client's item had none.
+        #[serde(skip_serializing_if = "str::is_empty")]
         id: &'a str,
         summary: Vec<Summary<'a>>,
         encrypted_content: &'a str,

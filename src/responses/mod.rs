@@ -1,0 +1,293 @@
+//! The responses store: what `store` keeps and `previous_response_id` continues,
+//! on any instance over the same database.
+//!
+//! The flow reaches this room through two calls of [`Keeper`]: `begin` before a
+//! responses request is planned (it rebuilds the conversation a
+//! `previous_response_id` names and puts it in front of the request's own input, so
+//! every rung of every maker gets the whole history and upstream stores nothing),
+//! and `finish` once the answer is out (it queues the turn for the writer; the
+//! client's last byte never waits for the database).
+//!
+//! Bounds: a turn is written within milliseconds of its answer by one writer task,
+//! in batches; while the database is away the writer retries and the queue holds at
+//! most `QUEUE` turns (past it a turn is not kept, and a warning says so); a crash
+//! loses the turns answered but not yet written (normally the last one or none). This instance reads its own queued turns at once; another instance that
+//! does not find an id waits for the writer up to `MISS_WAITS` before answering
+//! `previous_response_not_found`.
+
+mod store;
+
+pub use store::History;
+
+use crate::store::{now_ms, Db};
+use serde_json::value::RawValue;
+use sluice_filters::inbound::history::{self, TurnAsk};
+use sluice_filters::json::Member;
+use sluice_filters::{ApiError, ErrorCode};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Turns waiting for the writer, at most.
+const QUEUE: usize = 10_000;
+/// Turns one transaction writes, at most.
+const BATCH: usize = 64;
+/// A miss is read again after each of these waits (another instance's writer may
+/// not have written the turn yet).
+const MISS_WAITS: [Duration; 3] = [
+    Duration::from_millis(50),
+    Duration::from_millis(150),
+    Duration::from_millis(300),
+];
+/// The longest a history read may take before the request is refused (503).
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+const SWEEP_BATCH: i64 = 500;
+
+/// What a responses request asked of the store, carried from `begin` to `finish`.
+#[derive(Debug, Default)]
+pub struct Keeping {
+    /// The response this turn continues, and the chain it belongs to.
+    parent: Option<(String, String)>,
+    /// This turn's own input items (not the history).
+    input: Vec<Box<RawValue>>,
+}
+
+/// What `begin` decided.
+#[derive(Debug, Default)]
+pub struct Begun {
+    /// The body to serve, when a history was put in front of the client's input.
+    pub body: Option<Vec<u8>>,
+    /// Whether (and how) to keep the answer.
+    pub keeping: Option<Keeping>,
+}
+
+/// The store's handle: the database, the retention window, the writer's queue and
+/// the turns queued but not written yet.
+pub struct Keeper {
+    db: Db,
+    retention_ms: i64,
+    tx: mpsc::Sender<store::Turn>,
+    rx: Mutex<Option<mpsc::Receiver<store::Turn>>>,
+    /// Queued turns by (org, id), until written: read-your-writes on this instance.
+    pending: Arc<Mutex<HashMap<(String, String), store::Turn>>>,
+}
+
+fn not_found(message: &'static str) -> ApiError {
+    ApiError::new(ErrorCode::PreviousResponseNotFound, message).param("previous_response_id")
+}
+
+impl Keeper {
+    pub fn new(db: Db, retention: Duration) -> Keeper {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        Keeper {
+            db,
+            retention_ms: i64::try_from(retention.as_millis()).unwrap_or(i64::MAX),
+            tx,
+            rx: Mutex::new(Some(rx)),
+            pending: Arc::default(),
+        }
+    }
+
+    /// Before planning: rebuilds the conversation `previous_response_id` names and
+    /// decides whether this turn will be kept. `capture` is the org's prompt
+    /// capture: while it is off nothing is kept or continued.
+    pub async fn begin(
+        &self,
+        org_id: &str,
+        capture: bool,
+        members: &[Member<'_>],
+    ) -> Result<Begun, ApiError> {
+        let TurnAsk { store, previous } = history::turn_ask(members);
+        let mut begun = Begun::default();
+        let mut parent = None;
+        if let Some(prev) = previous {
+            if !capture {
+                return Err(not_found(
+                    "Prompt capture is off for this organization, so no response is stored to continue from; send the full conversation as `input`.",
+                ));
+            }
+            let Some(h) = self.history(org_id, &prev).await? else {
+                return Err(not_found(
+                    "The previous response was not found (unknown, expired, of another organization, or not stored); send the full conversation as `input`.",
+                ));
+            };
+            begun.body = Some(history::with_history(members, &h.items));
+            parent = Some((prev, h.chain_id));
+        }
+        if store && capture {
+            begun.keeping = Some(Keeping {
+                parent,
+                input: history::input_items(members).unwrap_or_default(),
+            });
+        }
+        Ok(begun)
+    }
+
+    /// After the answer went out: queues the turn for the writer. `answer` is what
+    /// the client received (a stream's frames in order).
+    pub fn finish(
+        &self,
+        org_id: &str,
+        model: &str,
+        keeping: Keeping,
+        answer: &[u8],
+        streamed: bool,
+    ) {
+        let Some(done) =
+            history::final_response(answer, streamed).and_then(|r| history::answered(&r))
+        else {
+            return;
+        };
+        let mut items: Vec<&RawValue> = keeping.input.iter().map(AsRef::as_ref).collect();
+        let output: Vec<Box<RawValue>> = done
+            .output
+            .iter()
+            .filter_map(|v| RawValue::from_string(v.to_string()).ok())
+            .collect();
+        items.extend(output.iter().map(AsRef::as_ref));
+        let Ok(items) = serde_json::to_vec(&items) else {
+            return;
+        };
+        let (parent_id, chain_id) = match keeping.parent {
+            Some((p, c)) => (Some(p), c),
+            None => (None, done.id.clone()),
+        };
+        let turn = store::Turn {
+            org_id: org_id.to_string(),
+            id: done.id,
+            parent_id,
+            chain_id,
+            model: model.to_string(),
+            status: done.status,
+            items,
+        };
+        let key = (turn.org_id.clone(), turn.id.clone());
+        self.lock_pending().insert(key.clone(), turn.clone());
+        if self.tx.try_send(turn).is_err() {
+            self.lock_pending().remove(&key);
+            tracing::warn!("responses store queue full: a turn is not kept");
+        }
+    }
+
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), store::Turn>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The conversation up to `id`: turns still queued here, then the database
+    /// (read again after short waits when it has not got the id yet).
+    async fn history(&self, org_id: &str, id: &str) -> Result<Option<History>, ApiError> {
+        // Turns of this instance not written yet, newest first.
+        let mut queued: Vec<store::Turn> = Vec::new();
+        let mut at = id.to_string();
+        loop {
+            let t = self
+                .lock_pending()
+                .get(&(org_id.to_string(), at.clone()))
+                .cloned();
+            match t {
+                Some(t) => {
+                    let parent = t.parent_id.clone();
+                    queued.push(t);
+                    match parent {
+                        Some(p) => at = p,
+                        None => break,
+                    }
+                }
+                None => break,
+            }
+        }
+        let rest = match queued.last() {
+            // The oldest queued turn starts the chain: nothing to read.
+            Some(t) if t.parent_id.is_none() => Some(History {
+                chain_id: t.chain_id.clone(),
+                items: Vec::new(),
+            }),
+            _ => self.read(org_id, &at, queued.is_empty()).await?,
+        };
+        let Some(mut h) = rest else {
+            return Ok(None);
+        };
+        for t in queued.iter().rev() {
+            let items: Vec<Box<RawValue>> =
+                serde_json::from_slice(&t.items).map_err(|_| ApiError::internal())?;
+            h.items.extend(items);
+        }
+        if let Some(t) = queued.first() {
+            h.chain_id = t.chain_id.clone();
+        }
+        Ok(Some(h))
+    }
+
+    /// Reads a history from the database; on a miss, again after each of
+    /// `MISS_WAITS` when `wait` (another instance may be about to write it).
+    async fn read(&self, org_id: &str, id: &str, wait: bool) -> Result<Option<History>, ApiError> {
+        let waits = if wait { &MISS_WAITS[..] } else { &[] };
+        let mut waits = waits.iter();
+        loop {
+            let read =
+                tokio::time::timeout(READ_TIMEOUT, store::history(&self.db, org_id, id, now_ms()))
+                    .await;
+            match read {
+                Ok(Ok(Some(h))) => return Ok(Some(h)),
+                Ok(Ok(None)) => match waits.next() {
+                    Some(d) => tokio::time::sleep(*d).await,
+                    None => return Ok(None),
+                },
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "responses store read failed");
+                    return Err(unavailable());
+                }
+                Err(_) => {
+                    tracing::error!("responses store read timed out");
+                    return Err(unavailable());
+                }
+            }
+        }
+    }
+
+    /// Starts the writer and the expiry sweep (called once, by `server.rs`).
+    pub fn spawn_jobs(&self) {
+        let Some(mut rx) = self.rx.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        let (db, retention, pending) = (self.db.clone(), self.retention_ms, self.pending.clone());
+        tokio::spawn(async move {
+            let mut batch = Vec::with_capacity(BATCH);
+            while rx.recv_many(&mut batch, BATCH).await > 0 {
+                // A failed write (the database away) is tried again until it lands;
+                // meanwhile the queue fills, and past `QUEUE` new turns are not kept.
+                let mut wait = Duration::from_millis(100);
+                while let Err(e) = store::insert(&db, &batch, now_ms(), retention).await {
+                    tracing::warn!(error = %e, "responses store write failed; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+                for t in batch.drain(..) {
+                    p.remove(&(t.org_id, t.id));
+                }
+            }
+        });
+        let db = self.db.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = store::sweep(&db, now_ms(), SWEEP_BATCH).await {
+                    tracing::warn!(error = %e, "responses store sweep failed");
+                }
+            }
+        });
+    }
+}
+
+fn unavailable() -> ApiError {
+    ApiError::new(
+        ErrorCode::UnavailableRoute,
+        "The responses store is unavailable; retry with backoff, or send the full conversation as `input`.",
+    )
+    .with_status(503)
+}

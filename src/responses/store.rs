@@ -1,0 +1,200 @@
+//! The responses store's rows: one per stored turn (its own items, compressed when
+//! large), and one per chain (a conversation and its branches) with the expiry every
+//! turn of it shares. A history is read in one statement, a recursive walk up the
+//! parent links; an expired chain reads as gone before the sweep removes it.
+
+use crate::store::Db;
+use serde_json::value::RawValue;
+use sqlx::Row;
+
+/// Turns whose items are at least this large are compressed.
+const COMPRESS_FROM: usize = 1024;
+/// zstd's default level: fast, and about 4x on conversation JSON.
+const LEVEL: i32 = 3;
+/// A chain deeper than this is not walked (ids come from providers too: a loop
+/// must not run forever).
+const MAX_DEPTH: i64 = 10_000;
+
+/// One turn to store.
+#[derive(Clone, Debug)]
+pub struct Turn {
+    pub org_id: String,
+    pub id: String,
+    pub parent_id: Option<String>,
+    pub chain_id: String,
+    pub model: String,
+    pub status: String,
+    /// This turn's input items then its output items, as a JSON array.
+    pub items: Vec<u8>,
+}
+
+/// A stored conversation up to and including one response.
+#[derive(Debug)]
+pub struct History {
+    pub chain_id: String,
+    /// Every earlier turn's input and output items, oldest first.
+    pub items: Vec<Box<RawValue>>,
+}
+
+fn encode(items: &[u8]) -> (i64, Vec<u8>) {
+    if items.len() < COMPRESS_FROM {
+        return (0, items.to_vec());
+    }
+    match zstd::bulk::compress(items, LEVEL) {
+        Ok(z) if z.len() < items.len() => (1, z),
+        _ => (0, items.to_vec()),
+    }
+}
+
+fn decode(codec: i64, bytes: Vec<u8>) -> anyhow::Result<Vec<u8>> {
+    Ok(match codec {
+        0 => bytes,
+        // The decompressed size is bounded by what a request may carry.
+        1 => zstd::bulk::decompress(&bytes, 256 * 1024 * 1024)?,
+        c => anyhow::bail!("stored turn with unknown codec {c}"),
+    })
+}
+
+/// Stores turns in one transaction; a turn whose id is already stored for the org
+/// is left as it was (a replayed write).
+pub async fn insert(db: &Db, turns: &[Turn], now: i64, retention_ms: i64) -> anyhow::Result<()> {
+    let mut tx = db.pool.begin().await?;
+    for t in turns {
+        sqlx::query(
+            "INSERT INTO response_chains (org_id, chain_id, expires_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (org_id, chain_id) DO UPDATE SET expires_at = excluded.expires_at",
+        )
+        .bind(&t.org_id)
+        .bind(&t.chain_id)
+        .bind(now.saturating_add(retention_ms))
+        .execute(&mut *tx)
+        .await?;
+        let (codec, items) = encode(&t.items);
+        sqlx::query(
+            "INSERT INTO stored_responses \
+             (org_id, id, chain_id, parent_id, model, status, codec, items, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (org_id, id) DO NOTHING",
+        )
+        .bind(&t.org_id)
+        .bind(&t.id)
+        .bind(&t.chain_id)
+        .bind(&t.parent_id)
+        .bind(&t.model)
+        .bind(&t.status)
+        .bind(codec)
+        .bind(items)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The conversation up to and including `id`, when the org has it stored, its
+/// chain has not expired, and every earlier turn is still there.
+pub async fn history(db: &Db, org_id: &str, id: &str, now: i64) -> anyhow::Result<Option<History>> {
+    let rows = sqlx::query(
+        "WITH RECURSIVE walk(id, parent_id, depth) AS ( \
+           SELECT id, parent_id, 0 FROM stored_responses WHERE org_id = $1 AND id = $2 \
+           UNION ALL \
+           SELECT r.id, r.parent_id, w.depth + 1 FROM stored_responses r \
+             JOIN walk w ON r.org_id = $1 AND r.id = w.parent_id WHERE w.depth < $3 \
+         ) \
+         SELECT r.parent_id, r.chain_id, r.codec, r.items, c.expires_at \
+         FROM walk w \
+         JOIN stored_responses r ON r.org_id = $1 AND r.id = w.id \
+         JOIN response_chains c ON c.org_id = r.org_id AND c.chain_id = r.chain_id \
+         ORDER BY w.depth DESC",
+    )
+    .bind(org_id)
+    .bind(id)
+    .bind(MAX_DEPTH)
+    .fetch_all(&db.pool)
+    .await?;
+    let Some(newest) = rows.last() else {
+        return Ok(None);
+    };
+    let chain_id: String = newest.try_get("chain_id")?;
+    let expires_at: i64 = newest.try_get("expires_at")?;
+    // The oldest turn starts the chain; a missing one was swept.
+    let oldest_parent: Option<String> = rows[0].try_get("parent_id")?;
+    if expires_at <= now || oldest_parent.is_some() {
+        return Ok(None);
+    }
+    let mut items = Vec::new();
+    for row in &rows {
+        let codec: i64 = row.try_get("codec")?;
+        let bytes = decode(codec, row.try_get("items")?)?;
+        items.extend(serde_json::from_slice::<Vec<Box<RawValue>>>(&bytes)?);
+    }
+    Ok(Some(History { chain_id, items }))
+}
+
+/// Removes expired chains and their turns, `batch` chains a statement; safe on
+/// several instances at once (each statement removes what is expired when it runs).
+pub async fn sweep(db: &Db, now: i64, batch: i64) -> anyhow::Result<u64> {
+    let mut total = 0;
+    loop {
+        let chains = sqlx::query(
+            "SELECT org_id, chain_id FROM response_chains WHERE expires_at <= $1 LIMIT $2",
+        )
+        .bind(now)
+        .bind(batch)
+        .fetch_all(&db.pool)
+        .await?;
+        for c in &chains {
+            let (org, chain): (String, String) = (c.try_get("org_id")?, c.try_get("chain_id")?);
+            let mut tx = db.pool.begin().await?;
+            // Only while still expired: a turn stored meanwhile renewed it.
+            let gone = sqlx::query(
+                "DELETE FROM response_chains WHERE org_id = $1 AND chain_id = $2 AND expires_at <= $3",
+            )
+            .bind(&org)
+            .bind(&chain)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if gone > 0 {
+                total +=
+                    sqlx::query("DELETE FROM stored_responses WHERE org_id = $1 AND chain_id = $2")
+                        .bind(&org)
+                        .bind(&chain)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+            }
+            tx.commit().await?;
+        }
+        if (chains.len() as i64) < batch {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_turns_are_compressed_and_read_back_whole() {
+        let small = br#"[{"type":"message","role":"user","content":"hi"}]"#.to_vec();
+        assert_eq!(encode(&small), (0, small.clone()));
+        let text = "the same words again and again ".repeat(100);
+        let large = serde_json::to_vec(
+            &serde_json::json!([{"type":"message","role":"user","content": text}]),
+        )
+        .unwrap();
+        let (codec, bytes) = encode(&large);
+        assert_eq!(codec, 1);
+        assert!(
+            bytes.len() * 4 < large.len(),
+            "{} vs {}",
+            bytes.len(),
+            large.len()
+        );
+        assert_eq!(decode(codec, bytes).unwrap(), large);
+    }
+}

@@ -1,0 +1,479 @@
+//! The responses store, as a client of the responses API sees it: `store` (on by
+//! default) keeps a turn, `previous_response_id` continues it on any instance with
+//! the whole history sent to the serving rung of whatever maker (upstream never
+//! stores anything), every way a continuation can be refused, retention and
+//! expiry, prompt capture, hidden reasoning kept to its maker, and Idempotency-Key
+//! replays that store nothing twice.
+
+mod harness;
+
+use harness::{assert_error, repo_path, sql_rows, Answer, Backend, Opts, Sluice};
+use serde_json::{json, Value};
+use sluice_mock::{Mock, Step};
+use std::time::Duration;
+
+struct Env {
+    mock: Mock,
+    s: Sluice,
+    org: String,
+    key: String,
+    b: Backend,
+}
+
+fn opts(base: &str) -> Opts {
+    Opts::default()
+        .catalog(repo_path("tests/fixtures/formats.toml"))
+        .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
+        .env("SLUICE_PROVIDERS__ANTHROPIC__BASE_URL", base)
+        .env("OPENAI_API_KEY", "sk-platform-openai")
+        .env("ANTHROPIC_API_KEY", "sk-ant-platform")
+}
+
+async fn start_with(extra: &[(&str, &str)]) -> Env {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let mut o = opts(&mock.base_url());
+    for (k, v) in extra {
+        o = o.env(k, v);
+    }
+    let s = Sluice::start(&b, o).await;
+    let (org, _, key) = s.org_and_key().await;
+    Env {
+        mock,
+        s,
+        org,
+        key,
+        b,
+    }
+}
+
+async fn start() -> Env {
+    start_with(&[]).await
+}
+
+impl Env {
+    async fn respond(&self, body: Value) -> Answer {
+        self.s.call(&self.key, "/v1/responses", &body).await
+    }
+
+    /// The body the mock's last request for `model` carried.
+    fn sent(&self, model: &str) -> Value {
+        let reqs = self.mock.requests_for(model);
+        reqs.last()
+            .expect("a request reached the mock")
+            .json()
+            .unwrap()
+    }
+
+    async fn stored_rows(&self) -> Vec<serde_json::Map<String, Value>> {
+        sql_rows(
+            &self.b.database_url,
+            &format!(
+                "SELECT id, status, parent_id FROM stored_responses WHERE org_id = '{}'",
+                self.org
+            ),
+        )
+        .await
+    }
+
+    /// Waits until the org has `n` stored turns (the writer is asynchronous).
+    async fn wait_stored(&self, n: usize) {
+        for _ in 0..100 {
+            if self.stored_rows().await.len() >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "{n} turns were never stored: {:?}",
+            self.stored_rows().await
+        );
+    }
+}
+
+fn user(text: &str) -> Value {
+    json!({"type": "message", "role": "user", "content": text})
+}
+
+fn assistant(text: &str) -> Value {
+    json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
+}
+
+/// The id of a whole answer, or of a stream's completed response.
+fn id_of(a: &Answer) -> String {
+    let r = if a.frames.is_empty() {
+        a.json.clone()
+    } else {
+        a.last_event("response.completed")
+            .or_else(|| a.last_event("response.incomplete"))
+            .expect("a final response event")["response"]
+            .clone()
+    };
+    r["id"].as_str().expect("a response id").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_is_continued_with_its_whole_history_on_any_maker() {
+    let e = start().await;
+    let a = e
+        .respond(json!({"model": "fmt-gpt", "input": "Hi", "instructions": "Be brief."}))
+        .await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    let first = id_of(&a);
+
+    // Streamed, continuing the first: the native OpenAI rung gets the whole
+    // conversation, stores nothing and sees no previous_response_id.
+    let b = e
+        .respond(json!({"model": "fmt-gpt", "input": "Again?", "stream": true, "previous_response_id": first}))
+        .await;
+    assert_eq!(b.status, 200, "{:?}", b.frames);
+    let second = id_of(&b);
+    let sent = e.sent("o1");
+    assert_eq!(
+        sent["input"],
+        json!([user("Hi"), assistant("Hello from mock o1."), user("Again?")])
+    );
+    assert_eq!(sent["store"], json!(false));
+    assert!(sent.get("previous_response_id").is_none(), "{sent}");
+    // Instructions are not carried over, as with OpenAI's own store.
+    assert!(sent.get("instructions").is_none(), "{sent}");
+
+    // A third turn with an item list, then a fourth on an Anthropic rung.
+    let c = e
+        .respond(json!({"model": "fmt-gpt", "previous_response_id": second, "input": [{"role": "user", "content": "Third"}]}))
+        .await;
+    assert_eq!(c.status, 200, "{}", c.json);
+    assert_eq!(e.sent("o1")["input"].as_array().unwrap().len(), 5);
+    let third = id_of(&c);
+    let d = e
+        .respond(
+            json!({"model": "fmt-claude", "previous_response_id": third, "input": "Claude now"}),
+        )
+        .await;
+    assert_eq!(d.status, 200, "{}", d.json);
+    let messages = e.sent("c1")["messages"].clone();
+    let roles: Vec<&str> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user"
+        ],
+        "{messages}"
+    );
+    assert_eq!(messages[6]["content"], "Claude now", "{messages}");
+    assert_eq!(
+        d.json["output"][0]["content"][0]["text"],
+        "Hello from mock c1."
+    );
+
+    // Storage grows with the conversation: one row a turn, each with its parent.
+    e.wait_stored(4).await;
+    let rows = e.stored_rows().await;
+    let parent = |id: &str| {
+        rows.iter()
+            .find(|r| r["id"] == json!(id))
+            .map(|r| r["parent_id"].clone())
+            .unwrap()
+    };
+    assert_eq!(parent(&first), Value::Null);
+    assert_eq!(parent(&second), json!(first));
+    assert_eq!(parent(&third), json!(second));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refused_continuation_is_previous_response_not_found_and_free() {
+    let e = start().await;
+    let before = e.s.balance_usd(&e.org).await;
+    let refused = |a: &Answer| {
+        assert_error(a.status, &a.json, 400, "previous_response_not_found");
+        assert_eq!(
+            a.json["error"]["param"], "previous_response_id",
+            "{}",
+            a.json
+        );
+    };
+    // Unknown.
+    let a = e
+        .respond(json!({"model": "fmt-gpt", "input": "x", "previous_response_id": "resp_nope"}))
+        .await;
+    refused(&a);
+    // Not stored (store: false).
+    let unstored = e
+        .respond(json!({"model": "fmt-gpt", "input": "x", "store": false}))
+        .await;
+    assert_eq!(unstored.status, 200);
+    let a = e
+        .respond(
+            json!({"model": "fmt-gpt", "input": "y", "previous_response_id": id_of(&unstored)}),
+        )
+        .await;
+    refused(&a);
+    // Another org's.
+    let kept = e.respond(json!({"model": "fmt-gpt", "input": "x"})).await;
+    let kept_id = id_of(&kept);
+    let (_, _, other_key) = e.s.org_and_key().await;
+    let a =
+        e.s.call(
+            &other_key,
+            "/v1/responses",
+            &json!({"model": "fmt-gpt", "input": "y", "previous_response_id": kept_id}),
+        )
+        .await;
+    refused(&a);
+    // The refused calls reached no rung and cost nothing.
+    assert_eq!(e.mock.requests_for("o1").len(), 2);
+    let after_refusals = e.s.balance_usd(&e.org).await;
+    assert!(before > after_refusals, "the two served calls were billed");
+
+    // Prompt capture off: nothing is continued, and the message says why; nothing
+    // answered meanwhile is kept.
+    let settings = format!("/admin/orgs/{}/settings", e.org);
+    let (st, _) =
+        e.s.admin(
+            reqwest::Method::PUT,
+            &settings,
+            Some(json!({"prompt_capture": false})),
+        )
+        .await;
+    assert_eq!(st, 200);
+    e.s.wait_for_key(&e.key).await;
+    let a = e
+        .respond(json!({"model": "fmt-gpt", "input": "y", "previous_response_id": kept_id}))
+        .await;
+    refused(&a);
+    assert!(
+        a.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Prompt capture is off"),
+        "{}",
+        a.json
+    );
+    let while_off = e.respond(json!({"model": "fmt-gpt", "input": "z"})).await;
+    assert_eq!(while_off.status, 200);
+    e.s.admin(
+        reqwest::Method::PUT,
+        &settings,
+        Some(json!({"prompt_capture": true})),
+    )
+    .await;
+    e.s.wait_for_key(&e.key).await;
+    let a = e
+        .respond(
+            json!({"model": "fmt-gpt", "input": "y", "previous_response_id": id_of(&while_off)}),
+        )
+        .await;
+    refused(&a);
+    // The one kept before capture went off continues again.
+    let a = e
+        .respond(json!({"model": "fmt-gpt", "input": "y", "previous_response_id": kept_id}))
+        .await;
+    assert_eq!(a.status, 200, "{}", a.json);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_counts_from_the_chains_last_turn_and_expired_turns_are_gone() {
+    // Both published windows are accepted and stamp the chain's expiry.
+    for (window, ms) in [("24h", 86_400_000i64), ("30d", 2_592_000_000)] {
+        let e = start_with(&[("SLUICE_RESPONSES__RETENTION", window)]).await;
+        let a = e.respond(json!({"model": "fmt-gpt", "input": "Hi"})).await;
+        e.wait_stored(1).await;
+        let rows = sql_rows(
+            &e.b.database_url,
+            &format!(
+                "SELECT c.expires_at - r.created_at AS window FROM response_chains c \
+                 JOIN stored_responses r ON r.chain_id = c.chain_id WHERE r.id = '{}'",
+                id_of(&a)
+            ),
+        )
+        .await;
+        assert_eq!(rows[0]["window"], json!(ms), "{window}");
+    }
+
+    // A short window: continuing renews it; past it the chain is gone.
+    let e = start_with(&[("SLUICE_RESPONSES__RETENTION", "2s")]).await;
+    let a = e.respond(json!({"model": "fmt-gpt", "input": "Hi"})).await;
+    let first = id_of(&a);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let b = e
+        .respond(json!({"model": "fmt-gpt", "input": "More", "previous_response_id": first}))
+        .await;
+    assert_eq!(b.status, 200, "{}", b.json);
+    let second = id_of(&b);
+    e.wait_stored(2).await;
+    // 2.2 s after the first turn, 1 s after the second: renewed, still there.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let c = e
+        .respond(json!({"model": "fmt-gpt", "input": "Still?", "store": false, "previous_response_id": first}))
+        .await;
+    assert_eq!(c.status, 200, "{}", c.json);
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    let d = e
+        .respond(json!({"model": "fmt-gpt", "input": "Gone?", "previous_response_id": second}))
+        .await;
+    assert_error(d.status, &d.json, 400, "previous_response_not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hidden_reasoning_goes_back_only_to_its_maker() {
+    let e = start().await;
+    let openai_reasoning = json!({"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAB-openai"});
+    let input = json!([
+        user("Hi"),
+        openai_reasoning,
+        assistant("Hello"),
+        user("And?")
+    ]);
+    // On its maker's rung it is replayed as it came, and nothing is said.
+    let a = e
+        .respond(json!({"model": "fmt-gpt", "input": input, "store": false}))
+        .await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(a.header("x-gateway-replay-repair"), "");
+    assert_eq!(e.sent("o1")["input"][1], openai_reasoning);
+    // On another maker's it is removed, the rest kept, and the answer says so,
+    // whole and streamed.
+    for stream in [false, true] {
+        let a = e
+            .respond(
+                json!({"model": "fmt-claude", "input": input, "stream": stream, "store": false}),
+            )
+            .await;
+        assert_eq!(a.status, 200, "{}", a.json);
+        assert_eq!(
+            a.header("x-gateway-replay-repair"),
+            "encrypted_reasoning_stripped"
+        );
+        let sent = e.sent("c1");
+        let text = sent.to_string();
+        assert!(!text.contains("gAAAAB-openai"), "{sent}");
+        assert_eq!(sent["messages"].as_array().unwrap().len(), 3, "{sent}");
+    }
+    // Anthropic's hidden reasoning, as this gateway returns it in the responses
+    // format, goes back to Claude as redacted thinking and never to OpenAI.
+    let claude_reasoning = json!({"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "sluice:anthropic:EncryptedBlob"});
+    let input = json!([
+        user("Hi"),
+        claude_reasoning,
+        assistant("Hello"),
+        user("And?")
+    ]);
+    let a = e
+        .respond(json!({"model": "fmt-claude", "input": input, "store": false}))
+        .await;
+    assert_eq!(a.header("x-gateway-replay-repair"), "");
+    let sent = e.sent("c1");
+    assert_eq!(
+        sent["messages"][1]["content"][0],
+        json!({"type": "redacted_thinking", "data": "EncryptedBlob"}),
+        "{sent}"
+    );
+    let a = e
+        .respond(json!({"model": "fmt-gpt", "input": input, "store": false}))
+        .await;
+    assert_eq!(
+        a.header("x-gateway-replay-repair"),
+        "encrypted_reasoning_stripped"
+    );
+    assert_eq!(
+        e.sent("o1")["input"],
+        json!([user("Hi"), assistant("Hello"), user("And?")])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_are_kept_when_they_end_and_a_cut_one_as_incomplete() {
+    let e = start().await;
+    e.mock.script("o1", vec![Step::CutAfter(3)]);
+    let a = e
+        .respond(json!({"model": "fmt-gpt", "input": "Hi", "stream": true}))
+        .await;
+    assert_eq!(a.status, 200);
+    let id = id_of(&a);
+    e.wait_stored(1).await;
+    assert_eq!(e.stored_rows().await[0]["status"], json!("incomplete"));
+    // An incomplete response can be continued: its partial answer is history.
+    let b = e
+        .respond(json!({"model": "fmt-gpt", "input": "Go on", "previous_response_id": id}))
+        .await;
+    assert_eq!(b.status, 200, "{}", b.json);
+    let input = e.sent("o1")["input"].clone();
+    assert_eq!(input.as_array().unwrap().len(), 3, "{input}");
+    assert_eq!(input[1]["role"], "assistant", "{input}");
+
+    // A client that leaves mid-stream leaves nothing half-written.
+    e.mock.script(
+        "o1",
+        vec![Step::SlowChunks {
+            n: 20,
+            every: Duration::from_millis(100),
+        }],
+    );
+    let mut r =
+        e.s.http
+            .post(format!("{}/v1/responses", e.s.gateway))
+            .bearer_auth(&e.key)
+            .json(&json!({"model": "fmt-gpt", "input": "Long", "stream": true}))
+            .send()
+            .await
+            .unwrap();
+    let _ = r.chunk().await;
+    drop(r);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(e.stored_rows().await.len(), 2, "only the two whole turns");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_replay_stores_no_second_copy() {
+    let e = start().await;
+    let body = json!({"model": "fmt-gpt", "input": "Once"});
+    let h = [("idempotency-key", "turn-1")];
+    let a = e.s.call_with(&e.key, "/v1/responses", &body, &h).await;
+    let b = e.s.call_with(&e.key, "/v1/responses", &body, &h).await;
+    assert_eq!((a.status, b.status), (200, 200));
+    assert_eq!(id_of(&a), id_of(&b));
+    assert_eq!(e.mock.requests_for("o1").len(), 1);
+    e.wait_stored(1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(e.stored_rows().await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_crosses_instances_over_one_database() {
+    let b = Backend::fresh().await;
+    if !b.is_postgres() {
+        eprintln!("several instances share PostgreSQL: skipped on SQLite");
+        return;
+    }
+    let mock = Mock::start().await;
+    let one = Sluice::start(&b, opts(&mock.base_url())).await;
+    let two = Sluice::start(&b, opts(&mock.base_url())).await;
+    let (_, _, key) = one.org_and_key().await;
+    two.wait_for_key(&key).await;
+    let mut previous = Value::Null;
+    for (i, s) in [&one, &two, &one, &two].into_iter().enumerate() {
+        let a = s
+            .call(
+                &key,
+                "/v1/responses",
+                &json!({"model": "fmt-gpt", "input": format!("turn {i}"), "previous_response_id": previous, "stream": i % 2 == 1}),
+            )
+            .await;
+        assert_eq!(a.status, 200, "turn {i}: {} {:?}", a.json, a.frames);
+        let input = mock.requests_for("o1").last().unwrap().json().unwrap()["input"].clone();
+        let n = input.as_array().map_or(1, Vec::len);
+        assert_eq!(n, 2 * i + 1, "turn {i}: {input}");
+        previous = json!(id_of(&a));
+    }
+}
