@@ -690,3 +690,53 @@ async fn a_body_dribbled_past_the_read_bound_is_refused_408() {
     }
     assert_eq!(e.mock.count("a1"), 0);
 }
+
+#[tokio::test]
+async fn a_request_every_rung_refuses_as_malformed_is_the_callers_400() {
+    let e = start(&[]).await;
+    // One rung refuses, the next serves: fail-over as before.
+    e.mock.script("a1", vec![Step::Status(400)]);
+    let a = post(&e, &chat("chat-a")).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.body["provider"], "azure:a2");
+    assert_eq!(
+        header(&a.headers, "x-gateway-attempts"),
+        "openai:400,azure:ok"
+    );
+    // Every rung refuses: the last refusal is the answer, a 400 the caller fixes
+    // (not a 502 that retry rules would repeat), every rung still in the receipt.
+    e.mock.script("a1", vec![Step::Status(400)]);
+    e.mock.script("a2", vec![Step::Status(422)]);
+    let a = post(&e, &chat("chat-a")).await;
+    assert_error(a.status, &a.body, 400, "invalid_request");
+    assert!(
+        a.body["error"]["message"].as_str().unwrap().contains("422"),
+        "the provider's own message: {}",
+        a.body
+    );
+    assert_eq!(
+        header(&a.headers, "x-gateway-attempts"),
+        "openai:400,azure:400"
+    );
+    // A refusal followed by a failure is a failure.
+    e.mock.script("a1", vec![Step::Status(400)]);
+    e.mock.script("a2", vec![Step::Status(503)]);
+    let a = post(&e, &chat("chat-a")).await;
+    assert_error(a.status, &a.body, 502, "all_routes_failed");
+    // The provider's message never carries the rung's credential back, and a
+    // field it names is the param.
+    let echo = json!({"error": {"message": "Bad key sk-platform-openai for tools[0].name", "type": "invalid_request_error", "param": "tools[0].name", "code": null}});
+    e.mock.script(
+        "s1",
+        vec![Step::Reply {
+            status: 400,
+            body: echo.to_string(),
+            retry_after: None,
+        }],
+    );
+    let a = post(&e, &chat("chat-solo")).await;
+    assert_error(a.status, &a.body, 400, "invalid_parameter");
+    assert_eq!(a.body["error"]["param"], "tools[0].name");
+    let message = a.body["error"]["message"].as_str().unwrap();
+    assert_eq!(message, "Bad key [redacted] for tools[0].name");
+}

@@ -477,3 +477,40 @@ async fn a_chain_crosses_instances_over_one_database() {
         previous = json!(id_of(&a));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reasoning_effort_passes_through_and_a_refused_value_is_the_providers_400() {
+    let e = start().await;
+    // The top tier and a summary reach the native rung exactly as asked.
+    let a = e
+        .respond(json!({"model": "fmt-reason", "input": "Think", "reasoning": {"effort": "max", "summary": "auto"}}))
+        .await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(
+        e.sent("r1")["reasoning"],
+        json!({"effort": "max", "summary": "auto"})
+    );
+    // A value the provider refuses is the caller's 400, naming the field and the
+    // provider's supported set; nothing is billed for it.
+    let before = e.s.balance_usd(&e.org).await;
+    for stream in [false, true] {
+        let a = e
+            .respond(json!({"model": "fmt-reason", "input": "Think", "stream": stream, "reasoning": {"effort": "ultra"}}))
+            .await;
+        assert_error(a.status, &a.json, 400, "invalid_parameter");
+        assert_eq!(a.json["error"]["param"], "reasoning.effort");
+        let message = a.json["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("'max'") && message.contains("'ultra'"),
+            "{message}"
+        );
+        assert_eq!(a.header("x-gateway-attempts"), "openai:400");
+    }
+    assert_eq!(e.s.balance_usd(&e.org).await, before);
+    // On a Claude rung an effort becomes the thinking budget.
+    let a = e
+        .respond(json!({"model": "fmt-claude", "input": "Think", "reasoning": {"effort": "high"}, "max_output_tokens": 20000}))
+        .await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(e.sent("c1")["thinking"]["budget_tokens"], 16384);
+}

@@ -489,7 +489,7 @@ fn answers_of_other_makers_encode_as_responses() {
     assert_eq!(
         done["output"],
         json!([
-            {"type": "reasoning", "id": "rs_msg_01XFD_0", "encrypted_content": "redacted",
+            {"type": "reasoning", "id": "rs_msg_01XFD_0", "encrypted_content": "sluice:anthropic:redacted",
              "summary": [{"type": "summary_text", "text": "hmm"}]},
             {"type": "message", "id": "msg_msg_01XFD_1", "status": "completed", "role": "assistant",
              "content": [{"type": "output_text", "text": "Hi", "annotations": []}]},

@@ -11,7 +11,7 @@ use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
 use sluice_filters::ir::RefusalReason;
 use sluice_filters::sse::KEEPALIVE;
-use sluice_filters::upstream::Wire;
+use sluice_filters::upstream::{rejection, Rejection, Wire};
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, ErrorCode};
 use std::time::{Duration, Instant};
@@ -24,6 +24,9 @@ pub enum Attempt {
     Empty(Option<Usage>),
     /// The provider refused before any content.
     Refused(RefusalReason),
+    /// The provider refused the request itself as malformed (400, 413, 422): the
+    /// next rung is tried, and when none serves it this is the answer.
+    Rejected(ApiError),
     Failed(Failure),
     /// The request cannot be served by any rung (e.g. output over the limit).
     Terminal(ApiError),
@@ -37,6 +40,7 @@ impl Attempt {
             Attempt::Served(_) => "ok".to_string(),
             Attempt::Empty(_) => "empty".to_string(),
             Attempt::Refused(_) => "refused".to_string(),
+            Attempt::Rejected(e) => e.status.to_string(),
             Attempt::Failed(f) => f.label(),
             Attempt::Terminal(_) => "terminal".to_string(),
             Attempt::ClientGone => "client_gone".to_string(),
@@ -221,9 +225,14 @@ pub async fn read_before_commit(
     }
 }
 
-/// Reads an error answer's body (bounded, briefly) to tell a refusal from a
-/// failure. The connection is not reused either way.
-pub async fn failed_status(wire: Option<Wire>, mut call: Call<'_>, status: u16) -> Attempt {
+/// Reads an error answer's body (bounded, briefly) to tell a refusal, a
+/// rejected request and a failure apart. The connection is not reused either way.
+pub async fn failed_status(
+    wire: Option<Wire>,
+    target: &Target,
+    mut call: Call<'_>,
+    status: u16,
+) -> Attempt {
     let Some(wire) = wire else {
         return Attempt::Failed(Failure::Status(status));
     };
@@ -237,10 +246,35 @@ pub async fn failed_status(wire: Option<Wire>, mut call: Call<'_>, status: u16) 
             }
         }
     }
-    match wire.refusal(status, &buf) {
-        Some(reason) => Attempt::Refused(reason),
-        None => Attempt::Failed(Failure::Status(status)),
+    if let Some(reason) = wire.refusal(status, &buf) {
+        return Attempt::Refused(reason);
     }
+    if matches!(status, 400 | 413 | 422) {
+        if let Some(r) = rejection(&buf) {
+            return Attempt::Rejected(rejected(target, status, r));
+        }
+    }
+    Attempt::Failed(Failure::Status(status))
+}
+
+/// The client's 400 for a request a provider refused as malformed: the field it
+/// named (`invalid_parameter`) or none (`invalid_request`), with its message, the
+/// rung's credential blanked out and its length bounded.
+fn rejected(target: &Target, status: u16, r: Rejection) -> ApiError {
+    let mut message = target.redact(&r.message);
+    if message.len() > 1000 {
+        let mut cut = 1000;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    let e = match r.param {
+        Some(p) => ApiError::new(ErrorCode::InvalidParameter, message).param(p),
+        None => ApiError::new(ErrorCode::InvalidRequest, message),
+    };
+    e.with_status(if status == 413 { 413 } else { 400 })
 }
 
 /// Where and how one attempt posts: the rung, its path and wire, the body and the
@@ -279,7 +313,7 @@ pub async fn open<'e>(
     };
     let status = call.status();
     if !(200..300).contains(&status) {
-        return Err(failed_status(post.wire, call, status).await);
+        return Err(failed_status(post.wire, post.target, call, status).await);
     }
     Ok(call)
 }
@@ -331,7 +365,9 @@ pub async fn read_whole<'e>(
     match result {
         None => Err(Attempt::ClientGone),
         Some(Err(f)) => Err(Attempt::Failed(f)),
-        Some(Ok(Err((call, status)))) => Err(failed_status(post.wire, call, status).await),
+        Some(Ok(Err((call, status)))) => {
+            Err(failed_status(post.wire, post.target, call, status).await)
+        }
         Some(Ok(Ok((call, Some(buf))))) => Ok((call, buf)),
         Some(Ok(Ok((_, None)))) => Err(Attempt::Terminal(ApiError::new(
             ErrorCode::ProviderOutputTooLarge,

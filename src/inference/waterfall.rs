@@ -77,6 +77,9 @@ pub async fn serve(
     let mut died = 0u32;
     let mut empty: Option<Usage> = None;
     let mut reasons: Vec<String> = Vec::new();
+    // The last rung's answer when it refused the request itself as malformed: the
+    // caller's to fix, not a failure to retry.
+    let mut rejected: Option<ApiError> = None;
     let mut tried = 0usize;
     for planned in &chain {
         let target = &planned.target;
@@ -131,6 +134,14 @@ pub async fn serve(
                     tally.rung = Some(target.rung_id.clone());
                     break;
                 }
+                Attempt::Rejected(e) => {
+                    // The caller's request, not the rung's health: the breaker
+                    // forgets the attempt, and the next rung may still serve it.
+                    engine.breaker.abandon(&target.breaker_key);
+                    reasons.push(format!("{} (refused the request)", target.rung_id));
+                    rejected = Some(e);
+                    break;
+                }
                 Attempt::Terminal(e) => {
                     engine.breaker.abandon(&target.breaker_key);
                     return Outcome::Error(e);
@@ -162,6 +173,7 @@ pub async fn serve(
                     );
                 }
                 Attempt::Failed(f) => {
+                    rejected = None;
                     if f.trips_breaker() {
                         engine.breaker.failure(&target.breaker_key);
                     } else {
@@ -184,6 +196,9 @@ pub async fn serve(
         // Boxed: rare, and inline it would nearly double every request's state.
         let answer = Box::pin(empty_completion(session, tally, model, &parsed));
         return answer.await;
+    }
+    if let Some(e) = rejected {
+        return Outcome::Error(e);
     }
     if single && died == 2 {
         return Outcome::Error(ApiError::new(

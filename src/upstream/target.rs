@@ -102,6 +102,15 @@ impl std::fmt::Debug for OwnCloud {
 }
 
 impl Target {
+    /// `text` with this rung's credential blanked out: a provider's error message
+    /// may echo what it was sent, and it reaches the client.
+    pub fn redact(&self, text: &str) -> String {
+        match self.credential.as_deref().filter(|c| c.len() >= 8) {
+            Some(c) => text.replace(c, "[redacted]"),
+            None => text.to_string(),
+        }
+    }
+
     /// A path under the rung's base URL.
     pub fn under_base(&self, suffix: &str) -> String {
         format!("{}{suffix}", self.prefix)

@@ -146,3 +146,63 @@ pub fn reasoning_maker(wire: Wire, provider: &str, model_id: &str) -> Option<Rea
         _ => None,
     }
 }
+
+/// What a provider said when it refused a request as malformed (400, 413, 422):
+/// its message, and the field it named, if any.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rejection {
+    pub message: String,
+    pub param: Option<String>,
+}
+
+/// Reads a provider's error answer for its message and named field, in any
+/// maker's shape: `{error: {message, param?}}` (OpenAI, Gemini), `{type: "error",
+/// error: {message}}` (Anthropic), `{message}` (Bedrock).
+pub fn rejection(body: &[u8]) -> Option<Rejection> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let err = v.get("error").filter(|e| e.is_object()).unwrap_or(&v);
+    let message = err.get("message")?.as_str()?.trim();
+    if message.is_empty() {
+        return None;
+    }
+    let param = err
+        .get("param")
+        .and_then(|p| p.as_str())
+        .filter(|p| !p.is_empty())
+        .map(str::to_string);
+    Some(Rejection {
+        message: message.to_string(),
+        param,
+    })
+}
+
+#[cfg(test)]
+mod rejection_tests {
+    use super::*;
+
+    #[test]
+    fn every_makers_error_shape_gives_its_message_and_param() {
+        let openai = br#"{"error":{"message":"Unsupported value: 'reasoning.effort' does not support 'ultra' with this model. Supported values are: 'low', 'medium', and 'high'.","type":"invalid_request_error","param":"reasoning.effort","code":"unsupported_value"}}"#;
+        let r = rejection(openai).unwrap();
+        assert_eq!(r.param.as_deref(), Some("reasoning.effort"));
+        assert!(r.message.contains("Supported values are"));
+        let anthropic = br#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too large"}}"#;
+        assert_eq!(
+            rejection(anthropic),
+            Some(Rejection {
+                message: "max_tokens: too large".into(),
+                param: None
+            })
+        );
+        let gemini = br#"{"error":{"code":400,"message":"Invalid JSON payload","status":"INVALID_ARGUMENT"}}"#;
+        assert_eq!(rejection(gemini).unwrap().message, "Invalid JSON payload");
+        assert_eq!(
+            rejection(br#"{"message":"ValidationException"}"#)
+                .unwrap()
+                .param,
+            None
+        );
+        assert_eq!(rejection(b"<html>bad gateway</html>"), None);
+        assert_eq!(rejection(br#"{"error":{"message":"  "}}"#), None);
+    }
+}

@@ -82,6 +82,7 @@ impl Wire for Messages {
             model: req.model,
             stream: req.stream.unwrap_or(false),
             include_usage: false,
+            rejection: None,
         })
     }
 

@@ -215,6 +215,7 @@ impl Wire for Converse {
             stream: self.stream,
             include_usage: false,
             has_tools: wire::non_empty(&req.tool_config.and_then(|t| t.tools)),
+            rejection: None,
         })
     }
 

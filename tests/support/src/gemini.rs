@@ -99,6 +99,7 @@ impl Wire for Generate {
             stream: self.stream,
             include_usage: false,
             has_tools: wire::non_empty(&req.tools),
+            rejection: None,
         })
     }
 

@@ -244,6 +244,9 @@ async fn generate<W: Wire>(m: &Inner, w: W, path_model: Option<String>, req: Req
         Ok(p) => p,
         Err(msg) => return error_response(w.error_body(400, &msg), 400),
     };
+    if let Some(body) = parsed.rejection {
+        return error_response(body, 400);
+    }
     let model = parsed
         .model
         .as_deref()

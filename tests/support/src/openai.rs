@@ -77,6 +77,8 @@ struct Request {
     stream_options: Option<StreamOptions>,
     #[serde(default)]
     tools: Option<Vec<IgnoredAny>>,
+    #[serde(default)]
+    reasoning_effort: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -117,6 +119,7 @@ impl Wire for Chat {
             .map_err(|e| format!("We could not parse the JSON body of your request. ({e})"))?;
         Ok(Parsed {
             has_tools: wire::non_empty(&req.tools),
+            rejection: wire::effort_rejection("reasoning_effort", req.reasoning_effort.as_deref()),
             model: req.model,
             stream: req.stream.unwrap_or(false),
             include_usage: req

@@ -21,6 +21,14 @@ struct Request {
     stream: Option<bool>,
     #[serde(default)]
     tools: Option<Vec<IgnoredAny>>,
+    #[serde(default)]
+    reasoning: Option<ReasoningIn>,
+}
+
+#[derive(Deserialize)]
+struct ReasoningIn {
+    #[serde(default)]
+    effort: Option<String>,
 }
 
 fn usage(input: u64, output: u64) -> Value {
@@ -144,8 +152,10 @@ impl Wire for Responses {
     fn parse(&self, body: &[u8]) -> Result<Parsed, String> {
         let req: Request = serde_json::from_slice(body)
             .map_err(|e| format!("We could not parse the JSON body of your request. ({e})"))?;
+        let effort = req.reasoning.as_ref().and_then(|r| r.effort.as_deref());
         Ok(Parsed {
             has_tools: wire::non_empty(&req.tools),
+            rejection: wire::effort_rejection("reasoning.effort", effort),
             model: req.model,
             stream: req.stream.unwrap_or(false),
             include_usage: false,

@@ -19,6 +19,28 @@ pub(crate) struct Parsed {
     pub(crate) stream: bool,
     pub(crate) include_usage: bool,
     pub(crate) has_tools: bool,
+    /// The 400 body the real provider gives this request (an unsupported value).
+    pub(crate) rejection: Option<Value>,
+}
+
+/// The reasoning efforts OpenAI's reasoning models take.
+pub(crate) const EFFORTS: [&str; 7] = ["none", "minimal", "low", "medium", "high", "xhigh", "max"];
+
+/// OpenAI's 400 for an effort its model does not take, naming the field and the
+/// supported set, as the real API words it.
+pub(crate) fn effort_rejection(param: &str, effort: Option<&str>) -> Option<Value> {
+    let e = effort?;
+    if EFFORTS.contains(&e) {
+        return None;
+    }
+    Some(serde_json::json!({"error": {
+        "message": format!(
+            "Unsupported value: '{param}' does not support '{e}' with this model. Supported values are: 'none', 'minimal', 'low', 'medium', 'high', 'xhigh', and 'max'."
+        ),
+        "type": "invalid_request_error",
+        "param": param,
+        "code": "unsupported_value",
+    }}))
 }
 
 /// Facts about the request an answer is built for.
