@@ -85,3 +85,48 @@ async fn openai_responses_and_anthropic_messages_sdks_work_against_rungs_of_anot
         run("python3", "formats.py", "tests/fixtures/formats.toml").await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_python_sdk_continues_conversations_across_instances() {
+    if !required() {
+        return;
+    }
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let opts = || {
+        let base = mock.base_url();
+        Opts::default()
+            .catalog(repo_path("tests/fixtures/formats.toml"))
+            .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
+            .env("SLUICE_PROVIDERS__ANTHROPIC__BASE_URL", &base)
+            .env("OPENAI_API_KEY", "sk-platform-openai")
+            .env("ANTHROPIC_API_KEY", "sk-ant-platform")
+    };
+    // Several instances share one PostgreSQL; SQLite serves one alone.
+    let mut instances = vec![Sluice::start(&b, opts()).await];
+    if b.is_postgres() {
+        instances.push(Sluice::start(&b, opts()).await);
+    }
+    let (_, _, key) = instances[0].org_and_key().await;
+    for s in &instances {
+        s.wait_for_key(&key).await;
+    }
+    let bases: Vec<String> = instances.iter().map(|s| s.gateway.clone()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("python3")
+            .arg("continuation.py")
+            .current_dir(repo_path("tests/sdk"))
+            .env("SLUICE_BASE_URLS", bases.join(","))
+            .env("SLUICE_KEY", key)
+            .output()
+            .expect("run the SDK script")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "continuation.py failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

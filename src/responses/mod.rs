@@ -15,7 +15,7 @@
 //! does not find an id waits for the writer up to `MISS_WAITS` before answering
 //! `previous_response_not_found`.
 
-mod store;
+pub mod store;
 
 pub use store::History;
 

@@ -178,6 +178,75 @@ pub async fn sweep(db: &Db, now: i64, batch: i64) -> anyhow::Result<u64> {
 mod tests {
     use super::*;
 
+    fn turn(org: &str, id: &str, parent: Option<&str>, chain: &str, text: &str) -> Turn {
+        Turn {
+            org_id: org.into(),
+            id: id.into(),
+            parent_id: parent.map(str::to_string),
+            chain_id: chain.into(),
+            model: "m".into(),
+            status: "completed".into(),
+            items: serde_json::to_vec(
+                &serde_json::json!([{"type": "message", "role": "user", "content": text}]),
+            )
+            .unwrap(),
+        }
+    }
+
+    #[tokio::test]
+    async fn expired_chains_read_as_gone_and_the_sweep_removes_only_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::connect(&format!("sqlite://{}", dir.path().join("s.db").display()))
+            .await
+            .unwrap();
+        db.migrate().await.unwrap();
+        // Chain a (two turns) stored at 1000 with a 100 ms window; chain b at 1000
+        // with a long one; a turn of another org with a's id.
+        insert(&db, &[turn("o1", "a1", None, "a1", "one")], 1000, 100)
+            .await
+            .unwrap();
+        insert(&db, &[turn("o1", "a2", Some("a1"), "a1", "two")], 1050, 100)
+            .await
+            .unwrap();
+        insert(&db, &[turn("o1", "b1", None, "b1", "b")], 1000, 1_000_000)
+            .await
+            .unwrap();
+        insert(
+            &db,
+            &[turn("o2", "a1", None, "a1", "other")],
+            1000,
+            1_000_000,
+        )
+        .await
+        .unwrap();
+        // The second turn renewed the chain: whole until 1150.
+        let h = history(&db, "o1", "a2", 1100).await.unwrap().unwrap();
+        assert_eq!(h.items.len(), 2);
+        assert_eq!(h.chain_id, "a1");
+        // Past it: gone for reads before any sweep, for both turns.
+        assert!(history(&db, "o1", "a2", 1200).await.unwrap().is_none());
+        assert!(history(&db, "o1", "a1", 1200).await.unwrap().is_none());
+        // Another org's id is never another's history.
+        let other = history(&db, "o2", "a1", 1200).await.unwrap().unwrap();
+        assert!(other.items[0].get().contains("other"));
+        assert_eq!(sweep(&db, 1200, 1).await.unwrap(), 2);
+        let left = sqlx::query("SELECT org_id, id FROM stored_responses ORDER BY org_id, id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+        let left: Vec<(String, String)> = left
+            .iter()
+            .map(|r| (r.get("org_id"), r.get("id")))
+            .collect();
+        assert_eq!(
+            left,
+            [
+                ("o1".to_string(), "b1".to_string()),
+                ("o2".into(), "a1".into())
+            ]
+        );
+    }
+
     #[test]
     fn large_turns_are_compressed_and_read_back_whole() {
         let small = br#"[{"type":"message","role":"user","content":"hi"}]"#.to_vec();
