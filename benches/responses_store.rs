@@ -48,6 +48,7 @@ async fn run(label: &str, db: Db) {
             model: "m".into(),
             status: "completed".into(),
             items: items(i),
+            item_ids: vec![(format!("msg_{org}_{i}"), 1)],
         };
         raw += t.items.len();
         store::insert(&db, &[t], sluice::store::now_ms(), 86_400_000)

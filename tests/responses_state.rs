@@ -76,6 +76,22 @@ impl Env {
         .await
     }
 
+    /// The org's usage events once `n` are written (the writer is asynchronous).
+    async fn events(&self, n: usize) -> Vec<Value> {
+        for _ in 0..100 {
+            let (_, v) = self
+                .s
+                .get("/api/gateway/usage/events?limit=100", Some(&self.key))
+                .await;
+            let data = v["data"].as_array().cloned().unwrap_or_default();
+            if data.len() >= n {
+                return data;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{n} usage events were never written");
+    }
+
     /// Waits until the org has `n` stored turns (the writer is asynchronous).
     async fn wait_stored(&self, n: usize) {
         for _ in 0..100 {
@@ -194,7 +210,6 @@ async fn a_chain_is_continued_with_its_whole_history_on_any_maker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_refused_continuation_is_previous_response_not_found_and_free() {
     let e = start().await;
-    let before = e.s.balance_usd(&e.org).await;
     let refused = |a: &Answer| {
         assert_error(a.status, &a.json, 400, "previous_response_not_found");
         assert_eq!(
@@ -231,10 +246,13 @@ async fn every_refused_continuation_is_previous_response_not_found_and_free() {
         )
         .await;
     refused(&a);
-    // The refused calls reached no rung and cost nothing.
+    // The refused calls reached no rung and cost nothing: the two served calls
+    // are the org's only usage.
     assert_eq!(e.mock.requests_for("o1").len(), 2);
-    let after_refusals = e.s.balance_usd(&e.org).await;
-    assert!(before > after_refusals, "the two served calls were billed");
+    let events = e.events(2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(e.events(2).await.len(), events.len());
+    assert_eq!(events.len(), 2);
 
     // Prompt capture off: nothing is continued, and the message says why; nothing
     // answered meanwhile is kept.
@@ -492,6 +510,7 @@ async fn reasoning_effort_passes_through_and_a_refused_value_is_the_providers_40
     );
     // A value the provider refuses is the caller's 400, naming the field and the
     // provider's supported set; nothing is billed for it.
+    e.events(1).await;
     let before = e.s.balance_usd(&e.org).await;
     for stream in [false, true] {
         let a = e
@@ -505,6 +524,15 @@ async fn reasoning_effort_passes_through_and_a_refused_value_is_the_providers_40
             "{message}"
         );
         assert_eq!(a.header("x-gateway-attempts"), "openai:400");
+    }
+    // Each refusal is in the ledger as a 400 at no cost; the balance is as it was.
+    let events = e.events(3).await;
+    for ev in &events[..2] {
+        assert_eq!(
+            (&ev["status"], &ev["cost_usd"]),
+            (&json!(400), &json!(0.0)),
+            "{ev}"
+        );
     }
     assert_eq!(e.s.balance_usd(&e.org).await, before);
     // On a Claude rung an effort becomes the thinking budget.

@@ -65,10 +65,12 @@ impl Engine {
         // request's own input, before anything else reads the body.
         let continued: Bytes;
         let mut keeping = None;
+        let mut history_repaired = false;
         if route == Route::Responses {
             let capture = org.captures_prompts(state.config.responses.prompt_capture_default);
             let begun = Box::pin(state.responses.begin(&org.id, capture, &members)).await?;
             keeping = begun.keeping;
+            history_repaired = begun.repaired;
             if let Some(b) = begun.body {
                 continued = Bytes::from(b);
                 body = &continued;
@@ -88,6 +90,7 @@ impl Engine {
         if keeping.is_some() {
             tally.capture = Some(Vec::new());
         }
+        tally.history_repaired = history_repaired;
         let inbound = match route {
             Route::Chat => Some(Inbound::Chat),
             Route::Responses => Some(Inbound::Responses),

@@ -7,6 +7,7 @@ use crate::byok::{Lane, RouteRung};
 use crate::catalog::Model;
 use crate::upstream::Target;
 use bytes::Bytes;
+use sluice_filters::inbound::chat::without_answer_keys;
 use sluice_filters::inbound::history::without_anthropic_reasoning;
 use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::Request;
@@ -194,15 +195,26 @@ impl PlannedRung {
         let repaired = parsed.req.has_foreign_reasoning(maker);
         let (body, ignored) = if self.native {
             let trimmed = without(&parsed.object, &self.dropped);
-            let (kept, mut repaired_object);
             let mut object = trimmed.as_ref().unwrap_or(&parsed.object);
-            if repaired && parsed.inbound == Inbound::Responses {
-                if let Some(k) = object.get("input").and_then(without_anthropic_reasoning) {
-                    kept = k;
-                    repaired_object = object.clone();
-                    repaired_object.set("input", &kept);
-                    object = &repaired_object;
-                }
+            // Members rewritten for this rung: hidden reasoning of another maker out
+            // of a responses input, answer-only keys out of chat messages.
+            let edit = match parsed.inbound {
+                Inbound::Responses if repaired => (
+                    "input",
+                    object.get("input").and_then(without_anthropic_reasoning),
+                ),
+                Inbound::Chat if parsed.req.replayed_answer_keys => (
+                    "messages",
+                    object.get("messages").and_then(without_answer_keys),
+                ),
+                _ => ("", None),
+            };
+            let (kept, mut edited);
+            if let (key, Some(k)) = edit {
+                kept = k;
+                edited = object.clone();
+                edited.set(key, &kept);
+                object = &edited;
             }
             let body = if parsed.inbound == Inbound::Chat {
                 render_request(object, &t.model_id, parsed.stream)

@@ -47,6 +47,9 @@ pub struct Tally {
     /// The current attempt's history lost hidden reasoning of another maker
     /// (`x-gateway-replay-repair: encrypted_reasoning_stripped`).
     pub replay_repaired: bool,
+    /// Hidden reasoning the client replayed without its content was removed
+    /// before any attempt (the store could not complete it).
+    pub history_repaired: bool,
     /// The price the serving rung bills at: every answer's usage is priced with
     /// it (zero on the org's own accounts and on free allowances).
     pub price: Price,
@@ -93,6 +96,7 @@ impl Tally {
             first_token: None,
             ignored: None,
             replay_repaired: false,
+            history_repaired: false,
             price: Price::default(),
             platform_price: Price::default(),
             lane: crate::byok::Lane::Platform,
@@ -190,7 +194,7 @@ impl Tally {
         if let Some(ignored) = &self.ignored {
             let _ = h.insert_header("x-service-ignored-parameters", ignored.as_str());
         }
-        if self.replay_repaired {
+        if self.replay_repaired || self.history_repaired {
             let _ = h.insert_header("x-gateway-replay-repair", "encrypted_reasoning_stripped");
         }
     }

@@ -21,7 +21,7 @@ pub use store::History;
 
 use crate::store::{now_ms, Db};
 use serde_json::value::RawValue;
-use sluice_filters::inbound::history::{self, TurnAsk};
+use sluice_filters::inbound::history::{self, Replayed, TurnAsk};
 use sluice_filters::json::Member;
 use sluice_filters::{ApiError, ErrorCode};
 use std::collections::HashMap;
@@ -61,6 +61,9 @@ pub struct Begun {
     pub body: Option<Vec<u8>>,
     /// Whether (and how) to keep the answer.
     pub keeping: Option<Keeping>,
+    /// Hidden reasoning the client replayed without its content could not be
+    /// completed and was removed.
+    pub repaired: bool,
 }
 
 /// The store's handle: the database, the retention window, the writer's queue and
@@ -100,7 +103,25 @@ impl Keeper {
         members: &[Member<'_>],
     ) -> Result<Begun, ApiError> {
         let TurnAsk { store, previous } = history::turn_ask(members);
+        let keep = store && capture;
         let mut begun = Begun::default();
+        // The request's own items, when the store keeps them or must complete them.
+        let mut own = None;
+        let replayed = match members.iter().rev().find(|(k, _)| k == "input") {
+            Some((_, v)) if v.get().contains("item_reference") || v.get().contains("reasoning") => {
+                let items = history::input_items(members).unwrap_or_default();
+                let found = history::needs_store(&items);
+                own = Some(items);
+                found
+            }
+            _ => Vec::new(),
+        };
+        if !replayed.is_empty() {
+            let items = own.take().unwrap_or_default();
+            let (items, repaired) = self.complete(org_id, capture, items, &replayed).await?;
+            begun.repaired = repaired;
+            own = Some(items);
+        }
         let mut parent = None;
         if let Some(prev) = previous {
             if !capture {
@@ -113,16 +134,123 @@ impl Keeper {
                     "The previous response was not found (unknown, expired, of another organization, or not stored); send the full conversation as `input`.",
                 ));
             };
-            begun.body = Some(history::with_history(members, &h.items));
+            let items = own
+                .take()
+                .or_else(|| history::input_items(members))
+                .unwrap_or_default();
+            begun.body = Some(history::with_history(members, &h.items, &items));
+            own = Some(items);
             parent = Some((prev, h.chain_id));
+        } else if !replayed.is_empty() {
+            let items = own.as_deref().unwrap_or_default();
+            begun.body = Some(history::with_history(members, &[], items));
         }
-        if store && capture {
+        if keep {
             begun.keeping = Some(Keeping {
                 parent,
-                input: history::input_items(members).unwrap_or_default(),
+                input: own
+                    .or_else(|| history::input_items(members))
+                    .unwrap_or_default(),
             });
         }
         Ok(begun)
+    }
+
+    /// Completes the items only the store can: an `item_reference` becomes the
+    /// stored item (400 when there is none, naming `input[N].id`); a reasoning item
+    /// sent back without its encrypted content gets it back from the store, or is
+    /// removed (`true`: hidden reasoning was lost, which the answer says).
+    async fn complete(
+        &self,
+        org_id: &str,
+        capture: bool,
+        mut items: Vec<Box<RawValue>>,
+        replayed: &[(usize, Replayed)],
+    ) -> Result<(Vec<Box<RawValue>>, bool), ApiError> {
+        let ids: Vec<String> = replayed
+            .iter()
+            .map(|(_, r)| match r {
+                Replayed::Reference(id) | Replayed::BareReasoning(id) => id.clone(),
+            })
+            .collect();
+        let mut found = if capture {
+            self.items(org_id, &ids).await?
+        } else {
+            HashMap::new()
+        };
+        let mut drop = Vec::new();
+        for (i, r) in replayed {
+            match r {
+                Replayed::Reference(id) => match found.remove(id) {
+                    Some(item) => items[*i] = item,
+                    None => {
+                        return Err(ApiError::new(
+                            ErrorCode::InvalidParameter,
+                            format!(
+                                "No stored item {id:?} for this organization (unknown, expired, or of a response that was not stored); send the item itself."
+                            ),
+                        )
+                        .param(format!("input[{i}].id")))
+                    }
+                },
+                Replayed::BareReasoning(id) => match found.remove(id) {
+                    Some(item) if history::has_encrypted_content(&item) => items[*i] = item,
+                    _ => drop.push(*i),
+                },
+            }
+        }
+        let repaired = !drop.is_empty();
+        for i in drop.into_iter().rev() {
+            items.remove(i);
+        }
+        Ok((items, repaired))
+    }
+
+    /// Stored items of the org by id: queued ones here first, then the database.
+    async fn items(
+        &self,
+        org_id: &str,
+        ids: &[String],
+    ) -> Result<HashMap<String, Box<RawValue>>, ApiError> {
+        let mut found = HashMap::new();
+        {
+            let pending = self.lock_pending();
+            for t in pending.values().filter(|t| t.org_id == org_id) {
+                for (id, pos) in &t.item_ids {
+                    if !ids.contains(id) {
+                        continue;
+                    }
+                    let items: Vec<Box<RawValue>> =
+                        serde_json::from_slice(&t.items).unwrap_or_default();
+                    if let Some(item) = usize::try_from(*pos)
+                        .ok()
+                        .and_then(|p| items.into_iter().nth(p))
+                    {
+                        found.insert(id.clone(), item);
+                    }
+                }
+            }
+        }
+        let rest: Vec<String> = ids
+            .iter()
+            .filter(|i| !found.contains_key(*i))
+            .cloned()
+            .collect();
+        if !rest.is_empty() {
+            let read = tokio::time::timeout(
+                READ_TIMEOUT,
+                store::items(&self.db, org_id, &rest, now_ms()),
+            );
+            match read.await {
+                Ok(Ok(more)) => found.extend(more),
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "responses store read failed");
+                    return Err(unavailable());
+                }
+                Err(_) => return Err(unavailable()),
+            }
+        }
+        Ok(found)
     }
 
     /// After the answer went out: queues the turn for the writer. `answer` is what
@@ -141,10 +269,18 @@ impl Keeper {
             return;
         };
         let mut items: Vec<&RawValue> = keeping.input.iter().map(AsRef::as_ref).collect();
+        let mut item_ids = Vec::new();
         let output: Vec<Box<RawValue>> = done
             .output
             .iter()
-            .filter_map(|v| RawValue::from_string(v.to_string()).ok())
+            .filter_map(|(id, v)| RawValue::from_string(v.to_string()).ok().map(|r| (id, r)))
+            .enumerate()
+            .map(|(n, (id, r))| {
+                if let Some(id) = id {
+                    item_ids.push((id.clone(), (keeping.input.len() + n) as i64));
+                }
+                r
+            })
             .collect();
         items.extend(output.iter().map(AsRef::as_ref));
         let Ok(items) = serde_json::to_vec(&items) else {
@@ -162,6 +298,7 @@ impl Keeper {
             model: model.to_string(),
             status: done.status,
             items,
+            item_ids,
         };
         let key = (turn.org_id.clone(), turn.id.clone());
         self.lock_pending().insert(key.clone(), turn.clone());

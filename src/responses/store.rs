@@ -26,6 +26,8 @@ pub struct Turn {
     pub status: String,
     /// This turn's input items then its output items, as a JSON array.
     pub items: Vec<u8>,
+    /// The ids items had in the answer, with their positions in `items`.
+    pub item_ids: Vec<(String, i64)>,
 }
 
 /// A stored conversation up to and including one response.
@@ -86,9 +88,58 @@ pub async fn insert(db: &Db, turns: &[Turn], now: i64, retention_ms: i64) -> any
         .bind(now)
         .execute(&mut *tx)
         .await?;
+        for (item_id, position) in &t.item_ids {
+            sqlx::query(
+                "INSERT INTO stored_items (org_id, item_id, response_id, chain_id, position) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (org_id, item_id) DO NOTHING",
+            )
+            .bind(&t.org_id)
+            .bind(item_id)
+            .bind(&t.id)
+            .bind(&t.chain_id)
+            .bind(position)
+            .execute(&mut *tx)
+            .await?;
+        }
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// Stored items of the org by id (of chains not expired); ids not found are absent.
+pub async fn items(
+    db: &Db,
+    org_id: &str,
+    ids: &[String],
+    now: i64,
+) -> anyhow::Result<std::collections::HashMap<String, Box<RawValue>>> {
+    let mut out = std::collections::HashMap::new();
+    for id in ids {
+        if out.contains_key(id) {
+            continue;
+        }
+        let row = sqlx::query(
+            "SELECT i.position, r.codec, r.items FROM stored_items i \
+             JOIN stored_responses r ON r.org_id = i.org_id AND r.id = i.response_id \
+             JOIN response_chains c ON c.org_id = i.org_id AND c.chain_id = i.chain_id \
+             WHERE i.org_id = $1 AND i.item_id = $2 AND c.expires_at > $3",
+        )
+        .bind(org_id)
+        .bind(id)
+        .bind(now)
+        .fetch_optional(&db.pool)
+        .await?;
+        let Some(row) = row else { continue };
+        let position: i64 = row.try_get("position")?;
+        let bytes = decode(row.try_get("codec")?, row.try_get("items")?)?;
+        let mut turn: Vec<Box<RawValue>> = serde_json::from_slice(&bytes)?;
+        if let Ok(p) = usize::try_from(position) {
+            if p < turn.len() {
+                out.insert(id.clone(), turn.swap_remove(p));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The conversation up to and including `id`, when the org has it stored, its
@@ -190,6 +241,7 @@ mod tests {
                 &serde_json::json!([{"type": "message", "role": "user", "content": text}]),
             )
             .unwrap(),
+            item_ids: vec![(format!("msg_{id}"), 0)],
         }
     }
 
@@ -229,6 +281,14 @@ mod tests {
         // Another org's id is never another's history.
         let other = history(&db, "o2", "a1", 1200).await.unwrap().unwrap();
         assert!(other.items[0].get().contains("other"));
+        // Items by id: the org's own, of chains not expired.
+        let ids = ["msg_a2".to_string(), "msg_b1".to_string()];
+        let found = items(&db, "o1", &ids, 1100).await.unwrap();
+        assert!(found["msg_a2"].get().contains("two"));
+        assert!(found["msg_b1"].get().contains("\"b\""));
+        let found = items(&db, "o1", &ids, 1200).await.unwrap();
+        assert_eq!(found.keys().collect::<Vec<_>>(), ["msg_b1"]);
+        assert!(items(&db, "o2", &ids, 1100).await.unwrap().is_empty());
         assert_eq!(sweep(&db, 1200, 1).await.unwrap(), 2);
         let left = sqlx::query("SELECT org_id, id FROM stored_responses ORDER BY org_id, id")
             .fetch_all(&db.pool)

@@ -86,6 +86,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0010_stored_responses.sql"),
         include_str!("../../migrations/postgres/0010_stored_responses.sql"),
     ),
+    (
+        11,
+        "the responses store's items by id",
+        include_str!("../../migrations/sqlite/0011_stored_items.sql"),
+        include_str!("../../migrations/postgres/0011_stored_items.sql"),
+    ),
 ];
 
 impl Db {

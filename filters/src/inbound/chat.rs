@@ -460,11 +460,70 @@ fn parse_tool_choice(v: &RawValue) -> Result<Option<ToolChoice>, ApiError> {
         })
 }
 
-/// Keys a message may carry, by role.
+/// Keys a message may carry, by role. An assistant message also takes back every
+/// key an answer's message has (OpenAI's and this gateway's own), so a client can
+/// append the message it was given as it is.
 fn allowed(role: &str, key: &str) -> bool {
     matches!(key, "role" | "content" | "name")
-        || (role == "assistant" && matches!(key, "tool_calls" | "refusal" | "reasoning_content"))
+        || (role == "assistant" && matches!(key, "tool_calls" | "refusal") || answer_key(role, key))
         || (role == "tool" && key == "tool_call_id")
+}
+
+/// Keys only an answer's assistant message has: taken back, never forwarded.
+fn answer_key(role: &str, key: &str) -> bool {
+    role == "assistant"
+        && matches!(
+            key,
+            "annotations"
+                | "audio"
+                | "function_call"
+                | "reasoning_content"
+                | "reasoning"
+                | "reasoning_details"
+        )
+}
+
+/// Checks the answer-only keys of an assistant message: `audio` and
+/// `function_call` are refused unless empty (SPEC refuses both everywhere), and a
+/// `refusal` must be a string or null. Returns whether any answer-only key (or a
+/// null `refusal`) is there.
+fn answer_keys(fields: &[Member], p: At) -> Result<bool, ApiError> {
+    let mut any = false;
+    for (k, v) in fields {
+        let empty = is_null(v) || v.get() == "[]" || v.get() == "{}" || v.get() == "\"\"";
+        match k.as_ref() {
+            "audio" | "function_call" if !empty => {
+                return Err(unsupported(
+                    format!("{p}.{k}"),
+                    format!(
+                        "`{p}.{k}` is not supported: send the assistant's text and tool calls."
+                    ),
+                ))
+            }
+            "refusal" if is_null(v) => any = true,
+            "refusal" => {
+                opt_str(Some(*v), p.key("refusal"))?;
+            }
+            k if answer_key("assistant", k) => any = true,
+            _ => {}
+        }
+    }
+    Ok(any)
+}
+
+/// A chat `messages` array without the answer-only keys of its assistant
+/// messages (and their null `refusal`): what a rung that gets the client's own
+/// messages is sent.
+pub fn without_answer_keys(messages: &RawValue) -> Option<Box<RawValue>> {
+    let mut list: Vec<serde_json::Map<String, Value>> =
+        serde_json::from_str(messages.get()).ok()?;
+    for m in &mut list {
+        if m.get("role").and_then(Value::as_str) != Some("assistant") {
+            continue;
+        }
+        m.retain(|k, v| !(answer_key("assistant", k) || (k == "refusal" && v.is_null())));
+    }
+    RawValue::from_string(serde_json::to_string(&list).ok()?).ok()
 }
 
 fn parse_messages(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
@@ -492,6 +551,9 @@ fn parse_messages(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
                 format!("{p}.{k}"),
                 format!("Unknown message key `{k}` in `{p}`."),
             ));
+        }
+        if role == "assistant" && answer_keys(&fields, p)? {
+            r.replayed_answer_keys = true;
         }
         let content = get(&fields, "content").filter(|c| !is_null(c));
         let parts = match content {

@@ -47,14 +47,17 @@ pub fn input_items(members: &[Member<'_>]) -> Option<Vec<Box<RawValue>>> {
     serde_json::from_str::<Vec<Box<RawValue>>>(input.get()).ok()
 }
 
-/// The request body with `history` put in front of its own input (a string input
-/// becomes a message item), and `previous_response_id` removed.
-pub fn with_history(members: &[Member<'_>], history: &[Box<RawValue>]) -> Vec<u8> {
-    let own = input_items(members).unwrap_or_default();
+/// The request body with `history` put in front of `own` (its own input items,
+/// resolved), and `previous_response_id` removed.
+pub fn with_history(
+    members: &[Member<'_>],
+    history: &[Box<RawValue>],
+    own: &[Box<RawValue>],
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(
         64 + history
             .iter()
-            .chain(&own)
+            .chain(own)
             .map(|i| i.get().len() + 1)
             .sum::<usize>()
             + members
@@ -81,7 +84,7 @@ pub fn with_history(members: &[Member<'_>], history: &[Box<RawValue>]) -> Vec<u8
     }
     put_key(&mut out, "input");
     out.push(b'[');
-    for (i, item) in history.iter().chain(&own).enumerate() {
+    for (i, item) in history.iter().chain(own).enumerate() {
         if i > 0 {
             out.push(b',');
         }
@@ -89,6 +92,61 @@ pub fn with_history(members: &[Member<'_>], history: &[Box<RawValue>]) -> Vec<u8
     }
     out.extend_from_slice(b"]}");
     out
+}
+
+/// An input item that only the store can complete: a reference to a stored item,
+/// or a reasoning item sent back without its encrypted content (clients that let
+/// the provider keep reasoning server-side replay it that way).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Replayed {
+    Reference(String),
+    BareReasoning(String),
+}
+
+/// The items of an input that need the store, by position. Cheap when there are
+/// none: the input's text is searched before any item is read.
+pub fn needs_store(input: &[Box<RawValue>]) -> Vec<(usize, Replayed)> {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow)]
+        id: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow)]
+        encrypted_content: Option<&'a RawValue>,
+    }
+    let mut out = Vec::new();
+    for (i, item) in input.iter().enumerate() {
+        let text = item.get();
+        if !(text.contains("item_reference") || text.contains("reasoning")) {
+            continue;
+        }
+        let Ok(h) = serde_json::from_str::<Head>(text) else {
+            continue;
+        };
+        let id = h.id.map(|c| c.into_owned());
+        match (h.kind.as_deref(), id) {
+            (Some("item_reference"), Some(id)) => out.push((i, Replayed::Reference(id))),
+            (Some("reasoning"), Some(id))
+                if h.encrypted_content.is_none_or(|c| c.get() == "null") =>
+            {
+                out.push((i, Replayed::BareReasoning(id)))
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether a stored reasoning item carries its encrypted content.
+pub fn has_encrypted_content(item: &RawValue) -> bool {
+    #[derive(serde::Deserialize)]
+    struct E<'a> {
+        #[serde(borrow)]
+        encrypted_content: Option<&'a RawValue>,
+    }
+    serde_json::from_str::<E>(item.get())
+        .is_ok_and(|e| e.encrypted_content.is_some_and(|c| c.get() != "null"))
 }
 
 /// A responses `input` without the reasoning items whose hidden reasoning is
@@ -181,13 +239,14 @@ pub fn replayable(item: &Value) -> Option<Value> {
 }
 
 /// A finished response as the store keeps it: its id, status, and the output items
-/// a later turn replays.
+/// a later turn replays, each with the id the answer gave it (an `item_reference`
+/// names it).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Answered {
     pub id: String,
     /// `completed` or `incomplete` (a cut stream, a spent budget).
     pub status: String,
-    pub output: Vec<Value>,
+    pub output: Vec<(Option<String>, Value)>,
 }
 
 /// Reads a finished response object; `None` when it has no id or is not a
@@ -204,7 +263,10 @@ pub fn answered(response: &Value) -> Option<Answered> {
             .get("output")?
             .as_array()?
             .iter()
-            .filter_map(replayable)
+            .filter_map(|item| {
+                let id = item.get("id").and_then(Value::as_str).map(str::to_string);
+                Some((id, replayable(item)?))
+            })
             .collect(),
     })
 }
@@ -230,7 +292,9 @@ mod tests {
             r#"[{"type":"message","role":"user","content":"hi"},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"hello"}]}]"#,
         )
         .unwrap();
-        let merged: Value = serde_json::from_slice(&with_history(&members, &history)).unwrap();
+        let own = input_items(&members).unwrap();
+        let merged: Value =
+            serde_json::from_slice(&with_history(&members, &history, &own)).unwrap();
         assert_eq!(
             merged,
             json!({"model":"m","store":true,"input":[
@@ -239,6 +303,26 @@ mod tests {
                 {"type":"message","role":"user","content":"and now?"}
             ]})
         );
+    }
+
+    #[test]
+    fn references_and_bare_reasoning_are_found_and_nothing_else() {
+        let input: Vec<Box<RawValue>> = serde_json::from_str(
+            r#"[{"type":"item_reference","id":"msg_1"},{"role":"user","content":"reasoning about it"},
+                {"type":"reasoning","id":"rs_1","summary":[]},{"type":"reasoning","id":"rs_2","summary":[],"encrypted_content":"gA"},
+                {"type":"reasoning","id":"rs_3","summary":[],"encrypted_content":null}]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            needs_store(&input),
+            vec![
+                (0, Replayed::Reference("msg_1".into())),
+                (2, Replayed::BareReasoning("rs_1".into())),
+                (4, Replayed::BareReasoning("rs_3".into())),
+            ]
+        );
+        assert!(has_encrypted_content(&input[3]));
+        assert!(!has_encrypted_content(&input[4]));
     }
 
     #[test]
@@ -265,12 +349,15 @@ mod tests {
         ]});
         let a = answered(&resp).unwrap();
         assert_eq!(a.id, "resp_9");
+        let ids: Vec<Option<&str>> = a.output.iter().map(|(id, _)| id.as_deref()).collect();
+        assert_eq!(ids, [Some("rs_1"), Some("msg_1"), Some("fc_1")]);
+        let items: Vec<&Value> = a.output.iter().map(|(_, v)| v).collect();
         assert_eq!(
-            a.output,
-            vec![
-                json!({"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"hm"}],"encrypted_content":"gAAA"}),
-                json!({"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hi"}]}),
-                json!({"type":"function_call","call_id":"call_1","name":"f","arguments":"{}"}),
+            items,
+            [
+                &json!({"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"hm"}],"encrypted_content":"gAAA"}),
+                &json!({"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hi"}]}),
+                &json!({"type":"function_call","call_id":"call_1","name":"f","arguments":"{}"}),
             ]
         );
         assert!(answered(&json!({"id":"r","status":"failed","output":[]})).is_none());

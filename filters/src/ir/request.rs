@@ -268,6 +268,12 @@ pub struct Request {
     /// Prompt-cache breakpoints, in the order given.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cache_breaks: Vec<CacheBreak>,
+    /// Some assistant message carries keys only answers have (chat `annotations`,
+    /// `reasoning_content`, null `refusal`/`audio`/`function_call`: a client sent
+    /// back the message it was given): a rung that gets the client's own messages
+    /// gets them without those keys.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed_answer_keys: bool,
 }
 
 impl Request {
