@@ -255,11 +255,22 @@ async fn no_fail_over_after_commit_and_a_cut_stream_settles_as_length() {
     assert!(c.iter().all(|ch| ch["provider"] == "openai:a1"));
     let last = c.last().unwrap();
     assert_eq!(last["choices"][0]["finish_reason"], "length");
-    assert!(
-        last["usage"]["completion_tokens"].as_u64().unwrap() > 0,
-        "{last}"
-    );
+    // Without stream_options.include_usage no chunk carries a usage.
+    assert!(c.iter().all(|ch| ch["usage"].is_null()), "{c:?}");
     assert_eq!(sse.data.last().unwrap(), "[DONE]");
+    // With it, the usage of what was delivered comes in its own last chunk.
+    e.mock.script("a1", vec![Step::CutAfter(2)]);
+    let mut body = stream_body("chat-a");
+    body["stream_options"] = json!({"include_usage": true});
+    let c = chunks(&post_stream(&e, &body).await);
+    let (usage, fin) = (&c[c.len() - 1], &c[c.len() - 2]);
+    assert_eq!(fin["choices"][0]["finish_reason"], "length");
+    assert_eq!(fin["usage"], Value::Null, "{fin}");
+    assert_eq!(usage["choices"], json!([]));
+    assert!(
+        usage["usage"]["completion_tokens"].as_u64().unwrap() > 0,
+        "{usage}"
+    );
 }
 
 #[tokio::test]

@@ -237,10 +237,13 @@ async fn resets_silence_and_a_slow_first_token_fail_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cuts_settle_as_the_spec_says_and_the_prompt_is_billed() {
     let e = start().await;
-    // 7. A cut after output: no fail-over, finish `length`, usage in the cut chunk,
-    //    the ledger row incomplete, and the prompt counted (the provider bills it).
+    // 7. A cut after output: no fail-over, finish `length`, the usage chunk the
+    //    client asked for, the ledger row incomplete, and the prompt counted (the
+    //    provider bills it).
     e.mock.script("a1", vec![Step::CutAfter(2)]);
-    let a = call(&e, &body("chat-a", true)).await;
+    let mut asked = body("chat-a", true);
+    asked["stream_options"] = json!({"include_usage": true});
+    let a = call(&e, &asked).await;
     assert_eq!(a.status, 200);
     assert_eq!(a.finishes(), ["length"]);
     assert_eq!(a.text(), "Hello from");

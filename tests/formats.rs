@@ -631,8 +631,18 @@ async fn a_translated_stream_cut_after_output_settles_as_length() {
     assert!(!chat_text(&chunks).is_empty());
     let last = chunks.last().unwrap();
     assert_eq!(last["choices"][0]["finish_reason"], "length");
-    assert!(last["usage"]["completion_tokens"].as_u64().unwrap() > 0);
+    // Not asked for: no usage chunk.
+    assert!(chunks.iter().all(|c| c.get("usage").is_none()), "{last}");
     assert_eq!(a.frames.last().unwrap().1, "[DONE]");
+    // Asked for: the delivered usage in its own last chunk.
+    e.mock.script("c1", vec![Step::CutAfter(2)]);
+    let mut asked = chat_body("fmt-claude", true);
+    asked["stream_options"] = json!({"include_usage": true});
+    let chunks = call(&e, "/v1/chat/completions", &asked).await.data();
+    let (fin, usage) = (&chunks[chunks.len() - 2], &chunks[chunks.len() - 1]);
+    assert_eq!(fin["choices"][0]["finish_reason"], "length");
+    assert_eq!(usage["choices"], json!([]));
+    assert!(usage["usage"]["completion_tokens"].as_u64().unwrap() > 0);
     e.mock.script("c1", vec![Step::CutAfter(2)]);
     let a = call(&e, "/v1/responses", &responses_body("fmt-claude", true)).await;
     let last = a.data().pop().unwrap();

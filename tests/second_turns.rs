@@ -273,3 +273,92 @@ async fn reasoning_replayed_without_its_content_is_completed_or_removed() {
     assert_eq!(input.as_array().unwrap().len(), 3, "{input}");
     assert!(!input.to_string().contains("rs_unknown"), "{input}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_objects_carry_every_member_the_schema_requires() {
+    let e = start().await;
+    let tools = json!([{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}]);
+    let check = |r: &Value, with_tools: bool| {
+        for k in [
+            "instructions",
+            "metadata",
+            "temperature",
+            "top_p",
+            "tool_choice",
+            "tools",
+            "parallel_tool_calls",
+        ] {
+            assert!(r.get(k).is_some(), "{k} missing: {r}");
+        }
+        assert_eq!(r["parallel_tool_calls"], true, "{r}");
+        assert_eq!(r["tool_choice"], "auto", "{r}");
+        assert_eq!(
+            r["tools"],
+            if with_tools { tools.clone() } else { json!([]) },
+            "{r}"
+        );
+    };
+    // A translated rung, whole and streamed, with and without tools.
+    let a = e
+        .call("/v1/responses", json!({"model": "fmt-claude", "input": "Hi", "instructions": "Be brief.", "tools": tools}))
+        .await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    check(&a.json, true);
+    assert_eq!(a.json["instructions"], "Be brief.");
+    assert_eq!(
+        a.json["usage"]["input_tokens_details"]["cache_write_tokens"],
+        0
+    );
+    assert_eq!(a.json["output"][0]["content"][0]["logprobs"], json!([]));
+    let s = e
+        .call(
+            "/v1/responses",
+            json!({"model": "fmt-claude", "input": "Hi", "stream": true}),
+        )
+        .await;
+    for event in [
+        "response.created",
+        "response.in_progress",
+        "response.completed",
+    ] {
+        let r = s.last_event(event).unwrap_or_else(|| panic!("{event}"))["response"].clone();
+        check(&r, false);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_messages_route_refuses_unknown_fields_and_streams_counts_and_cost() {
+    let e = start().await;
+    let before = e.mock.requests().len();
+    let a = e
+        .call("/v1/messages", json!({"model": "fmt-claude", "max_tokens": 10, "foo": 1, "messages": [{"role": "user", "content": "Hi"}]}))
+        .await;
+    assert_eq!(a.status, 400, "{}", a.json);
+    assert_eq!(a.json["type"], "error");
+    assert_eq!(a.json["error"]["type"], "invalid_request_error");
+    assert!(
+        a.json["error"]["message"].as_str().unwrap().contains("foo"),
+        "{}",
+        a.json
+    );
+    assert_eq!(e.mock.requests().len(), before, "refused before any rung");
+
+    for model in ["fmt-claude", "fmt-gpt"] {
+        let s = e
+            .call("/v1/messages", json!({"model": model, "max_tokens": 64, "stream": true, "messages": [{"role": "user", "content": "Say hello in a few words"}]}))
+            .await;
+        assert_eq!(s.status, 200, "{model}");
+        // The prompt is counted up front (a translated rung: the gateway's own count).
+        let start = s.last_event("message_start").unwrap();
+        assert!(
+            start["message"]["usage"]["input_tokens"].as_u64().unwrap() > 0,
+            "{model}: {start}"
+        );
+        // The final usage carries what the call cost.
+        let delta = s.last_event("message_delta").unwrap();
+        assert!(
+            delta["usage"]["cost"].as_f64().unwrap() > 0.0,
+            "{model}: {delta}"
+        );
+    }
+}

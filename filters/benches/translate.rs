@@ -89,6 +89,8 @@ fn streams(c: &mut Criterion) {
         fallback_id: "x".into(),
         include_usage: false,
         stop_sequence: None,
+        prompt_estimate: 0,
+        echo: String::new(),
     };
     let mut g = c.benchmark_group("stream_chunk");
     g.throughput(Throughput::Elements(1));

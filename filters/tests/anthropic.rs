@@ -38,6 +38,8 @@ fn meta() -> Meta {
         fallback_id: "gw_01abc".into(),
         include_usage: false,
         stop_sequence: None,
+        prompt_estimate: 0,
+        echo: String::new(),
     }
 }
 
@@ -1260,6 +1262,8 @@ fn stop_sequence_names_the_sequence_that_matched() {
     ];
     let one = Meta {
         stop_sequence: Some("END".into()),
+        prompt_estimate: 0,
+        echo: String::new(),
         ..meta()
     };
     let resp = Response::from_events(&unnamed);

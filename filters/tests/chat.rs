@@ -34,6 +34,8 @@ fn meta(include_usage: bool) -> Meta {
         fallback_id: "gw_01abc".into(),
         include_usage,
         stop_sequence: None,
+        prompt_estimate: 0,
+        echo: String::new(),
     }
 }
 
@@ -324,32 +326,53 @@ fn a_chunk_stream_decodes_the_same_at_every_split_and_reencodes() {
 }
 
 #[test]
-fn a_cut_stream_ends_with_length_usage_and_done() {
-    let mut enc = chat::Encoder::new(meta(false));
-    let mut out = Vec::new();
-    enc.event(
-        &Event::Start {
-            id: Some("c1".into()),
-            model: Some("gpt".into()),
-        },
-        &mut out,
-    );
-    enc.event(&Event::Text { text: "Hel".into() }, &mut out);
-    let usage = Usage {
-        input_tokens: 5,
-        output_tokens: 1,
-        ..Usage::default()
-    };
-    enc.end(&tail(usage, true), &mut out);
-    let text = String::from_utf8(out).unwrap();
-    let frames: Vec<&str> = text.split("\n\n").filter(|f| !f.is_empty()).collect();
-    assert_eq!(*frames.last().unwrap(), "data: [DONE]");
-    let fin: Value =
-        serde_json::from_str(frames[frames.len() - 2].trim_start_matches("data: ")).unwrap();
-    assert_eq!(fin["choices"][0]["finish_reason"], "length");
-    assert_eq!(fin["usage"]["completion_tokens"], 1);
-    assert_eq!(fin["x-service-ignored-parameters"], "top_k");
-    assert_eq!(fin["x_gateway"]["attempts"], "openai:ok");
+fn a_cut_stream_ends_with_length_and_done_and_its_usage_only_when_asked() {
+    for include_usage in [false, true] {
+        let mut enc = chat::Encoder::new(meta(include_usage));
+        let mut out = Vec::new();
+        enc.event(
+            &Event::Start {
+                id: Some("c1".into()),
+                model: Some("gpt".into()),
+            },
+            &mut out,
+        );
+        enc.event(&Event::Text { text: "Hel".into() }, &mut out);
+        let usage = Usage {
+            input_tokens: 5,
+            output_tokens: 1,
+            ..Usage::default()
+        };
+        enc.end(&tail(usage, true), &mut out);
+        let text = String::from_utf8(out).unwrap();
+        let frames: Vec<Value> = text
+            .split("\n\n")
+            .filter(|f| !f.is_empty() && *f != "data: [DONE]")
+            .map(|f| serde_json::from_str(f.trim_start_matches("data: ")).unwrap())
+            .collect();
+        assert!(text.ends_with("data: [DONE]\n\n"));
+        let (fin, usage_chunk) = if include_usage {
+            (&frames[frames.len() - 2], frames.last())
+        } else {
+            (frames.last().unwrap(), None)
+        };
+        assert_eq!(fin["choices"][0]["finish_reason"], "length");
+        assert_eq!(fin["x-service-ignored-parameters"], "top_k");
+        assert_eq!(fin["x_gateway"]["attempts"], "openai:ok");
+        match usage_chunk {
+            // The usage in a chunk of its own, every other chunk `usage: null`.
+            Some(u) => {
+                assert_eq!(u["choices"], json!([]));
+                assert_eq!(u["usage"]["completion_tokens"], 1);
+                for f in &frames[..frames.len() - 1] {
+                    assert_eq!(f["usage"], Value::Null, "{f}");
+                    assert!(f.get("usage").is_some(), "{f}");
+                }
+            }
+            // Not asked: no chunk carries a usage.
+            None => assert!(frames.iter().all(|f| f.get("usage").is_none()), "{text}"),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -141,6 +141,8 @@ fn meta() -> Meta {
         fallback_id: "gw_1".into(),
         include_usage: true,
         stop_sequence: None,
+        prompt_estimate: 0,
+        echo: String::new(),
     }
 }
 

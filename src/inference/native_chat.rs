@@ -204,6 +204,7 @@ pub(super) async fn stream_attempt(
                 provider: &t.provider,
                 wants_usage,
                 usage: None,
+                usage_sent: false,
                 content_chars: 0,
                 finish_seen: false,
                 last_id: info.id.as_deref().map(str::to_owned),
@@ -230,6 +231,8 @@ struct Pump<'a> {
     usage: Option<Usage>,
     content_chars: usize,
     finish_seen: bool,
+    /// The usage chunk the client asked for went out.
+    usage_sent: bool,
     last_id: Option<String>,
     last_model: Option<String>,
     created: Option<i64>,
@@ -259,8 +262,11 @@ impl Pump<'_> {
         if let Some(u) = info.usage {
             self.usage = Some(u);
         }
-        if info.usage_only && !self.wants_usage {
-            return;
+        if info.usage_only {
+            if !self.wants_usage {
+                return;
+            }
+            self.usage_sent = true;
         }
         let finishing = info.finish_reason.is_some() && !self.finish_seen;
         let cost = info.usage.and_then(|u| tally.priced(u).cost_usd());
@@ -366,7 +372,8 @@ impl Pump<'_> {
         } else {
             if self.finish_seen {
                 // The finish arrived before the connection ended: the answer is
-                // whole, only the end marker is missing.
+                // whole, only the end marker (and maybe the usage chunk) is missing.
+                self.usage_chunk(tally);
                 self.out.extend_from_slice(b"data: [DONE]\n\n");
             } else {
                 self.cut(tally);
@@ -389,8 +396,9 @@ impl Pump<'_> {
             if ev.data == "[DONE]" {
                 if !self.finish_seen {
                     // A stream that ends without a finish chunk still gets the receipt.
-                    self.synthesize_finish(tally, "stop", false);
+                    self.synthesize_finish(tally, "stop");
                 }
+                self.usage_chunk(tally);
                 self.out.extend_from_slice(b"data: [DONE]\n\n");
                 return true;
             }
@@ -404,18 +412,38 @@ impl Pump<'_> {
         false
     }
 
-    fn synthesize_finish(&mut self, tally: &Tally, reason: &str, with_usage: bool) {
-        let usage = self.usage.unwrap_or_default();
+    /// A chunk of the gateway's own in the stream's shape: `usage: null` on it when
+    /// the client asked for the usage chunk, as on the provider's.
+    fn own_chunk(&self, choices: serde_json::Value) -> serde_json::Value {
         let mut chunk = json!({
             "id": self.last_id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.last_model,
-            "choices": [{"index": 0, "delta": {}, "finish_reason": reason}],
+            "choices": choices,
         });
-        if with_usage {
-            chunk["usage"] = usage_json(&tally.priced(usage));
+        if self.wants_usage {
+            chunk["usage"] = serde_json::Value::Null;
         }
+        chunk
+    }
+
+    /// The usage chunk (`choices: []`), when the client asked for one and the
+    /// provider's did not come.
+    fn usage_chunk(&mut self, tally: &Tally) {
+        if !self.wants_usage || self.usage_sent {
+            return;
+        }
+        let mut chunk = self.own_chunk(json!([]));
+        chunk["usage"] = usage_json(&tally.priced(self.usage.unwrap_or_default()));
+        let bytes = serde_json::to_vec(&chunk).unwrap_or_default();
+        let bytes = splice_member(&bytes, "provider", self.provider_json);
+        self.usage_sent = true;
+        self.out.extend_from_slice(&data_frame(&bytes));
+    }
+
+    fn synthesize_finish(&mut self, tally: &Tally, reason: &str) {
+        let chunk = self.own_chunk(json!([{"index": 0, "delta": {}, "finish_reason": reason}]));
         let bytes = serde_json::to_vec(&chunk).unwrap_or_default();
         let bytes = splice_member(&bytes, "provider", self.provider_json);
         let mut bytes = splice_member(
@@ -435,8 +463,8 @@ impl Pump<'_> {
     /// finish_reason `length` and usage, then `[DONE]`. Never a silent truncation.
     fn cut(&mut self, tally: &Tally) {
         self.usage = Some(tally.cut_usage(self.usage, self.content_chars));
-        // The cut chunk always carries usage: the client must see what it got.
-        self.synthesize_finish(tally, "length", true);
+        self.synthesize_finish(tally, "length");
+        self.usage_chunk(tally);
         self.out.extend_from_slice(b"data: [DONE]\n\n");
     }
 }

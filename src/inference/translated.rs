@@ -57,6 +57,11 @@ fn meta(tally: &Tally, planned: &PlannedRung, parsed: &ParsedRequest) -> Meta {
         fallback_id: crate::store::new_id("gen"),
         include_usage: parsed.req.include_usage,
         stop_sequence: parsed.req.only_stop(),
+        prompt_estimate: tally.prompt_estimate,
+        echo: match parsed.inbound {
+            Inbound::Responses => sluice_filters::inbound::responses::echo(&parsed.object),
+            _ => String::new(),
+        },
     }
 }
 

@@ -267,6 +267,11 @@ async fn empty_completion(
         fallback_id: crate::store::new_id("empty"),
         include_usage: parsed.req.include_usage,
         stop_sequence: None,
+        prompt_estimate: tally.prompt_estimate,
+        echo: match parsed.inbound {
+            Inbound::Responses => sluice_filters::inbound::responses::echo(&parsed.object),
+            _ => String::new(),
+        },
     };
     let tail = Tail {
         usage: tally.priced(Usage::default()),

@@ -811,15 +811,21 @@ impl Encoder {
         }
     }
 
+    /// One chunk; with `include_usage` every chunk but the usage chunk carries
+    /// `"usage": null`, as OpenAI's do.
     fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
-        json!({
+        let mut c = json!({
             "id": self.id.clone().unwrap_or_else(|| format!("chatcmpl-{}", self.meta.fallback_id)),
             "object": "chat.completion.chunk",
             "created": self.meta.created,
             "model": self.model.clone().unwrap_or_else(|| self.meta.slug.clone()),
             "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
             "provider": self.meta.provider,
-        })
+        });
+        if self.meta.include_usage {
+            c["usage"] = Value::Null;
+        }
+        c
     }
 
     fn write(&mut self, out: &mut Vec<u8>, delta: Value) {
@@ -881,31 +887,25 @@ impl StreamEncoder for Encoder {
     }
 
     fn end(&mut self, tail: &Tail, out: &mut Vec<u8>) {
-        if !self.started {
+        let fin = if !self.started {
             self.started = true;
-            let first = self.chunk(json!({"role": "assistant", "content": null}), None);
-            let mut first = first;
             // An empty answer: the role chunk itself carries the finish.
+            let mut first = self.chunk(json!({"role": "assistant", "content": null}), None);
             first["choices"][0]["finish_reason"] = Value::from(finish_str(self.finish, tail.cut));
-            finish_members(&mut first, tail);
-            if tail.cut || self.meta.include_usage {
-                first["usage"] = usage_json(&tail.usage);
-            }
-            out.extend_from_slice(&data_frame(&serde_json::to_vec(&first).unwrap_or_default()));
+            first
         } else {
-            let mut fin = self.chunk(json!({}), Some(finish_str(self.finish, tail.cut)));
-            finish_members(&mut fin, tail);
-            // A cut stream always tells the client what it got.
-            if tail.cut {
-                fin["usage"] = usage_json(&tail.usage);
-            }
-            out.extend_from_slice(&data_frame(&serde_json::to_vec(&fin).unwrap_or_default()));
-            if self.meta.include_usage && !tail.cut {
-                let mut u = self.chunk(json!({}), None);
-                u["choices"] = json!([]);
-                u["usage"] = usage_json(&tail.usage);
-                out.extend_from_slice(&data_frame(&serde_json::to_vec(&u).unwrap_or_default()));
-            }
+            self.chunk(json!({}), Some(finish_str(self.finish, tail.cut)))
+        };
+        let mut fin = fin;
+        finish_members(&mut fin, tail);
+        out.extend_from_slice(&data_frame(&serde_json::to_vec(&fin).unwrap_or_default()));
+        // The usage comes in a chunk of its own, last, when the client asked for it
+        // (a cut stream's too); otherwise no chunk carries one.
+        if self.meta.include_usage {
+            let mut u = self.chunk(json!({}), None);
+            u["choices"] = json!([]);
+            u["usage"] = usage_json(&tail.usage);
+            out.extend_from_slice(&data_frame(&serde_json::to_vec(&u).unwrap_or_default()));
         }
         out.extend_from_slice(b"data: [DONE]\n\n");
     }

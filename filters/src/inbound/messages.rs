@@ -35,6 +35,16 @@ use std::borrow::Cow;
 use std::fmt;
 use std::io::Write;
 
+/// Top-level members of Anthropic's messages API the canonical form does not
+/// model: kept verbatim for Anthropic rungs (dropped and disclosed elsewhere).
+const ANTHROPIC_ONLY: [&str; 5] = [
+    "service_tier",
+    "container",
+    "mcp_servers",
+    "context_management",
+    "inference_geo",
+];
+
 /// The `extras` name prefix of a server tool (`tools.web_search_20250305`): the
 /// whole tool entry is the value. Anthropic rungs append it to `tools`; other rungs
 /// drop and disclose it under that name.
@@ -276,6 +286,15 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
             k => {
                 if let Some(e) = refused_everywhere(k) {
                     return Err(e);
+                }
+                // Anthropic's own members the canonical form does not model reach
+                // its rungs verbatim; anything else is a client's mistake, refused
+                // at once rather than by every rung in turn.
+                if !ANTHROPIC_ONLY.contains(&k) {
+                    return Err(invalid(
+                        k.to_string(),
+                        format!("{k}: Extra inputs are not permitted"),
+                    ));
                 }
                 req.extras.push(Extra {
                     name: key.into_owned(),
@@ -1132,7 +1151,13 @@ impl Encoder {
         out.extend_from_slice(
             b",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":",
         );
-        put_usage(out, self.usage.unwrap_or_default());
+        // Anthropic's own stream counts the input up front; a rung of another maker
+        // reports it only at the end, so the gateway's count stands in until then.
+        let mut usage = self.usage.unwrap_or_default();
+        if usage.input_tokens == 0 {
+            usage.input_tokens = self.meta.prompt_estimate;
+        }
+        put_usage(out, usage);
         out.extend_from_slice(b",\"provider\":");
         put_str(out, &self.meta.provider);
         out.extend_from_slice(b"}}");

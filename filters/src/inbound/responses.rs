@@ -15,7 +15,7 @@ use crate::ir::{
     Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response, ResponseFormat,
     Role, StreamEncoder, Tail, Tool, ToolChoice,
 };
-use crate::json::{append_member, Member, Members};
+use crate::json::{append_member, Member, Members, RawObject};
 use crate::usage::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -818,6 +818,7 @@ struct OutputText {
     kind: &'static str,
     text: String,
     annotations: [(); 0],
+    logprobs: [(); 0],
 }
 
 impl OutputText {
@@ -826,6 +827,7 @@ impl OutputText {
             kind: "output_text",
             text,
             annotations: [],
+            logprobs: [],
         }
     }
 }
@@ -968,13 +970,8 @@ struct Incomplete {
 #[derive(Serialize)]
 struct CachedDetails {
     cached_tokens: u64,
-    /// Only when the provider wrote to its cache (OpenAI never does).
-    #[serde(skip_serializing_if = "is_zero")]
+    /// Tokens the provider wrote to its cache (0 on OpenAI, which never reports any).
     cache_write_tokens: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 #[derive(Serialize)]
@@ -1025,6 +1022,42 @@ struct ResponseObj<'a> {
     output: &'a [OutItem],
     usage: Option<UsageOut>,
     provider: &'a str,
+    /// The request's members the object repeats (see [`echo`]).
+    #[serde(skip)]
+    echo: &'a str,
+}
+
+/// The request members a `response` object repeats, as OpenAI's schema requires
+/// them (`tools`, `tool_choice` and `parallel_tool_calls` never null), each the
+/// client's value or the API's default: JSON members without braces.
+pub fn echo(object: &RawObject) -> String {
+    const FIELDS: [(&str, &str); 7] = [
+        ("instructions", "null"),
+        ("metadata", "{}"),
+        ("parallel_tool_calls", "true"),
+        ("temperature", "1.0"),
+        ("tool_choice", "\"auto\""),
+        ("tools", "[]"),
+        ("top_p", "1.0"),
+    ];
+    let mut out = String::new();
+    for (name, default) in FIELDS {
+        let given = object.get(name).map(RawValue::get).filter(|v| *v != "null");
+        let value = match (name, given) {
+            (_, Some(v)) => v,
+            // Nullable members stay null when the client said null.
+            ("instructions" | "temperature" | "top_p", None) if object.contains_key(name) => "null",
+            (_, None) => default,
+        };
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push('"');
+        out.push_str(name);
+        out.push_str("\":");
+        out.push_str(value);
+    }
+    out
 }
 
 /// Writes a response object into `out`; a finished one carries the receipt and the
@@ -1033,6 +1066,12 @@ fn write_response(out: &mut Vec<u8>, obj: &ResponseObj, tail: Option<&Tail>) {
     let start = out.len();
     // Serializing plain strings and numbers into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, obj);
+    if !obj.echo.is_empty() && out.last() == Some(&b'}') {
+        out.pop();
+        out.push(b',');
+        out.extend_from_slice(obj.echo.as_bytes());
+        out.push(b'}');
+    }
     let Some(tail) = tail else { return };
     if !tail.receipt.is_empty() {
         append_member(out, start, RECEIPT_MEMBER, tail.receipt.as_bytes());
@@ -1110,6 +1149,7 @@ pub fn render(resp: &Response, meta: &Meta, tail: &Tail) -> Vec<u8> {
         output: &items,
         usage: Some(UsageOut::from(&tail.usage)),
         provider: &meta.provider,
+        echo: &meta.echo,
     };
     let mut out = Vec::with_capacity(512 + tail.receipt.len());
     write_response(&mut out, &obj, Some(tail));
@@ -1293,6 +1333,7 @@ impl Encoder {
             output: if outcome.is_some() { &self.items } else { &[] },
             usage: usage.map(UsageOut::from),
             provider: &self.meta.provider,
+            echo: &self.meta.echo,
         }
     }
 

@@ -177,6 +177,13 @@ pub struct Meta {
     /// The caller's stop sequence when it gave exactly one: reported as the one
     /// that matched when a stop-sequence finish does not name it.
     pub stop_sequence: Option<String>,
+    /// Responses: the request's members a `response` object repeats (`tools`,
+    /// `tool_choice`, `instructions`, ...), as JSON members without braces; empty
+    /// for other formats.
+    pub echo: String,
+    /// The gateway's own count of the prompt's tokens: what a stream reports as
+    /// its input before the provider's count arrives (messages `message_start`).
+    pub prompt_estimate: u64,
 }
 
 /// How a stream ends, told to the encoder by the gateway.
