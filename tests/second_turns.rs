@@ -362,3 +362,81 @@ async fn the_messages_route_refuses_unknown_fields_and_streams_counts_and_cost()
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_keeps_encrypted_reasoning_the_client_did_not_ask_for() {
+    let e = start().await;
+    let answer = |id: &str| {
+        json!({
+            "id": format!("resp_{id}"), "object": "response", "created_at": 1, "status": "completed",
+            "model": "r1", "output": [
+                {"type": "reasoning", "id": format!("rs_{id}"), "summary": [{"type": "summary_text", "text": "Thinking."}], "encrypted_content": format!("gAAAA-{id}")},
+                {"type": "message", "id": format!("msg_{id}"), "status": "completed", "role": "assistant",
+                 "content": [{"type": "output_text", "text": "Hello.", "annotations": []}]}
+            ],
+            "usage": {"input_tokens": 5, "output_tokens": 7, "total_tokens": 12,
+                      "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 4}}
+        })
+        .to_string()
+    };
+    let reply = |id: &str| Step::Reply {
+        status: 200,
+        body: answer(id),
+        retry_after: None,
+    };
+    // Kept, not asked: the gateway asks the reasoning rung for it, the client's
+    // answer goes without it.
+    e.mock.script("r1", vec![reply("a")]);
+    let a = e
+        .call(
+            "/v1/responses",
+            json!({"model": "fmt-reason", "input": "Hi", "reasoning": {"summary": "auto"}}),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(
+        e.sent("r1")["include"],
+        json!(["reasoning.encrypted_content"])
+    );
+    assert!(
+        a.json["output"][0].get("encrypted_content").is_none(),
+        "{}",
+        a.json
+    );
+    assert_eq!(a.json["output"][0]["summary"][0]["text"], "Thinking.");
+    // A replay of the item by id gets its content back from the store.
+    let a = e
+        .call(
+            "/v1/responses",
+            json!({"model": "fmt-reason", "input": [
+                {"role": "user", "content": "Hi"},
+                {"type": "reasoning", "id": "rs_a", "summary": [{"type": "summary_text", "text": "Thinking."}]},
+                {"role": "user", "content": "And?"}
+            ]}),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(e.sent("r1")["input"][1]["encrypted_content"], "gAAAA-a");
+    assert_eq!(a.header("x-gateway-replay-repair"), "");
+    // Asked for: the client gets it, streamed too.
+    e.mock.script("r1", vec![reply("b")]);
+    let a = e
+        .call("/v1/responses", json!({"model": "fmt-reason", "input": "Hi", "include": ["reasoning.encrypted_content"]}))
+        .await;
+    assert_eq!(a.json["output"][0]["encrypted_content"], "gAAAA-b");
+    // Not kept and not asked: nothing is asked of the rung.
+    e.mock.script("r1", vec![reply("c")]);
+    let a = e
+        .call(
+            "/v1/responses",
+            json!({"model": "fmt-reason", "input": "Hi", "store": false}),
+        )
+        .await;
+    assert_eq!(a.status, 200);
+    assert!(e.sent("r1").get("include").is_none());
+    assert!(
+        a.json["output"][0].get("encrypted_content").is_none(),
+        "{}",
+        a.json
+    );
+}

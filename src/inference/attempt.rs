@@ -116,12 +116,12 @@ pub async fn write_whole(
     mut h: ResponseHeader,
     body: Vec<u8>,
 ) -> bool {
+    let body = tally.outgoing(body, false);
     // Lower-case names are taken as they are; a `HeaderName` would be title-cased
     // and parsed again on insert.
     let _ = h.insert_header("content-length", body.len());
-    if tally.records_body() {
+    if tally.tape.is_some() {
         tally.tape_header(&h);
-        tally.tape_body(&body);
     }
     session
         .write_response_header(Box::new(h), false)

@@ -113,6 +113,14 @@ impl Engine {
                 let mut req = inbound.parse(body, &members)?;
                 req.model = asked.name.clone();
                 streamed = req.stream;
+                // Encrypted reasoning reaches a responses client only when it asks;
+                // the store keeps it either way.
+                let asked_encrypted = req
+                    .include
+                    .iter()
+                    .any(|i| i == "reasoning.encrypted_content");
+                tally.hide_encrypted = inbound == Inbound::Responses && !asked_encrypted;
+                let keep_reasoning = keeping.is_some() && !asked_encrypted;
                 if inbound != Inbound::Messages {
                     if let Some(k) = idempotency::key_of(session)? {
                         // Rare paths are boxed: inline, their database futures would
@@ -161,6 +169,7 @@ impl Engine {
                     rungs,
                     org_id: org.id.clone(),
                     cacheable: body.len() >= CACHEABLE_BYTES,
+                    keep_reasoning,
                 };
                 let serve = Box::pin(waterfall::serve(self, session, &mut tally, model, parsed));
                 serve.await

@@ -7,6 +7,7 @@ use crate::byok::{Lane, RouteRung};
 use crate::catalog::Model;
 use crate::upstream::Target;
 use bytes::Bytes;
+use serde_json::value::RawValue;
 use sluice_filters::inbound::chat::without_answer_keys;
 use sluice_filters::inbound::history::without_anthropic_reasoning;
 use sluice_filters::inbound::Inbound;
@@ -36,6 +37,10 @@ pub struct ParsedRequest<'a> {
     pub org_id: String,
     /// The request is long enough for a provider to cache its prefix.
     pub cacheable: bool,
+    /// Responses: the store keeps this turn and the client did not ask for the
+    /// encrypted reasoning, so the gateway asks a reasoning rung for it (and the
+    /// client's answer goes without it).
+    pub keep_reasoning: bool,
 }
 
 /// Providers cache prompt prefixes of about 1,024 tokens and more; a shorter
@@ -90,6 +95,8 @@ pub struct PlannedRung {
     pub lane: Lane,
     /// The provider routes by `prompt_cache_key` on this rung.
     pub cache_key_routing: bool,
+    /// The rung's model reasons (the `reasoning` capability).
+    pub reasons: bool,
 }
 
 /// The beta flag that opens Anthropic's 1M-token window (the `[1m]` suffix).
@@ -158,6 +165,7 @@ pub(super) fn plan(
                 headers,
                 lane: *lane,
                 cache_key_routing: facts[p.index].caps.iter().any(|c| c == "cache_key_routing"),
+                reasons: facts[p.index].caps.iter().any(|c| c == "reasoning"),
             }
         })
         .collect())
@@ -197,23 +205,36 @@ impl PlannedRung {
             let trimmed = without(&parsed.object, &self.dropped);
             let mut object = trimmed.as_ref().unwrap_or(&parsed.object);
             // Members rewritten for this rung: hidden reasoning of another maker out
-            // of a responses input, answer-only keys out of chat messages.
-            let edit = match parsed.inbound {
-                Inbound::Responses if repaired => (
-                    "input",
-                    object.get("input").and_then(without_anthropic_reasoning),
-                ),
-                Inbound::Chat if parsed.req.replayed_answer_keys => (
-                    "messages",
-                    object.get("messages").and_then(without_answer_keys),
-                ),
-                _ => ("", None),
-            };
-            let (kept, mut edited);
-            if let (key, Some(k)) = edit {
-                kept = k;
-                edited = object.clone();
-                edited.set(key, &kept);
+            // of a responses input, encrypted reasoning asked for when the store
+            // keeps it, answer-only keys out of chat messages.
+            let mut edits: Vec<(&str, Box<RawValue>)> = Vec::new();
+            match parsed.inbound {
+                Inbound::Responses => {
+                    if repaired {
+                        if let Some(k) = object.get("input").and_then(without_anthropic_reasoning) {
+                            edits.push(("input", k));
+                        }
+                    }
+                    if parsed.keep_reasoning && self.reasons {
+                        if let Some(k) = with_encrypted_reasoning(object.get("include")) {
+                            edits.push(("include", k));
+                        }
+                    }
+                }
+                Inbound::Chat if parsed.req.replayed_answer_keys => {
+                    if let Some(k) = object.get("messages").and_then(without_answer_keys) {
+                        edits.push(("messages", k));
+                    }
+                }
+                _ => {}
+            }
+            let edited;
+            if !edits.is_empty() {
+                let mut o = object.clone();
+                for (k, v) in &edits {
+                    o.set(k, v);
+                }
+                edited = o;
                 object = &edited;
             }
             let body = if parsed.inbound == Inbound::Chat {
@@ -266,6 +287,16 @@ fn disclosure(a: &[String], b: &[String]) -> Option<String> {
         }
     }
     (!names.is_empty()).then(|| names.join(","))
+}
+
+/// A responses `include` with `reasoning.encrypted_content` added.
+fn with_encrypted_reasoning(include: Option<&RawValue>) -> Option<Box<RawValue>> {
+    let mut list: Vec<String> = match include {
+        Some(v) => serde_json::from_str(v.get()).ok()?,
+        None => Vec::new(),
+    };
+    list.push("reasoning.encrypted_content".into());
+    RawValue::from_string(serde_json::to_string(&list).ok()?).ok()
 }
 
 /// The client's object without the members this rung does not receive.

@@ -64,8 +64,11 @@ pub struct Tally {
     /// dropped (`None`) once it outgrows `tape_cap`.
     pub tape: Option<Box<Tape>>,
     /// What went to the client, kept whole for the responses store when it keeps
-    /// this turn.
+    /// this turn (encrypted reasoning included, whatever the client sees).
     pub capture: Option<Vec<u8>>,
+    /// Responses: the client did not ask for `reasoning.encrypted_content`, so its
+    /// answer goes without it.
+    pub hide_encrypted: bool,
     /// The prompt's size in tokens as the gateway estimates it (body bytes / 4):
     /// a cut stream whose provider never reported its count bills this.
     pub prompt_estimate: u64,
@@ -103,6 +106,7 @@ impl Tally {
             billable: false,
             tape: None,
             capture: None,
+            hide_encrypted: false,
             prompt_estimate: 0,
             tape_cap: usize::MAX,
         }
@@ -121,6 +125,23 @@ impl Tally {
         }
     }
 
+    /// Bytes about to go to the client: kept for the store as they are, then
+    /// without encrypted reasoning when the client did not ask for it, taped, and
+    /// handed back to be written.
+    pub fn outgoing(&mut self, bytes: Vec<u8>, streamed: bool) -> Vec<u8> {
+        if let Some(c) = self.capture.as_mut() {
+            c.extend_from_slice(&bytes);
+        }
+        let bytes = if self.hide_encrypted {
+            sluice_filters::inbound::responses::without_encrypted_content(&bytes, streamed)
+                .unwrap_or(bytes)
+        } else {
+            bytes
+        };
+        self.tape_only(&bytes);
+        bytes
+    }
+
     /// Whether the body sent to the client is being recorded (for a replay, or
     /// for the responses store).
     pub fn records_body(&self) -> bool {
@@ -133,6 +154,10 @@ impl Tally {
         if let Some(c) = self.capture.as_mut() {
             c.extend_from_slice(bytes);
         }
+        self.tape_only(bytes);
+    }
+
+    fn tape_only(&mut self, bytes: &[u8]) {
         if let Some(t) = self.tape.as_deref_mut() {
             if t.body.len().saturating_add(bytes.len()) > self.tape_cap {
                 // Too large to keep for a replay: free it now, not at the end.

@@ -402,8 +402,8 @@ async fn stream(
     while healthy && !flow.decoder.done() {
         if !out.is_empty() {
             let cap = out.capacity();
-            let bytes = Bytes::from(std::mem::replace(&mut out, Vec::with_capacity(cap)));
-            tally.tape_body(&bytes);
+            let next = std::mem::replace(&mut out, Vec::with_capacity(cap));
+            let bytes = Bytes::from(tally.outgoing(next, true));
             if session
                 .write_response_body(Some(bytes), false)
                 .await
@@ -473,7 +473,7 @@ async fn stream(
             relay.end(&owned, &meta(tally, planned, parsed), cut, &mut out);
         }
     }
-    tally.tape_body(&out);
+    let out = tally.outgoing(out, true);
     if session
         .write_response_body(Some(Bytes::from(out)), true)
         .await

@@ -1027,6 +1027,54 @@ struct ResponseObj<'a> {
     echo: &'a str,
 }
 
+/// An answer (a whole `response` object, or stream frames) without the encrypted
+/// content of its reasoning items: what a client that did not ask for
+/// `reasoning.encrypted_content` gets, when the gateway asked for it to keep (or
+/// rendered it from another maker's hidden reasoning). `None`: nothing to remove.
+pub fn without_encrypted_content(answer: &[u8], streamed: bool) -> Option<Vec<u8>> {
+    const NEEDLE: &[u8] = b"\"encrypted_content\"";
+    memchr::memmem::find(answer, NEEDLE)?;
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(o) => {
+                if o.get("type").and_then(|t| t.as_str()) == Some("reasoning") {
+                    o.remove("encrypted_content");
+                }
+                o.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let rewrite = |json: &[u8]| -> Option<Vec<u8>> {
+        let mut v: serde_json::Value = serde_json::from_slice(json).ok()?;
+        strip(&mut v);
+        serde_json::to_vec(&v).ok()
+    };
+    if !streamed {
+        return rewrite(answer);
+    }
+    let mut out = Vec::with_capacity(answer.len());
+    for frame in answer.split_inclusive(|&b| b == b'\n') {
+        // Each frame's data is one line; only the ones that hold the member change.
+        match frame.strip_prefix(b"data: ") {
+            Some(data) if memchr::memmem::find(data, NEEDLE).is_some() => {
+                let line = data.strip_suffix(b"\n").unwrap_or(data);
+                match rewrite(line) {
+                    Some(json) => {
+                        out.extend_from_slice(b"data: ");
+                        out.extend_from_slice(&json);
+                        out.push(b'\n');
+                    }
+                    None => out.extend_from_slice(frame),
+                }
+            }
+            _ => out.extend_from_slice(frame),
+        }
+    }
+    Some(out)
+}
+
 /// The request members a `response` object repeats, as OpenAI's schema requires
 /// them (`tools`, `tool_choice` and `parallel_tool_calls` never null), each the
 /// client's value or the API's default: JSON members without braces.
@@ -1629,4 +1677,31 @@ pub fn error_frame(err: &ApiError) -> Vec<u8> {
     obj.insert("sequence_number".into(), 0.into());
     let data = serde_json::to_vec(&obj).unwrap_or_default();
     crate::sse::named_frame("error", &data)
+}
+
+#[cfg(test)]
+mod encrypted_tests {
+    use super::without_encrypted_content;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn encrypted_reasoning_leaves_whole_answers_and_stream_frames_alone_else() {
+        let whole = json!({"id": "r", "output": [
+            {"type": "reasoning", "id": "rs", "summary": [], "encrypted_content": "gA"},
+            {"type": "message", "content": [{"type": "output_text", "text": "encrypted_content"}]}
+        ]});
+        let out = without_encrypted_content(&serde_json::to_vec(&whole).unwrap(), false).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert!(v["output"][0].get("encrypted_content").is_none());
+        assert_eq!(v["output"][1], whole["output"][1]);
+        let sse = b"event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"reasoning\",\"id\":\"rs\",\"encrypted_content\":\"gA\",\"summary\":[]}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\n";
+        let out = String::from_utf8(without_encrypted_content(sse, true).unwrap()).unwrap();
+        assert!(!out.contains("gA"), "{out}");
+        assert!(
+            out.starts_with("event: response.output_item.done\ndata: {"),
+            "{out}"
+        );
+        assert!(out.ends_with("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\n"), "{out}");
+        assert!(without_encrypted_content(b"{\"id\":\"r\"}", false).is_none());
+    }
 }
