@@ -137,7 +137,9 @@ fn main() {
         run("in-process", &MemoryCounters::new(), 200_000).await;
         match std::env::var("SLUICE_BENCH_REDIS_URL") {
             Ok(url) if !url.is_empty() => {
-                let r = RedisCounters::connect(&url).await.expect("Redis");
+                let r = RedisCounters::connect(&url, Duration::from_secs(1))
+                    .await
+                    .expect("Redis");
                 run("redis", &r, 20_000).await;
             }
             _ => println!("gate/redis: set SLUICE_BENCH_REDIS_URL to measure against Redis"),

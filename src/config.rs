@@ -419,6 +419,12 @@ pub struct StorageConfig {
     pub s3_endpoint: String,
     /// The variable holding the HMAC key of signed URLs.
     pub signing_secret_env: String,
+    /// The longest one Redis call may take (request path, settlement, heartbeat,
+    /// readiness); past it the call fails and the caller degrades as documented.
+    pub redis_timeout_ms: u64,
+    /// The longest a database call may wait for a connection (and a request-path
+    /// query may take); past it the caller degrades as documented.
+    pub database_timeout_ms: u64,
 }
 
 #[derive(Clone, Default, Serialize, Deserialize)]
@@ -546,6 +552,8 @@ impl Default for StorageConfig {
             objects: "file://data/objects".into(),
             s3_endpoint: String::new(),
             signing_secret_env: "GATEWAY_SIGNING_SECRET".into(),
+            redis_timeout_ms: 80,
+            database_timeout_ms: 2_000,
         }
     }
 }

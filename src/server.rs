@@ -88,10 +88,12 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     let state = state_rt.block_on(AppState::build(config.clone()))?;
     state_rt.block_on(async {
         state.spawn_refreshers();
+        state.spawn_readiness();
         // The idempotency jobs: this instance's liveness marker, and the sweep of
         // expired keys.
         crate::inference::idempotency::spawn_heartbeat(
             state.counters.clone(),
+            state.db.clone(),
             state.instance_id.clone(),
         );
         crate::inference::idempotency::spawn_sweep(state.db.clone());

@@ -27,13 +27,18 @@ pub struct AppState {
     pub instance_id: String,
     draining: AtomicBool,
     gateway_up: AtomicBool,
+    /// The database and the counters store answered the last readiness probes
+    /// (`spawn_readiness`): `/readyz` reads these, never the stores themselves.
+    database_up: AtomicBool,
+    counters_up: AtomicBool,
 }
 
 impl AppState {
     /// Connects storage, applies migrations, upserts the catalog file and loads the
     /// snapshots. Must run inside the runtime that will keep driving the connections.
     pub async fn build(config: Config) -> anyhow::Result<Arc<AppState>> {
-        let db = Db::connect(&config.storage.database_url).await?;
+        let timeout = std::time::Duration::from_millis(config.storage.database_timeout_ms);
+        let db = Db::open(&config.storage.database_url, None, timeout).await?;
         db.migrate().await?;
         if let Some(specs) = crate::catalog::load_configured(&config.catalog.path)? {
             crate::catalog::upsert_public(&db, &specs).await?;
@@ -44,10 +49,18 @@ impl AppState {
             memory.spawn_sweeper();
             memory
         } else {
-            Arc::new(RedisCounters::connect(&config.storage.redis_url).await?)
+            Arc::new(
+                RedisCounters::connect(
+                    &config.storage.redis_url,
+                    std::time::Duration::from_millis(config.storage.redis_timeout_ms),
+                )
+                .await?,
+            )
         };
         // Usage a previous run spooled goes in first, so the ledger is whole.
         let spool = std::path::PathBuf::from(&config.storage.usage_spool);
+        // A process that died on this machine left its journal: into the spool.
+        crate::store::usage::adopt_orphans(&spool);
         crate::store::usage::replay(&db, &spool, &Default::default()).await;
         if in_process {
             // Fresh in-process counters know no free allowance use: put back what
@@ -61,7 +74,13 @@ impl AppState {
             crate::billing::gate::restore_free(inner.as_ref(), &uses, now).await?;
         }
         let directory = Arc::new(Directory::load(&db).await?);
-        let usage = spawn_writer(db.clone(), &config.storage.database_url, spool)?;
+        let instance_id = crate::store::new_id("inst");
+        let usage = spawn_writer(
+            db.clone(),
+            &config.storage.database_url,
+            spool,
+            &instance_id,
+        )?;
         // Balances a counter does not hold are seeded from the ledger.
         let counters: Arc<dyn Counters> = Arc::new(SeededCounters::new(
             inner,
@@ -84,9 +103,11 @@ impl AppState {
             metrics: Metrics::new(),
             usage,
             responses,
-            instance_id: crate::store::new_id("inst"),
+            instance_id,
             draining: AtomicBool::new(false),
             gateway_up: AtomicBool::new(false),
+            database_up: AtomicBool::new(true),
+            counters_up: AtomicBool::new(true),
         }))
     }
 
@@ -95,6 +116,39 @@ impl AppState {
         self.directory.spawn_sync(self.db.clone());
         self.catalog.spawn_refresh(self.db.clone());
         self.byok.spawn_refresh(self.db.clone());
+    }
+
+    /// Probes the database and the counters store every 250 ms (each call within
+    /// its configured bound) for `/readyz`: a store is down after two failed probes
+    /// in a row and up again at the first that answers, so readiness follows an
+    /// outage within about half a second and a recovery within a quarter.
+    pub fn spawn_readiness(self: &Arc<Self>) {
+        let state = self.clone();
+        tokio::spawn(async move {
+            let (mut db_fails, mut counter_fails) = (0u32, 0u32);
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let (db, counters) = tokio::join!(state.db.ping(), state.counters.ping());
+                db_fails = if db { 0 } else { db_fails + 1 };
+                counter_fails = if counters { 0 } else { counter_fails + 1 };
+                state.database_up.store(db_fails < 2, Ordering::Relaxed);
+                state
+                    .counters_up
+                    .store(counter_fails < 2, Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// Whether the database answered the last readiness probes.
+    pub fn database_up(&self) -> bool {
+        self.database_up.load(Ordering::Relaxed)
+    }
+
+    /// Whether the counters store answered the last readiness probes.
+    pub fn counters_up(&self) -> bool {
+        self.counters_up.load(Ordering::Relaxed)
     }
 
     pub fn draining(&self) -> bool {

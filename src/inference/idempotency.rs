@@ -17,7 +17,6 @@
 //! batches every minute by every instance (deletes of the same rows are harmless).
 
 use super::tally::{Tally, Tape};
-use crate::error::Error;
 use crate::state::AppState;
 use crate::store::counters::Counters;
 use crate::store::now_ms;
@@ -84,13 +83,25 @@ fn heartbeat_key(instance: &str) -> String {
     format!("inst:{instance}")
 }
 
-/// Keeps this instance's liveness marker fresh while the process runs.
-pub fn spawn_heartbeat(counters: Arc<dyn Counters>, instance: String) {
+/// Keeps this instance's liveness fresh while the process runs: a marker in the
+/// counters store and a row in the database, each write bounded by its store's
+/// timeout.
+pub fn spawn_heartbeat(counters: Arc<dyn Counters>, db: crate::store::Db, instance: String) {
     tokio::spawn(async move {
         let key = heartbeat_key(&instance);
         loop {
             if let Err(e) = counters.put_marker(&key, "1", HEARTBEAT_TTL, false).await {
-                tracing::warn!(error = %e, "instance heartbeat not stored");
+                tracing::warn!(error = %e, "instance heartbeat not stored in the counters");
+            }
+            let beat = sqlx::query(
+                "INSERT INTO instances (id, seen_at) VALUES ($1, $2) \
+                 ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at",
+            )
+            .bind(&instance)
+            .bind(now_ms())
+            .execute(&db.pool);
+            if let Err(e) = db.bounded(beat).await {
+                tracing::warn!(error = %e, "instance heartbeat not stored in the database");
             }
             tokio::time::sleep(HEARTBEAT).await;
         }
@@ -133,6 +144,18 @@ fn body_hash(route: &str, body: &[u8]) -> String {
     hex::encode(h.finalize())
 }
 
+/// The answer when the store behind Idempotency-Key cannot be reached (or did not
+/// answer within `storage.database_timeout_ms`): the guarantee cannot be kept, so
+/// the request is not sent, and the client is told to retry (a 503 of SPEC's).
+fn store_away(e: sqlx::Error) -> ApiError {
+    tracing::error!(error = %e, "idempotency store unavailable");
+    ApiError::new(
+        ErrorCode::UnavailableRoute,
+        "The store that keeps Idempotency-Key results is unavailable, so the request was not sent; retry with backoff.",
+    )
+    .with_status(503)
+}
+
 /// Claims `key` for this request, or answers what an earlier request with it left.
 pub async fn claim(
     state: &AppState,
@@ -143,7 +166,8 @@ pub async fn claim(
     deadline: Instant,
 ) -> Result<Claim, ApiError> {
     let hash = body_hash(route, body);
-    let pool = &state.db.pool;
+    let db = &state.db;
+    let pool = &db.pool;
     let ttl_ms = i64::try_from(
         state
             .config
@@ -170,10 +194,12 @@ pub async fn claim(
         .bind(&state.instance_id)
         .bind(now)
         .bind(now.saturating_add(ttl_ms))
-        .execute(pool)
-        .await
-        .map_err(Error::db("idempotency"))?
-        .rows_affected();
+        .execute(pool);
+        let inserted = db
+            .bounded(inserted)
+            .await
+            .map_err(store_away)?
+            .rows_affected();
         if inserted == 1 {
             return Ok(Claim::Fresh(Ticket {
                 org_id: org_id.to_string(),
@@ -186,20 +212,18 @@ pub async fn claim(
         )
         .bind(org_id)
         .bind(key)
-        .fetch_optional(pool)
-        .await
-        .map_err(Error::db("idempotency"))?;
+        .fetch_optional(pool);
+        let row = db.bounded(row).await.map_err(store_away)?;
         let Some(row) = row else { continue };
         if row.get::<i64, _>("expires_at") <= now {
-            sqlx::query(
+            let gone = sqlx::query(
                 "DELETE FROM idempotency_keys WHERE org_id = $1 AND idem_key = $2 AND expires_at <= $3",
             )
             .bind(org_id)
             .bind(key)
             .bind(now)
-            .execute(pool)
-            .await
-            .map_err(Error::db("idempotency"))?;
+            .execute(pool);
+            db.bounded(gone).await.map_err(store_away)?;
             continue;
         }
         if row.get::<String, _>("body_hash") != hash {
@@ -261,14 +285,24 @@ fn tape_of(row: &sqlx::any::AnyRow) -> Tape {
     }
 }
 
-/// Whether the instance that owns a claim still runs.
+/// Whether the instance that owns a claim still runs: its marker in the counters
+/// store, or (a Redis that restarted has lost every marker) its row in the
+/// database. When neither store answers the owner is taken to be alive: the wait
+/// is bounded by the request's deadline.
 async fn alive(state: &AppState, owner: &str) -> bool {
     if owner == state.instance_id {
         return true;
     }
-    match state.counters.get_marker(&heartbeat_key(owner)).await {
-        Ok(m) => m.is_some(),
-        // Cannot tell: keep waiting (bounded by the request deadline).
+    if let Ok(Some(_)) = state.counters.get_marker(&heartbeat_key(owner)).await {
+        return true;
+    }
+    let ttl_ms = i64::try_from(HEARTBEAT_TTL.as_millis()).unwrap_or(i64::MAX);
+    let seen = sqlx::query("SELECT seen_at FROM instances WHERE id = $1")
+        .bind(owner)
+        .fetch_optional(&state.db.pool);
+    match state.db.bounded(seen).await {
+        Ok(Some(row)) => row.get::<i64, _>("seen_at") >= now_ms() - ttl_ms,
+        Ok(None) => false,
         Err(_) => true,
     }
 }

@@ -26,11 +26,13 @@ pub fn router(state: Shared) -> Router {
 }
 
 /// 200 once the database, Redis (when configured), the catalog and the gateway
-/// listener are up; 503 while draining.
+/// listener are up; 503 while draining or while a store does not answer. It reads
+/// what the background probe last saw (`AppState::spawn_readiness`), so it answers
+/// at once whatever the stores are doing.
 async fn readyz(State(state): State<Shared>) -> impl IntoResponse {
     let draining = state.draining();
-    let db = state.db.ping().await;
-    let counters = state.counters.ping().await;
+    let db = state.database_up();
+    let counters = state.counters_up();
     let gateway = state.gateway_up();
     // The catalog snapshot exists by construction: the state is built only after it loaded.
     let ready = !draining && db && counters && gateway;

@@ -22,7 +22,13 @@ pub enum Engine {
 pub struct Db {
     pub pool: AnyPool,
     pub engine: Engine,
+    /// The longest a call may wait for a connection, and a request-path query may
+    /// take (`storage.database_timeout_ms`).
+    pub timeout: std::time::Duration,
 }
+
+/// The default bound of database calls when the configuration gives none.
+const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// (version, description, sqlite sql, postgres sql)
 const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
@@ -92,15 +98,41 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0011_stored_items.sql"),
         include_str!("../../migrations/postgres/0011_stored_items.sql"),
     ),
+    (
+        12,
+        "instance heartbeats",
+        include_str!("../../migrations/sqlite/0012_instances.sql"),
+        include_str!("../../migrations/postgres/0012_instances.sql"),
+    ),
 ];
 
 impl Db {
     pub async fn connect(url: &str) -> anyhow::Result<Db> {
-        Db::connect_with(url, None).await
+        Db::open(url, None, DEFAULT_TIMEOUT).await
     }
 
     /// `max`: the pool's connection limit (default: 4 for SQLite, 16 for PostgreSQL).
     pub async fn connect_with(url: &str, max: Option<u32>) -> anyhow::Result<Db> {
+        Db::open(url, max, DEFAULT_TIMEOUT).await
+    }
+
+    /// Runs a request-path query within the database's bound: a database that
+    /// hangs fails the query (`PoolTimedOut`) instead of the request.
+    pub async fn bounded<T>(
+        &self,
+        query: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, sqlx::Error> {
+        tokio::time::timeout(self.timeout, query)
+            .await
+            .unwrap_or(Err(sqlx::Error::PoolTimedOut))
+    }
+
+    /// Opens the pool; `timeout` bounds waiting for a connection.
+    pub async fn open(
+        url: &str,
+        max: Option<u32>,
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<Db> {
         sqlx::any::install_default_drivers();
         let engine = if url.starts_with("sqlite:") {
             Engine::Sqlite
@@ -130,7 +162,7 @@ impl Db {
         let max = max.unwrap_or(if engine == Engine::Sqlite { 4 } else { 16 });
         let pool = AnyPoolOptions::new()
             .max_connections(max)
-            .acquire_timeout(std::time::Duration::from_secs(10))
+            .acquire_timeout(timeout)
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if engine == Engine::Sqlite {
@@ -152,7 +184,11 @@ impl Db {
             .connect(&url)
             .await
             .with_context(|| format!("connecting to the {engine:?} database"))?;
-        Ok(Db { pool, engine })
+        Ok(Db {
+            pool,
+            engine,
+            timeout,
+        })
     }
 
     /// Applies pending migrations of this engine.
@@ -198,7 +234,9 @@ impl Db {
 
     /// A cheap liveness query, for readiness.
     pub async fn ping(&self) -> bool {
-        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+        self.bounded(sqlx::query("SELECT 1").execute(&self.pool))
+            .await
+            .is_ok()
     }
 }
 

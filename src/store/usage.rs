@@ -13,6 +13,7 @@
 //! counter seeded from the database can take it off (`counters::seeded`).
 
 use super::db::Engine;
+use super::journal::{Journal, Sealed};
 use super::{new_ordered_id, now_ms, Db};
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
@@ -139,24 +140,92 @@ impl Unwritten {
     }
 }
 
+/// Events recorded and not yet taken by the writer, and the journal segment
+/// they were appended to.
+#[derive(Default)]
+struct Pending {
+    events: Vec<UsageEvent>,
+    journal: Option<Journal>,
+}
+
 /// Where requests leave their events; cheap to clone.
 #[derive(Clone, Default)]
 pub struct UsageSink {
-    pending: Arc<Mutex<Vec<UsageEvent>>>,
+    pending: Arc<Mutex<Pending>>,
     pub unwritten: Arc<Unwritten>,
 }
 
 impl UsageSink {
-    pub fn record(&self, ev: UsageEvent) {
+    /// Records one event: its id is given here, its line appended to the journal
+    /// (one `write`, no wait: a killed process loses nothing recorded), and the
+    /// writer takes it on its next tick.
+    pub fn record(&self, mut ev: UsageEvent) {
+        if ev.id.is_empty() {
+            ev.id = new_ordered_id("ue");
+        }
         self.unwritten.adjust(std::slice::from_ref(&ev), 1);
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(ev);
+        let line = serde_json::to_vec(&ev).map(|mut l| {
+            l.push(b'\n');
+            l
+        });
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Some(j), Ok(line)) = (p.journal.as_mut(), line) {
+            if let Err(e) = j.append(&line) {
+                tracing::error!(error = %e, "usage journal not written: this event is kept in memory only");
+            }
+        }
+        p.events.push(ev);
     }
 
-    fn take(&self) -> Vec<UsageEvent> {
-        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()))
+    /// The events recorded since the last take, and the journal segment that
+    /// holds them (sealed: new events go to the next one).
+    fn take(&self) -> (Vec<UsageEvent>, Option<Sealed>) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let events = std::mem::take(&mut p.events);
+        let sealed = p.journal.as_mut().and_then(Journal::seal);
+        (events, sealed)
+    }
+
+    fn sync_handle(&self) -> Option<std::fs::File> {
+        let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.journal.as_ref().and_then(Journal::sync_handle)
+    }
+}
+
+/// The journal's folder: the spool's.
+fn journal_dir(spool: &Path) -> PathBuf {
+    match spool.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Moves what journal segments of processes gone from this machine hold into the
+/// spool (replayed like any spooled batch, exactly once: ids make a stored event
+/// a no-op). Runs at start, before the spool is replayed.
+pub fn adopt_orphans(spool: &Path) {
+    for (segment, text) in super::journal::orphans(&journal_dir(spool)) {
+        let events: Vec<UsageEvent> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if events.is_empty() {
+            segment.done();
+            continue;
+        }
+        match append_spool(spool, &events) {
+            Ok(()) => {
+                tracing::info!(
+                    events = events.len(),
+                    "usage journal of a stopped process taken over"
+                );
+                segment.done();
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "usage journal of a stopped process left in place: the spool is not writable")
+            }
+        }
     }
 }
 
@@ -169,8 +238,24 @@ impl UsageSink {
 /// (SQLite's worker threads, PostgreSQL's sockets) at that priority too; `db` is
 /// used when that pool cannot open, and for in-memory SQLite. A writer that cannot
 /// start fails the start of the service: events would otherwise only pile up.
-pub fn spawn_writer(db: Db, url: &str, spool: PathBuf) -> anyhow::Result<UsageSink> {
+pub fn spawn_writer(
+    db: Db,
+    url: &str,
+    spool: PathBuf,
+    instance: &str,
+) -> anyhow::Result<UsageSink> {
     let sink = UsageSink::default();
+    match Journal::open(&journal_dir(&spool), instance) {
+        Ok(j) => {
+            sink.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .journal = Some(j)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "usage journal not opened: events are kept in memory until written")
+        }
+    }
     // A spool the last run left is charged but not written yet.
     sink.unwritten.adjust(&read_spool(&spool), 1);
     let drained = sink.clone();
@@ -186,7 +271,7 @@ pub fn spawn_writer(db: Db, url: &str, spool: PathBuf) -> anyhow::Result<UsageSi
                 let db = if url.contains(":memory:") {
                     db
                 } else {
-                    match Db::connect_with(&url, Some(2)).await {
+                    match Db::open(&url, Some(2), db.timeout).await {
                         Ok(own) => own,
                         Err(e) => {
                             tracing::warn!(error = %e, "usage writer: sharing the main pool");
@@ -206,12 +291,18 @@ async fn write_loop(db: Db, spool: PathBuf, drained: UsageSink) {
     let tally = &drained.unwritten;
     loop {
         tick.tick().await;
-        replay(&db, &spool, tally).await;
-        let mut batch = drained.take();
-        for e in &mut batch {
-            e.id = new_ordered_id("ue");
+        // The current segment goes to the disk every tick: what a machine crash
+        // can lose is bounded by this interval.
+        if let Some(f) = drained.sync_handle() {
+            let _ = f.sync_data();
         }
-        write_or_spool(&db, &spool, &batch, tally).await;
+        replay(&db, &spool, tally).await;
+        let (batch, sealed) = drained.take();
+        let kept = write_or_spool(&db, &spool, &batch, tally).await;
+        // Stored or spooled: the journal's copy has done its work.
+        if let (true, Some(s)) = (kept, sealed) {
+            s.done();
+        }
     }
 }
 
@@ -240,11 +331,13 @@ fn chunks(events: &[UsageEvent]) -> Vec<&[UsageEvent]> {
     out
 }
 
-/// Writes events in chunks; a chunk that fails twice goes to the spool.
-async fn write_or_spool(db: &Db, spool: &Path, events: &[UsageEvent], tally: &Unwritten) {
+/// Writes events in chunks; a chunk that fails twice goes to the spool. Returns
+/// whether every event is stored or spooled (kept on the disk either way).
+async fn write_or_spool(db: &Db, spool: &Path, events: &[UsageEvent], tally: &Unwritten) -> bool {
     if events.is_empty() || insert_fresh(db, events, tally).await.is_ok() {
-        return;
+        return true;
     }
+    let mut kept = true;
     for part in chunks(events) {
         if insert(db, part, tally).await.is_ok() {
             continue;
@@ -253,10 +346,12 @@ async fn write_or_spool(db: &Db, spool: &Path, events: &[UsageEvent], tally: &Un
         if let Err(e) = insert(db, part, tally).await {
             tracing::error!(error = %e, events = part.len(), "usage events spooled until the database answers");
             if let Err(e) = append_spool(spool, part) {
-                tracing::error!(error = %e, events = part.len(), path = %spool.display(), "usage events lost: the spool is not writable");
+                kept = false;
+                tracing::error!(error = %e, events = part.len(), path = %spool.display(), "usage events not spooled: the spool is not writable (the journal keeps them)");
             }
         }
     }
+    kept
 }
 
 fn append_spool(spool: &Path, events: &[UsageEvent]) -> std::io::Result<()> {
@@ -525,7 +620,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let spool = dir.path().join("s.jsonl");
         let mixed = [event("ue_2", 200), event("ue_4", 40)];
-        write_or_spool(&db, &spool, &mixed, &tally).await;
+        assert!(write_or_spool(&db, &spool, &mixed, &tally).await);
         assert_eq!(state(&db).await, (4, 1_000_000 - 540));
         assert!(!spool.exists());
     }
@@ -594,11 +689,12 @@ mod tests {
             .execute(&db.pool)
             .await
             .unwrap();
-        let mut batch = sink.take();
-        for (i, e) in batch.iter_mut().enumerate() {
-            e.id = format!("ue_{i}");
-        }
-        write_or_spool(&db, &spool, &batch, &sink.unwritten).await;
+        let (batch, _) = sink.take();
+        assert!(
+            batch.iter().all(|e| e.id.starts_with("ue_")),
+            "ids given on record"
+        );
+        assert!(write_or_spool(&db, &spool, &batch, &sink.unwritten).await);
         assert_eq!(unwritten(&sink.unwritten).await, 70);
         // A new process finds the spool unwritten too.
         let next = Unwritten::default();
@@ -611,5 +707,44 @@ mod tests {
         assert!(replay(&db, &spool, &next).await);
         assert_eq!(unwritten(&next).await, 0);
         assert_eq!(state(&db).await, (2, 1_000_000 - 70));
+    }
+}
+
+#[cfg(test)]
+mod journal_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_process_that_dies_after_recording_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = dir.path().join("usage-spool.jsonl");
+        // A process records two events, then dies before its writer took them.
+        let sink = UsageSink::default();
+        sink.pending.lock().unwrap().journal =
+            Some(Journal::open(dir.path(), "inst_dead").unwrap());
+        for cost in [70, 30] {
+            sink.record(UsageEvent {
+                org_id: "org_1".into(),
+                lane: "platform_funded".into(),
+                cost_micro_usd: cost,
+                ..UsageEvent::default()
+            });
+        }
+        drop(sink);
+        // The next start takes its journal over into the spool, ids and all.
+        adopt_orphans(&spool);
+        let events = read_spool(&spool);
+        assert_eq!(events.iter().map(|e| e.cost_micro_usd).sum::<i64>(), 100);
+        assert!(events.iter().all(|e| e.id.starts_with("ue_")));
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("usage-journal.")
+            })
+            .collect();
+        assert!(left.is_empty(), "the segment went once spooled");
     }
 }

@@ -108,11 +108,24 @@ pub fn command(backend: &Backend, opts: &Opts) -> Command {
         .env("SLUICE_SERVER__OPS_LISTEN", "127.0.0.1:0")
         .env("SLUICE_SERVER__THREADS", "2")
         .env("SLUICE_SERVER__GRACE_PERIOD_SECONDS", "2")
+        // A loaded test machine can pause a process longer than production's
+        // tens of milliseconds; the outage tests set their own.
+        .env("SLUICE_STORAGE__REDIS_TIMEOUT_MS", "2000")
         .env("SLUICE_ADMIN__TOKEN", ADMIN_TOKEN)
         .env("SLUICE_STORAGE__DATABASE_URL", &backend.database_url)
         .env(
             "SLUICE_SECRETS__KEY_FILE",
             backend._dir.path().join("secret.key").display().to_string(),
+        )
+        // The usage spool and journal of the backend's instances, not the repository's.
+        .env(
+            "SLUICE_STORAGE__USAGE_SPOOL",
+            backend
+                ._dir
+                .path()
+                .join("usage-spool.jsonl")
+                .display()
+                .to_string(),
         )
         .env(
             "SLUICE_CATALOG__PATH",

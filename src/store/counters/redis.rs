@@ -114,6 +114,8 @@ return 0
 
 pub struct RedisCounters {
     conn: ConnectionManager,
+    /// The longest one call may take.
+    timeout: Duration,
     prefix: String,
     take: Script,
     affinity_put: Script,
@@ -121,18 +123,40 @@ pub struct RedisCounters {
 }
 
 impl RedisCounters {
-    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+    /// Connects with every call bounded by `timeout`, and a lost connection made
+    /// again within about a second of Redis answering (retries 100 ms apart, at
+    /// most 1 s), never the default backoff that grows to minutes.
+    pub async fn connect(url: &str, timeout: Duration) -> anyhow::Result<Self> {
         let client = redis::Client::open(url).context("invalid storage.redis_url")?;
-        let conn = ConnectionManager::new(client)
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Duration::from_millis(500))
+            .set_response_timeout(timeout)
+            .set_exponent_base(1)
+            .set_factor(100)
+            .set_max_delay(1_000)
+            .set_number_of_retries(3);
+        let conn = ConnectionManager::new_with_config(client, config)
             .await
             .context("connecting to Redis")?;
         Ok(RedisCounters {
             conn,
+            timeout,
             prefix: "sluice:".into(),
             take: Script::new(TAKE),
             affinity_put: Script::new(AFFINITY_PUT),
             correct: Script::new(CORRECT),
         })
+    }
+
+    /// Runs one call within the timeout: a Redis that hangs fails the call.
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> anyhow::Result<T> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(r) => Ok(r?),
+            Err(_) => anyhow::bail!("Redis did not answer within {:?}", self.timeout),
+        }
     }
 
     fn k(&self, key: &str) -> String {
@@ -171,7 +195,7 @@ impl Counters for RedisCounters {
             inv.arg(b.credited).arg(b.amount).arg(b.floor);
         }
         let mut conn = self.conn.clone();
-        let (idx, cur): (i64, i64) = inv.invoke_async(&mut conn).await?;
+        let (idx, cur): (i64, i64) = self.bounded(inv.invoke_async(&mut conn)).await?;
         Ok(if idx == 0 {
             WindowOutcome::Added
         } else if idx < 0 {
@@ -187,13 +211,13 @@ impl Counters for RedisCounters {
     async fn seed_balance(&self, key: &str, balance: i64, credited: i64) -> anyhow::Result<()> {
         // Rare (once per org after a loss): the script is not kept prepared.
         let mut conn = self.conn.clone();
-        let _: () = redis::Script::new(SEED)
-            .key(self.k(key))
+        let script = redis::Script::new(SEED);
+        let mut inv = script.prepare_invoke();
+        inv.key(self.k(key))
             .key(self.k(&credited_mark(key)))
             .arg(balance)
-            .arg(credited)
-            .invoke_async(&mut conn)
-            .await?;
+            .arg(credited);
+        let _: () = self.bounded(inv.invoke_async(&mut conn)).await?;
         Ok(())
     }
 
@@ -203,7 +227,7 @@ impl Counters for RedisCounters {
             pipe.incr(self.k(k), *v).ignore();
         }
         let mut conn = self.conn.clone();
-        let _: () = pipe.query_async(&mut conn).await?;
+        let _: () = self.bounded(pipe.query_async(&mut conn)).await?;
         Ok(())
     }
 
@@ -216,31 +240,30 @@ impl Counters for RedisCounters {
             inv.key(self.k(k)).arg(*v);
         }
         let mut conn = self.conn.clone();
-        let _: i64 = inv.invoke_async(&mut conn).await?;
+        let _: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
         Ok(())
     }
 
     async fn window_total(&self, key: &str, window_secs: u64) -> anyhow::Result<i64> {
         let mut conn = self.conn.clone();
-        let v: Option<i64> = conn
-            .get(self.window_key(key, window_secs, now_secs()))
-            .await?;
+        let name = self.window_key(key, window_secs, now_secs());
+        let v: Option<i64> = self.bounded(conn.get(name)).await?;
         Ok(v.unwrap_or(0))
     }
 
     async fn add(&self, key: &str, amount: i64) -> anyhow::Result<i64> {
         let mut conn = self.conn.clone();
-        Ok(conn.incr(self.k(key), amount).await?)
+        self.bounded(conn.incr(self.k(key), amount)).await
     }
 
     async fn get(&self, key: &str) -> anyhow::Result<Option<i64>> {
         let mut conn = self.conn.clone();
-        Ok(conn.get(self.k(key)).await?)
+        self.bounded(conn.get(self.k(key))).await
     }
 
     async fn set(&self, key: &str, value: i64) -> anyhow::Result<()> {
         let mut conn = self.conn.clone();
-        let _: () = conn.set(self.k(key), value).await?;
+        let _: () = self.bounded(conn.set(self.k(key), value)).await?;
         Ok(())
     }
 
@@ -258,16 +281,14 @@ impl Counters for RedisCounters {
             .strip_prefix(super::AFFINITY)
             .and_then(|rest| rest.split(':').next());
         if let (Some(org), false) = (org, only_if_absent) {
-            let _: i64 = self
-                .affinity_put
-                .key(self.k(key))
+            let mut inv = self.affinity_put.prepare_invoke();
+            inv.key(self.k(key))
                 .key(self.k(&["affidx:", org].concat()))
                 .key(self.k(&["affseq:", org].concat()))
                 .arg(value)
                 .arg(ttl_ms)
-                .arg(super::AFFINITY_PER_ORG)
-                .invoke_async(&mut conn)
-                .await?;
+                .arg(super::AFFINITY_PER_ORG);
+            let _: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
             return Ok(true);
         }
         let mut cmd = redis::cmd("SET");
@@ -275,25 +296,24 @@ impl Counters for RedisCounters {
         if only_if_absent {
             cmd.arg("NX");
         }
-        let r: Option<String> = cmd.query_async(&mut conn).await?;
+        let r: Option<String> = self.bounded(cmd.query_async(&mut conn)).await?;
         Ok(r.is_some())
     }
 
     async fn get_marker(&self, key: &str) -> anyhow::Result<Option<String>> {
         let mut conn = self.conn.clone();
-        Ok(conn.get(self.k(key)).await?)
+        self.bounded(conn.get(self.k(key))).await
     }
 
     async fn delete(&self, key: &str) -> anyhow::Result<()> {
         let mut conn = self.conn.clone();
-        let _: () = conn.del(self.k(key)).await?;
+        let _: () = self.bounded(conn.del(self.k(key))).await?;
         Ok(())
     }
 
     async fn ping(&self) -> bool {
         let mut conn = self.conn.clone();
-        redis::cmd("PING")
-            .query_async::<String>(&mut conn)
+        self.bounded(redis::cmd("PING").query_async::<String>(&mut conn))
             .await
             .is_ok()
     }
@@ -308,7 +328,7 @@ mod tests {
             eprintln!("SLUICE_TEST_REDIS_URL unset: Redis contract runs in the Redis pass");
             return;
         };
-        let c = super::RedisCounters::connect(&url)
+        let c = super::RedisCounters::connect(&url, std::time::Duration::from_secs(2))
             .await
             .expect("Redis is up");
         let ns = format!("test{}", rand::random::<u32>());
