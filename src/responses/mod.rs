@@ -11,9 +11,10 @@
 //! Bounds: a turn is written within milliseconds of its answer by one writer task,
 //! in batches; while the database is away the writer retries and the queue holds at
 //! most `QUEUE` turns (past it a turn is not kept, and a warning says so); a crash
-//! loses the turns answered but not yet written (normally the last one or none). This instance reads its own queued turns at once; another instance that
-//! does not find an id waits for the writer up to `MISS_WAITS` before answering
-//! `previous_response_not_found`.
+//! loses the turns answered but not yet written (normally the last one or none). A miss (on this instance: a turn
+//! whose answer went out a moment before its turn was queued; on another: one
+//! not written yet) is read again after 50, 150 and 300 ms before the request is
+//! answered `previous_response_not_found` or an item reference refused.
 
 pub mod store;
 
@@ -41,7 +42,7 @@ const MISS_WAITS: [Duration; 3] = [
     Duration::from_millis(300),
 ];
 /// The longest a history read may take before the request is refused (503).
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
+const READ_TIMEOUT: Duration = Duration::from_secs(2);
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 const SWEEP_BATCH: i64 = 500;
 
@@ -206,37 +207,52 @@ impl Keeper {
         Ok((items, repaired))
     }
 
-    /// Stored items of the org by id: queued ones here first, then the database.
+    /// Items of the org's turns queued here (not written yet), by id.
+    fn pending_items(
+        &self,
+        org_id: &str,
+        ids: &[String],
+        found: &mut HashMap<String, Box<RawValue>>,
+    ) {
+        let pending = self.lock_pending();
+        for t in pending.values().filter(|t| t.org_id == org_id) {
+            for (id, pos) in &t.item_ids {
+                if !ids.contains(id) || found.contains_key(id) {
+                    continue;
+                }
+                let items: Vec<Box<RawValue>> =
+                    serde_json::from_slice(&t.items).unwrap_or_default();
+                if let Some(item) = usize::try_from(*pos)
+                    .ok()
+                    .and_then(|p| items.into_iter().nth(p))
+                {
+                    found.insert(id.clone(), item);
+                }
+            }
+        }
+    }
+
+    /// Stored items of the org by id: queued ones here first, then the database;
+    /// a miss is read again after short waits (the turn that holds the item may
+    /// still be on its way: queued here a moment after its answer went out, or
+    /// written by another instance).
     async fn items(
         &self,
         org_id: &str,
         ids: &[String],
     ) -> Result<HashMap<String, Box<RawValue>>, ApiError> {
         let mut found = HashMap::new();
-        {
-            let pending = self.lock_pending();
-            for t in pending.values().filter(|t| t.org_id == org_id) {
-                for (id, pos) in &t.item_ids {
-                    if !ids.contains(id) {
-                        continue;
-                    }
-                    let items: Vec<Box<RawValue>> =
-                        serde_json::from_slice(&t.items).unwrap_or_default();
-                    if let Some(item) = usize::try_from(*pos)
-                        .ok()
-                        .and_then(|p| items.into_iter().nth(p))
-                    {
-                        found.insert(id.clone(), item);
-                    }
-                }
+        let mut waits = MISS_WAITS.iter();
+        loop {
+            self.pending_items(org_id, ids, &mut found);
+            let rest: Vec<String> = ids
+                .iter()
+                .filter(|i| !found.contains_key(*i))
+                .cloned()
+                .collect();
+            if rest.is_empty() {
+                return Ok(found);
             }
-        }
-        let rest: Vec<String> = ids
-            .iter()
-            .filter(|i| !found.contains_key(*i))
-            .cloned()
-            .collect();
-        if !rest.is_empty() {
             let read = tokio::time::timeout(
                 READ_TIMEOUT,
                 store::items(&self.db, org_id, &rest, now_ms()),
@@ -249,8 +265,14 @@ impl Keeper {
                 }
                 Err(_) => return Err(unavailable()),
             }
+            if found.len() == ids.len() {
+                return Ok(found);
+            }
+            match waits.next() {
+                Some(d) => tokio::time::sleep(*d).await,
+                None => return Ok(found),
+            }
         }
-        Ok(found)
     }
 
     /// After the answer went out: queues the turn for the writer. `answer` is what
@@ -315,6 +337,23 @@ impl Keeper {
     /// The conversation up to `id`: turns still queued here, then the database
     /// (read again after short waits when it has not got the id yet).
     async fn history(&self, org_id: &str, id: &str) -> Result<Option<History>, ApiError> {
+        let mut waits = MISS_WAITS.iter();
+        loop {
+            if let Some(h) = self.history_now(org_id, id).await? {
+                return Ok(Some(h));
+            }
+            // Not there yet: the turn may be queued here a moment after its answer
+            // went out, or being written by another instance.
+            match waits.next() {
+                Some(d) => tokio::time::sleep(*d).await,
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The conversation up to `id` as this instance's queue and the database have
+    /// it now.
+    async fn history_now(&self, org_id: &str, id: &str) -> Result<Option<History>, ApiError> {
         // Turns of this instance not written yet, newest first.
         let mut queued: Vec<store::Turn> = Vec::new();
         let mut at = id.to_string();
@@ -341,7 +380,7 @@ impl Keeper {
                 chain_id: t.chain_id.clone(),
                 items: Vec::new(),
             }),
-            _ => self.read(org_id, &at, queued.is_empty()).await?,
+            _ => self.read(org_id, &at).await?,
         };
         let Some(mut h) = rest else {
             return Ok(None);
@@ -357,29 +396,20 @@ impl Keeper {
         Ok(Some(h))
     }
 
-    /// Reads a history from the database; on a miss, again after each of
-    /// `MISS_WAITS` when `wait` (another instance may be about to write it).
-    async fn read(&self, org_id: &str, id: &str, wait: bool) -> Result<Option<History>, ApiError> {
-        let waits = if wait { &MISS_WAITS[..] } else { &[] };
-        let mut waits = waits.iter();
-        loop {
-            let read =
-                tokio::time::timeout(READ_TIMEOUT, store::history(&self.db, org_id, id, now_ms()))
-                    .await;
-            match read {
-                Ok(Ok(Some(h))) => return Ok(Some(h)),
-                Ok(Ok(None)) => match waits.next() {
-                    Some(d) => tokio::time::sleep(*d).await,
-                    None => return Ok(None),
-                },
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, "responses store read failed");
-                    return Err(unavailable());
-                }
-                Err(_) => {
-                    tracing::error!("responses store read timed out");
-                    return Err(unavailable());
-                }
+    /// Reads a history from the database, within the read bound.
+    async fn read(&self, org_id: &str, id: &str) -> Result<Option<History>, ApiError> {
+        let read =
+            tokio::time::timeout(READ_TIMEOUT, store::history(&self.db, org_id, id, now_ms()))
+                .await;
+        match read {
+            Ok(Ok(h)) => Ok(h),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "responses store read failed");
+                Err(unavailable())
+            }
+            Err(_) => {
+                tracing::error!("responses store read timed out");
+                Err(unavailable())
             }
         }
     }
