@@ -67,6 +67,10 @@ impl BackgroundService for Lifecycle {
         let _ = shutdown.changed().await;
         tracing::info!("draining: new requests get 503 gateway_draining");
         self.state.start_draining();
+        // What this instance holds of the shared counters goes back.
+        if let Some(l) = &self.state.leases {
+            l.return_idle(true).await;
+        }
     }
 }
 
@@ -91,7 +95,7 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         state.spawn_readiness();
         // The idempotency jobs: this instance's liveness marker, and the sweep of
         // expired keys.
-        crate::inference::idempotency::spawn_heartbeat(
+        crate::store::instances::spawn_heartbeat(
             state.counters.clone(),
             state.db.clone(),
             state.instance_id.clone(),

@@ -4,6 +4,7 @@ use crate::accounts::Directory;
 use crate::catalog::CatalogStore;
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::store::counters::LeasedCounters;
 use crate::store::counters::{MemoryCounters, RedisCounters, SeededCounters};
 use crate::store::usage::{spawn_writer, UsageSink};
 use crate::store::{Counters, Db};
@@ -21,6 +22,8 @@ pub struct AppState {
     pub byok: Arc<crate::byok::ByokStore>,
     pub metrics: Metrics,
     pub usage: UsageSink,
+    /// The leases this instance holds of the shared counters (Redis only).
+    pub leases: Option<Arc<LeasedCounters>>,
     /// The responses store (`store`, `previous_response_id`).
     pub responses: crate::responses::Keeper,
     /// This process's id: it owns the Idempotency-Keys it claims while it lives.
@@ -81,7 +84,14 @@ impl AppState {
             spool,
             &instance_id,
         )?;
-        // Balances a counter does not hold are seeded from the ledger.
+        // Shared counters are leased: the common request never waits on Redis.
+        let leases = (!in_process).then(|| Arc::new(LeasedCounters::new(inner.clone())));
+        let inner: Arc<dyn Counters> = match &leases {
+            Some(l) => l.clone(),
+            None => inner,
+        };
+        // Balances a counter does not hold are seeded from the ledger (a reseed
+        // also drops what this instance leased of the lost balance).
         let counters: Arc<dyn Counters> = Arc::new(SeededCounters::new(
             inner,
             db.clone(),
@@ -97,6 +107,7 @@ impl AppState {
             config,
             db,
             counters,
+            leases,
             directory,
             catalog,
             byok,
@@ -113,6 +124,9 @@ impl AppState {
 
     /// Starts the pollers that keep the snapshots fresh.
     pub fn spawn_refreshers(&self) {
+        if let Some(l) = &self.leases {
+            l.spawn_returns();
+        }
         self.directory.spawn_sync(self.db.clone());
         self.catalog.spawn_refresh(self.db.clone());
         self.byok.spawn_refresh(self.db.clone());

@@ -585,8 +585,9 @@ async fn a_restart_keeps_balances_and_free_allowances_where_the_ledger_says() {
     assert_eq!(live_balance_micro(&s, &key).await, credits - cost);
 
     // Restart while the database still refuses usage rows: the ledger (rows and
-    // spool) says the free hour is spent and the call was paid for.
-    drop(s);
+    // spool) says the free hour is spent and the call was paid for. (Stopped as an
+    // operator stops it: what it leased of the shared balance goes back.)
+    s.stop();
     let s = Sluice::start(&b, o.clone()).await;
     let (st, v) = chat(&s, &key, "g-free", Some(300)).await;
     assert_quota(st, &v, "free_limit_reached", "free_limit_reached");
@@ -607,7 +608,7 @@ async fn a_restart_keeps_balances_and_free_allowances_where_the_ledger_says() {
     assert_eq!(live_balance_micro(&s, &key).await, credits - cost);
 
     // And once more, from a clean ledger.
-    drop(s);
+    s.stop();
     let s = Sluice::start(&b, o).await;
     let (st, v) = chat(&s, &key, "g-free", Some(300)).await;
     assert_quota(st, &v, "free_limit_reached", "free_limit_reached");

@@ -413,6 +413,10 @@ fn window(key: String, secs: u64, amount: i64, limit: i64, l: Limit, m: Measure)
             amount,
             limit,
             ttl_secs: if m == Measure::Slot { SLOT_TTL } else { 0 },
+            // Rates and concurrency may run on a local allowance while the shared
+            // store is away; money (spend caps, allowances) may not.
+            local_when_down: !l.is_free()
+                && matches!(m, Measure::Request | Measure::Tokens | Measure::Slot),
         },
         limit: l,
         measure: m,
@@ -570,6 +574,7 @@ pub async fn restore_free(
             amount,
             limit: i64::MAX,
             ttl_secs: 0,
+            local_when_down: false,
         })
         .collect();
         if !windows.is_empty() {

@@ -18,7 +18,7 @@
 
 use super::tally::{Tally, Tape};
 use crate::state::AppState;
-use crate::store::counters::Counters;
+use crate::store::instances::Liveness;
 use crate::store::now_ms;
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
@@ -26,11 +26,8 @@ use pingora::proxy::Session;
 use sha2::{Digest, Sha256};
 use sluice_filters::{ApiError, ErrorCode};
 use sqlx::Row;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const HEARTBEAT: Duration = Duration::from_secs(2);
-const HEARTBEAT_TTL: Duration = Duration::from_secs(6);
 /// A concurrent duplicate's first wait; each next one doubles, up to `POLL_MAX`.
 const POLL: Duration = Duration::from_millis(25);
 const POLL_MAX: Duration = Duration::from_secs(1);
@@ -75,35 +72,6 @@ pub fn spawn_sweep(db: crate::store::Db) {
             if let Err(e) = sweep_expired(&db, now_ms(), SWEEP_BATCH).await {
                 tracing::warn!(error = %e, "idempotency sweep failed");
             }
-        }
-    });
-}
-
-fn heartbeat_key(instance: &str) -> String {
-    format!("inst:{instance}")
-}
-
-/// Keeps this instance's liveness fresh while the process runs: a marker in the
-/// counters store and a row in the database, each write bounded by its store's
-/// timeout.
-pub fn spawn_heartbeat(counters: Arc<dyn Counters>, db: crate::store::Db, instance: String) {
-    tokio::spawn(async move {
-        let key = heartbeat_key(&instance);
-        loop {
-            if let Err(e) = counters.put_marker(&key, "1", HEARTBEAT_TTL, false).await {
-                tracing::warn!(error = %e, "instance heartbeat not stored in the counters");
-            }
-            let beat = sqlx::query(
-                "INSERT INTO instances (id, seen_at) VALUES ($1, $2) \
-                 ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at",
-            )
-            .bind(&instance)
-            .bind(now_ms())
-            .execute(&db.pool);
-            if let Err(e) = db.bounded(beat).await {
-                tracing::warn!(error = %e, "instance heartbeat not stored in the database");
-            }
-            tokio::time::sleep(HEARTBEAT).await;
         }
     });
 }
@@ -285,26 +253,12 @@ fn tape_of(row: &sqlx::any::AnyRow) -> Tape {
     }
 }
 
-/// Whether the instance that owns a claim still runs: its marker in the counters
-/// store, or (a Redis that restarted has lost every marker) its row in the
-/// database. When neither store answers the owner is taken to be alive: the wait
-/// is bounded by the request's deadline.
+/// Whether the instance that owns a claim still runs (a store that does not
+/// answer leaves it alive: the wait is bounded by the request's deadline).
 async fn alive(state: &AppState, owner: &str) -> bool {
-    if owner == state.instance_id {
-        return true;
-    }
-    if let Ok(Some(_)) = state.counters.get_marker(&heartbeat_key(owner)).await {
-        return true;
-    }
-    let ttl_ms = i64::try_from(HEARTBEAT_TTL.as_millis()).unwrap_or(i64::MAX);
-    let seen = sqlx::query("SELECT seen_at FROM instances WHERE id = $1")
-        .bind(owner)
-        .fetch_optional(&state.db.pool);
-    match state.db.bounded(seen).await {
-        Ok(Some(row)) => row.get::<i64, _>("seen_at") >= now_ms() - ttl_ms,
-        Ok(None) => false,
-        Err(_) => true,
-    }
+    owner == state.instance_id
+        || crate::store::instances::liveness(state.counters.as_ref(), &state.db, owner).await
+            != Liveness::Gone
 }
 
 /// Stores the answer under the key, or releases the key when the request was

@@ -3,6 +3,7 @@
 
 pub mod counters;
 pub mod db;
+pub mod instances;
 pub mod journal;
 pub mod usage;
 

@@ -335,6 +335,18 @@ impl Sluice {
             .arg(self.pid().to_string())
             .status();
     }
+
+    /// Stops the process as an operator does (SIGTERM: it drains, and gives back
+    /// what it holds of the shared counters) and waits for it to exit.
+    pub fn stop(mut self) {
+        self.terminate();
+        for _ in 0..200 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 /// Runs `sluice admin …` against a back end; returns (exit ok, stdout JSON).

@@ -343,6 +343,7 @@ mod tests {
             amount: 1,
             limit: 10,
             ttl_secs: 0,
+            local_when_down: false,
         };
         c.take(std::slice::from_ref(&w), None).await.unwrap();
         assert_eq!(c.len(), 1_002);
@@ -360,6 +361,7 @@ mod tests {
             amount,
             limit: 100,
             ttl_secs: 0,
+            local_when_down: false,
         };
         assert_eq!(c.take(&[w(5)], None).await.unwrap(), WindowOutcome::Added);
         assert_eq!(

@@ -3,10 +3,12 @@
 //! several instances share the work (Lua scripts make each step atomic and one round
 //! trip), in-process maps when one instance runs alone.
 
+pub mod leased;
 mod memory;
 mod redis;
 pub mod seeded;
 
+pub use self::leased::LeasedCounters;
 pub use self::memory::MemoryCounters;
 pub use self::redis::RedisCounters;
 pub use self::seeded::SeededCounters;
@@ -40,6 +42,9 @@ pub struct WindowReq {
     /// when it has none (0: never expires). It bounds how long slots held by an
     /// instance that died stay counted; the in-process store dies with its slots.
     pub ttl_secs: u64,
+    /// While the shared store does not answer, this window may be served on a
+    /// local allowance (`leased`): rates and concurrency may, money may not.
+    pub local_when_down: bool,
 }
 
 /// A draw on a shared balance, taken in the same atomic step as the windows.
@@ -184,6 +189,7 @@ pub(crate) mod contract {
             amount,
             limit,
             ttl_secs: 0,
+            local_when_down: false,
         };
         assert_eq!(
             c.take(&[w("a", 3, 5), w("b", 10, 100)], None)
@@ -214,6 +220,7 @@ pub(crate) mod contract {
             amount,
             limit,
             ttl_secs: 0,
+            local_when_down: false,
         };
         assert_eq!(
             c.take(&[life(4, 5)], None).await.unwrap(),
@@ -297,6 +304,7 @@ pub(crate) mod contract {
             amount: 5,
             limit: 10,
             ttl_secs: 0,
+            local_when_down: false,
         };
         assert_eq!(
             c.take(std::slice::from_ref(&short), None).await.unwrap(),

@@ -1,0 +1,629 @@
+//! Leased counters: the shared store (Redis) kept off the request's path in the
+//! common case. An instance takes blocks of each window it uses (and of each
+//! org's balance) ahead of need, in the same atomic step as the window's own
+//! check, and then admits and settles requests against those blocks in memory.
+//!
+//! The rules:
+//! - A request whose every window (and balance draw) is covered by what this
+//!   instance holds is admitted with no round trip. One that is not goes to the
+//!   shared store for what is missing plus a block more; when the store cannot give
+//!   the block (a window near its limit, a balance running low) it asks for the
+//!   exact amount: near a limit every admission is the shared store's own check.
+//! - Settling gives back (or takes more) in memory; what an instance holds unused
+//!   goes back to the shared store once the lease has been idle for `IDLE` (one
+//!   round trip for every lease due), and when its window is over it is dropped
+//!   (the shared counter expires with it).
+//!
+//! Bounds (stated in docs/decisions.md): leases are taken inside each window's
+//! limit, so the limits hold across instances (no overspend from leasing); a key at
+//! its limit can still be served from a block another instance holds for at most
+//! `IDLE` after that instance last used it, and is refused by every instance once
+//! the blocks are used or returned. While the shared store does not answer, an
+//! instance serves on what it holds; a window marked `local_when_down` (request and
+//! token rates, concurrency) may then be served on one more block of its own,
+//! unbacked (at most one block per instance and window over the limit); anything
+//! else (spend caps, free allowances, the balance) is refused.
+
+use super::{BalanceReq, Counters, WindowOutcome, WindowReq};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A lease unused this long goes back to the shared store.
+pub const IDLE: Duration = Duration::from_secs(1);
+/// A window's block: this fraction of its limit.
+const WINDOW_SHARE: i64 = 16;
+/// A balance block: this many times the draw that asked for it.
+const BALANCE_DRAWS: i64 = 8;
+
+/// What this instance holds of one shared counter.
+#[derive(Debug)]
+struct Lease {
+    /// Taken from the shared store and not used yet (negative: used beyond it,
+    /// owed back when the lease returns).
+    available: i64,
+    /// A balance counts down: what is given back is added, not taken off.
+    balance: bool,
+    /// The window's end (Unix seconds), for windowed counters.
+    ends: Option<u64>,
+    last_use: Instant,
+    /// Granted locally while the shared store was away: nothing to give back.
+    unbacked: bool,
+}
+
+pub struct LeasedCounters {
+    inner: Arc<dyn Counters>,
+    leases: Mutex<HashMap<String, Lease>>,
+}
+
+/// One window of a take, with its stored counter name, the part this instance's
+/// lease covered, and the part the shared store must give.
+struct Need<'a> {
+    req: &'a WindowReq,
+    name: String,
+    local: i64,
+    remote: i64,
+}
+
+fn block(limit: i64) -> i64 {
+    (limit / WINDOW_SHARE).max(1)
+}
+
+fn balance_block(draw: i64) -> i64 {
+    draw.saturating_mul(BALANCE_DRAWS)
+}
+
+impl LeasedCounters {
+    pub fn new(inner: Arc<dyn Counters>) -> Self {
+        LeasedCounters {
+            inner,
+            leases: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lease>> {
+        self.leases.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gives back what idle leases hold, and drops leases of windows that ended.
+    pub async fn return_idle(&self, all: bool) {
+        let now = super::now_secs();
+        let mut back = Vec::new();
+        {
+            let mut leases = self.lock();
+            leases.retain(|name, l| {
+                if l.ends.is_some_and(|e| e <= now) {
+                    return false;
+                }
+                if !all && l.last_use.elapsed() < IDLE {
+                    return true;
+                }
+                if !l.unbacked && l.available != 0 {
+                    let delta = if l.balance { l.available } else { -l.available };
+                    back.push((name.clone(), delta));
+                }
+                false
+            });
+        }
+        if back.is_empty() {
+            return;
+        }
+        if let Err(e) = self.inner.correct_many(&back).await {
+            // What could not go back stays counted until its window ends (a
+            // balance: until the next reseed from the ledger).
+            tracing::warn!(error = %e, leases = back.len(), "leases not given back");
+        }
+    }
+
+    /// Returns idle leases every `IDLE` while the process runs.
+    pub fn spawn_returns(self: &Arc<Self>) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(IDLE);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                me.return_idle(false).await;
+            }
+        });
+    }
+
+    /// Takes what the shared store must give for the uncovered windows and draw,
+    /// with a block more when `blocks`; the request's own amounts are consumed.
+    async fn take_remote(
+        &self,
+        needs: &[Need<'_>],
+        balance: Option<(&BalanceReq, i64)>,
+        blocks: bool,
+    ) -> anyhow::Result<(WindowOutcome, Vec<usize>)> {
+        let mut reqs = Vec::new();
+        let mut index = Vec::new();
+        for (i, n) in needs.iter().enumerate().filter(|(_, n)| n.remote > 0) {
+            let mut r = n.req.clone();
+            r.amount = n.remote;
+            if blocks {
+                r.amount = r.amount.saturating_add(block(r.limit));
+            }
+            reqs.push(r);
+            index.push(i);
+        }
+        let bal = balance.map(|(b, remote)| {
+            let mut b = b.clone();
+            b.amount = remote;
+            if blocks {
+                b.amount = b.amount.saturating_add(balance_block(remote));
+            }
+            b
+        });
+        let out = self.inner.take(&reqs, bal.as_ref()).await?;
+        Ok((out, index))
+    }
+}
+
+#[async_trait]
+impl Counters for LeasedCounters {
+    async fn take(
+        &self,
+        windows: &[WindowReq],
+        balance: Option<&BalanceReq>,
+    ) -> anyhow::Result<WindowOutcome> {
+        let now = super::now_secs();
+        // What the leases cover is taken from them at once; the rest goes to the
+        // shared store, and the local part is given back if it refuses.
+        let mut needs: Vec<Need> = windows
+            .iter()
+            .map(|w| Need {
+                req: w,
+                name: super::window_counter(&w.key, w.window_secs, now),
+                local: 0,
+                remote: w.amount,
+            })
+            .collect();
+        let (mut bal_local, mut bal_remote) = (0, balance.map_or(0, |b| b.amount));
+        {
+            let mut leases = self.lock();
+            for n in &mut needs {
+                if let Some(l) = leases.get_mut(&n.name) {
+                    n.local = l.available.clamp(0, n.req.amount);
+                    n.remote = n.req.amount - n.local;
+                    l.available -= n.local;
+                    l.last_use = Instant::now();
+                }
+            }
+            if let Some(b) = balance {
+                if let Some(l) = leases.get_mut(&b.key) {
+                    bal_local = l.available.clamp(0, b.amount);
+                    bal_remote = b.amount - bal_local;
+                    l.available -= bal_local;
+                    l.last_use = Instant::now();
+                }
+            }
+        }
+        let remote_balance = balance.filter(|_| bal_remote > 0).map(|b| (b, bal_remote));
+        if needs.iter().all(|n| n.remote == 0) && remote_balance.is_none() {
+            return Ok(WindowOutcome::Added);
+        }
+        let give_back = |me: &Self| {
+            let mut leases = me.lock();
+            for n in needs.iter().filter(|n| n.local > 0) {
+                if let Some(l) = leases.get_mut(&n.name) {
+                    l.available += n.local;
+                }
+            }
+            if let (Some(b), true) = (balance, bal_local > 0) {
+                if let Some(l) = leases.get_mut(&b.key) {
+                    l.available += bal_local;
+                }
+            }
+        };
+        // With a block first; near a limit, the exact amount.
+        let mut result = None;
+        for blocks in [true, false] {
+            match self.take_remote(&needs, remote_balance, blocks).await {
+                Ok((WindowOutcome::Added, _)) => {
+                    result = Some(Ok(blocks));
+                    break;
+                }
+                Ok((WindowOutcome::Refused { index, current }, remote)) if !blocks => {
+                    give_back(self);
+                    // Map the shared store's index back to the request's windows.
+                    let index = remote.get(index).copied().unwrap_or(windows.len());
+                    // A balance this instance holds part of is that much larger.
+                    let held = match (index == windows.len(), balance) {
+                        (true, Some(b)) => {
+                            self.lock().get(&b.key).map_or(0, |l| l.available.max(0))
+                        }
+                        _ => 0,
+                    };
+                    return Ok(WindowOutcome::Refused {
+                        index,
+                        current: current.saturating_add(held),
+                    });
+                }
+                Ok((WindowOutcome::Refused { .. }, _)) => continue,
+                Ok((WindowOutcome::Unseeded, _)) => {
+                    give_back(self);
+                    return Ok(WindowOutcome::Unseeded);
+                }
+                Err(e) => {
+                    result = Some(Err(e));
+                    break;
+                }
+            }
+        }
+        match result {
+            Some(Ok(with_blocks)) => {
+                let mut leases = self.lock();
+                for n in needs.iter().filter(|n| n.remote > 0) {
+                    let l = leases.entry(n.name.clone()).or_insert_with(|| Lease {
+                        available: 0,
+                        balance: false,
+                        ends: (n.req.window_secs > 0)
+                            .then(|| (now / n.req.window_secs + 1) * n.req.window_secs),
+                        last_use: Instant::now(),
+                        unbacked: false,
+                    });
+                    if with_blocks {
+                        l.available += block(n.req.limit);
+                    }
+                    l.last_use = Instant::now();
+                }
+                if let Some((b, remote)) = remote_balance {
+                    let l = leases.entry(b.key.clone()).or_insert_with(|| Lease {
+                        available: 0,
+                        balance: true,
+                        ends: None,
+                        last_use: Instant::now(),
+                        unbacked: false,
+                    });
+                    if with_blocks {
+                        l.available += balance_block(remote);
+                    }
+                    l.last_use = Instant::now();
+                }
+                Ok(WindowOutcome::Added)
+            }
+            Some(Err(e)) => {
+                // The shared store is away: rate windows may go on locally on one
+                // unbacked block each; spend and balance may not.
+                let local = remote_balance.is_none()
+                    && needs
+                        .iter()
+                        .filter(|n| n.remote > 0)
+                        .all(|n| n.req.local_when_down);
+                if !local {
+                    give_back(self);
+                    return Err(e);
+                }
+                let mut leases = self.lock();
+                for n in needs.iter().filter(|n| n.remote > 0) {
+                    let fresh = !leases.contains_key(&n.name);
+                    let l = leases.entry(n.name.clone()).or_insert_with(|| Lease {
+                        available: block(n.req.limit),
+                        balance: false,
+                        ends: (n.req.window_secs > 0)
+                            .then(|| (now / n.req.window_secs + 1) * n.req.window_secs),
+                        last_use: Instant::now(),
+                        unbacked: true,
+                    });
+                    if !fresh && !l.unbacked || l.available < n.remote {
+                        // Its one block is used: refused.
+                        drop(leases);
+                        give_back(self);
+                        return Err(e);
+                    }
+                    l.available -= n.remote;
+                    l.last_use = Instant::now();
+                }
+                Ok(WindowOutcome::Added)
+            }
+            None => {
+                give_back(self);
+                Err(anyhow::anyhow!("no answer from the shared counters"))
+            }
+        }
+    }
+
+    /// A balance seeded anew from the ledger already counts what this instance had
+    /// leased of the lost one: the lease goes, unreturned.
+    async fn seed_balance(&self, key: &str, balance: i64, credited: i64) -> anyhow::Result<()> {
+        self.lock().remove(key);
+        self.inner.seed_balance(key, balance, credited).await
+    }
+
+    async fn window_total(&self, key: &str, window_secs: u64) -> anyhow::Result<i64> {
+        self.inner.window_total(key, window_secs).await
+    }
+
+    async fn add(&self, key: &str, amount: i64) -> anyhow::Result<i64> {
+        self.inner.add(key, amount).await
+    }
+
+    async fn add_many(&self, adds: &[(String, i64)]) -> anyhow::Result<()> {
+        self.inner.add_many(adds).await
+    }
+
+    /// Settling: a counter this instance holds a lease of is corrected in memory;
+    /// any other goes to the shared store.
+    async fn correct_many(&self, adds: &[(String, i64)]) -> anyhow::Result<()> {
+        let mut remote = Vec::new();
+        {
+            let mut leases = self.lock();
+            for (name, delta) in adds {
+                match leases.get_mut(name) {
+                    Some(l) => {
+                        l.available += if l.balance { *delta } else { -*delta };
+                    }
+                    None => remote.push((name.clone(), *delta)),
+                }
+            }
+        }
+        if remote.is_empty() {
+            return Ok(());
+        }
+        self.inner.correct_many(&remote).await
+    }
+
+    async fn get(&self, key: &str) -> anyhow::Result<Option<i64>> {
+        self.inner.get(key).await
+    }
+
+    async fn set(&self, key: &str, value: i64) -> anyhow::Result<()> {
+        self.inner.set(key, value).await
+    }
+
+    async fn put_marker(
+        &self,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+        only_if_absent: bool,
+    ) -> anyhow::Result<bool> {
+        self.inner.put_marker(key, value, ttl, only_if_absent).await
+    }
+
+    async fn get_marker(&self, key: &str) -> anyhow::Result<Option<String>> {
+        self.inner.get_marker(key).await
+    }
+
+    async fn delete(&self, key: &str) -> anyhow::Result<()> {
+        self.inner.delete(key).await
+    }
+
+    async fn ping(&self) -> bool {
+        self.inner.ping().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::MemoryCounters;
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A shared store that can be made to stop answering.
+    struct Flaky {
+        inner: MemoryCounters,
+        down: AtomicBool,
+        takes: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Flaky {
+        fn check(&self) -> anyhow::Result<()> {
+            if self.down.load(Ordering::Relaxed) {
+                anyhow::bail!("down");
+            }
+            Ok(())
+        }
+    }
+
+    #[async_trait]
+    impl Counters for Flaky {
+        async fn take(
+            &self,
+            w: &[WindowReq],
+            b: Option<&BalanceReq>,
+        ) -> anyhow::Result<WindowOutcome> {
+            self.check()?;
+            self.takes.fetch_add(1, Ordering::Relaxed);
+            self.inner.take(w, b).await
+        }
+        async fn seed_balance(&self, k: &str, b: i64, c: i64) -> anyhow::Result<()> {
+            self.inner.seed_balance(k, b, c).await
+        }
+        async fn window_total(&self, k: &str, s: u64) -> anyhow::Result<i64> {
+            self.inner.window_total(k, s).await
+        }
+        async fn add(&self, k: &str, a: i64) -> anyhow::Result<i64> {
+            self.inner.add(k, a).await
+        }
+        async fn correct_many(&self, adds: &[(String, i64)]) -> anyhow::Result<()> {
+            self.check()?;
+            self.inner.correct_many(adds).await
+        }
+        async fn get(&self, k: &str) -> anyhow::Result<Option<i64>> {
+            self.inner.get(k).await
+        }
+        async fn set(&self, k: &str, v: i64) -> anyhow::Result<()> {
+            self.inner.set(k, v).await
+        }
+        async fn put_marker(&self, k: &str, v: &str, t: Duration, o: bool) -> anyhow::Result<bool> {
+            self.inner.put_marker(k, v, t, o).await
+        }
+        async fn get_marker(&self, k: &str) -> anyhow::Result<Option<String>> {
+            self.inner.get_marker(k).await
+        }
+        async fn delete(&self, k: &str) -> anyhow::Result<()> {
+            self.inner.delete(k).await
+        }
+        async fn ping(&self) -> bool {
+            !self.down.load(Ordering::Relaxed)
+        }
+    }
+
+    fn shared() -> Arc<Flaky> {
+        Arc::new(Flaky {
+            inner: MemoryCounters::new(),
+            down: AtomicBool::new(false),
+            takes: Default::default(),
+        })
+    }
+
+    fn rpm(limit: i64, local: bool) -> WindowReq {
+        WindowReq {
+            key: "krpm:key_1".into(),
+            window_secs: 3600,
+            amount: 1,
+            limit,
+            ttl_secs: 0,
+            local_when_down: local,
+        }
+    }
+
+    #[tokio::test]
+    async fn three_instances_never_pass_a_limit_and_all_refuse_at_it() {
+        let store = shared();
+        let instances: Vec<LeasedCounters> =
+            (0..3).map(|_| LeasedCounters::new(store.clone())).collect();
+        let w = [rpm(100, true)];
+        let mut served = 0;
+        let mut refused = [false; 3];
+        // Round-robin until every instance refuses.
+        for round in 0..1000 {
+            let i = round % 3;
+            match instances[i].take(&w, None).await.unwrap() {
+                WindowOutcome::Added => served += 1,
+                WindowOutcome::Refused { index, current } => {
+                    assert_eq!((index, current), (0, 100));
+                    refused[i] = true;
+                }
+                WindowOutcome::Unseeded => unreachable!(),
+            }
+            if refused.iter().all(|r| *r) {
+                break;
+            }
+        }
+        assert_eq!(served, 100, "exactly the limit, across instances");
+        // Most admissions never reached the shared store.
+        let takes = store.takes.load(Ordering::Relaxed);
+        assert!(takes < 40, "{takes} shared takes for 100 admissions");
+        // Every instance refuses at the limit, with nothing held back.
+        for inst in &instances {
+            assert!(matches!(
+                inst.take(&w, None).await.unwrap(),
+                WindowOutcome::Refused { .. }
+            ));
+        }
+    }
+
+    #[tokio::test]
+    async fn settling_stays_local_and_unused_leases_go_back() {
+        let store = shared();
+        let a = LeasedCounters::new(store.clone());
+        let tokens = |amount| WindowReq {
+            key: "ktpm:key_1".into(),
+            window_secs: 3600,
+            amount,
+            limit: 16_000,
+            ttl_secs: 0,
+            local_when_down: true,
+        };
+        let name = super::super::window_counter("ktpm:key_1", 3600, super::super::now_secs());
+        // Held at 500, used 120: the shared counter has the take and a block.
+        assert_eq!(
+            a.take(&[tokens(500)], None).await.unwrap(),
+            WindowOutcome::Added
+        );
+        assert_eq!(store.get(&name).await.unwrap(), Some(1500));
+        a.correct_many(&[(name.clone(), 120 - 500)]).await.unwrap();
+        assert_eq!(
+            store.get(&name).await.unwrap(),
+            Some(1500),
+            "settled in memory"
+        );
+        // Given back: the shared counter ends at what was used.
+        a.return_idle(true).await;
+        assert_eq!(store.get(&name).await.unwrap(), Some(120));
+    }
+
+    #[tokio::test]
+    async fn balances_are_leased_in_blocks_and_exact_when_low() {
+        let store = shared();
+        store.seed_balance("bal:org_1", 1_000, 1_000).await.unwrap();
+        let a = LeasedCounters::new(store.clone());
+        let draw = |amount| BalanceReq {
+            key: "bal:org_1".into(),
+            org_id: "org_1".into(),
+            credited: 1_000,
+            amount,
+            floor: 0,
+        };
+        // 10 and a block of eight draws more.
+        assert_eq!(
+            a.take(&[], Some(&draw(10))).await.unwrap(),
+            WindowOutcome::Added
+        );
+        assert_eq!(store.get("bal:org_1").await.unwrap(), Some(910));
+        for _ in 0..8 {
+            assert_eq!(
+                a.take(&[], Some(&draw(10))).await.unwrap(),
+                WindowOutcome::Added
+            );
+        }
+        assert_eq!(store.takes.load(Ordering::Relaxed), 1);
+        // Low: a draw the blocks cannot cover asks for its exact amount, and one
+        // the balance cannot cover is refused with the balance.
+        assert_eq!(
+            a.take(&[], Some(&draw(800))).await.unwrap(),
+            WindowOutcome::Added
+        );
+        assert_eq!(store.get("bal:org_1").await.unwrap(), Some(110));
+        assert_eq!(
+            a.take(&[], Some(&draw(500))).await.unwrap(),
+            WindowOutcome::Refused {
+                index: 0,
+                current: 110
+            }
+        );
+        // A settled draw gives back to the lease, then to the shared balance.
+        a.correct_many(&[("bal:org_1".into(), 10)]).await.unwrap();
+        a.return_idle(true).await;
+        assert_eq!(store.get("bal:org_1").await.unwrap(), Some(120));
+    }
+
+    #[tokio::test]
+    async fn with_the_shared_store_away_rates_run_on_one_block_and_money_stops() {
+        let store = shared();
+        store.seed_balance("bal:org_1", 1_000, 1_000).await.unwrap();
+        let a = LeasedCounters::new(store.clone());
+        store.down.store(true, Ordering::Relaxed);
+        // A rate window: one unbacked block of its own (160 / 16 = 10), then refused.
+        let w = [rpm(160, true)];
+        let served = futures_count(&a, &w).await;
+        assert_eq!(served, 10);
+        // A spend window or a balance draw: refused at once.
+        assert!(a.take(&[rpm(160, false)], None).await.is_err());
+        let draw = BalanceReq {
+            key: "bal:org_1".into(),
+            org_id: "org_1".into(),
+            credited: 1_000,
+            amount: 1,
+            floor: 0,
+        };
+        assert!(a.take(&[], Some(&draw)).await.is_err());
+        // Back: the unbacked block is never given back as if it were taken.
+        store.down.store(false, Ordering::Relaxed);
+        a.return_idle(true).await;
+        assert_eq!(store.window_total("krpm:key_1", 3600).await.unwrap(), 0);
+    }
+
+    async fn futures_count(a: &LeasedCounters, w: &[WindowReq]) -> usize {
+        let mut n = 0;
+        while let Ok(WindowOutcome::Added) = a.take(w, None).await {
+            n += 1;
+            assert!(n < 1000);
+        }
+        n
+    }
+}
