@@ -19,8 +19,21 @@ pub(crate) struct Parsed {
     pub(crate) stream: bool,
     pub(crate) include_usage: bool,
     pub(crate) has_tools: bool,
-    /// The 400 body the real provider gives this request (an unsupported value).
-    pub(crate) rejection: Option<Value>,
+    /// The status and body the real provider gives this request (an unsupported
+    /// value, an item it cannot find).
+    pub(crate) rejection: Option<(u16, Value)>,
+    /// What the request asks of a reasoning model (responses wire only).
+    pub(crate) thinking: Thinking,
+}
+
+/// A responses request's reasoning asks: a summary (`reasoning.summary`) and the
+/// encrypted reasoning (`include: ["reasoning.encrypted_content"]`). With a
+/// summary the answer opens with a reasoning item, as OpenAI's reasoning models'
+/// do.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Thinking {
+    pub(crate) summary: bool,
+    pub(crate) encrypted: bool,
 }
 
 /// The reasoning efforts OpenAI's reasoning models take.
@@ -28,19 +41,22 @@ pub(crate) const EFFORTS: [&str; 7] = ["none", "minimal", "low", "medium", "high
 
 /// OpenAI's 400 for an effort its model does not take, naming the field and the
 /// supported set, as the real API words it.
-pub(crate) fn effort_rejection(param: &str, effort: Option<&str>) -> Option<Value> {
+pub(crate) fn effort_rejection(param: &str, effort: Option<&str>) -> Option<(u16, Value)> {
     let e = effort?;
     if EFFORTS.contains(&e) {
         return None;
     }
-    Some(serde_json::json!({"error": {
-        "message": format!(
-            "Unsupported value: '{param}' does not support '{e}' with this model. Supported values are: 'none', 'minimal', 'low', 'medium', 'high', 'xhigh', and 'max'."
-        ),
-        "type": "invalid_request_error",
-        "param": param,
-        "code": "unsupported_value",
-    }}))
+    Some((
+        400,
+        serde_json::json!({"error": {
+            "message": format!(
+                "Unsupported value: '{param}' does not support '{e}' with this model. Supported values are: 'none', 'minimal', 'low', 'medium', 'high', 'xhigh', and 'max'."
+            ),
+            "type": "invalid_request_error",
+            "param": param,
+            "code": "unsupported_value",
+        }}),
+    ))
 }
 
 /// Facts about the request an answer is built for.
@@ -53,6 +69,7 @@ pub(crate) struct Ctx<'a> {
     /// Bedrock `cachePoint`): the makers that bill writes report half the prompt
     /// written to the cache.
     pub(crate) cache_write: bool,
+    pub(crate) thinking: Thinking,
 }
 
 impl Ctx<'_> {
