@@ -216,7 +216,7 @@ impl Wire for Converse {
             include_usage: false,
             has_tools: wire::non_empty(&req.tool_config.and_then(|t| t.tools)),
             rejection: None,
-            thinking: Default::default(),
+            asks: Default::default(),
         })
     }
 
@@ -427,7 +427,7 @@ mod tests {
             prompt_tokens: 7,
             include_usage: false,
             cache_write: false,
-            thinking: Default::default(),
+            asks: Default::default(),
         }
     }
 

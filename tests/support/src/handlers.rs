@@ -261,7 +261,7 @@ async fn generate<W: Wire>(m: &Inner, w: W, path_model: Option<String>, req: Req
         prompt_tokens: wire::estimate_tokens(body.len()),
         include_usage: parsed.include_usage,
         cache_write: wire::marks_cache(&body),
-        thinking: parsed.thinking,
+        asks: parsed.asks,
     };
     if parsed.stream {
         pause(plan.header_delay).await;

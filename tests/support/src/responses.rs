@@ -24,7 +24,26 @@ struct Request {
     #[serde(default)]
     stream: Option<bool>,
     #[serde(default)]
-    tools: Option<Vec<IgnoredAny>>,
+    tools: Option<Vec<Value>>,
+    // The members a Response repeats (see `echo_defaults`).
+    #[serde(default)]
+    instructions: Option<Value>,
+    #[serde(default)]
+    max_output_tokens: Option<Value>,
+    #[serde(default)]
+    metadata: Option<Value>,
+    #[serde(default)]
+    parallel_tool_calls: Option<Value>,
+    #[serde(default)]
+    store: Option<Value>,
+    #[serde(default)]
+    temperature: Option<Value>,
+    #[serde(default)]
+    text: Option<Value>,
+    #[serde(default)]
+    tool_choice: Option<Value>,
+    #[serde(default)]
+    top_p: Option<Value>,
     #[serde(default)]
     reasoning: Option<ReasoningIn>,
     #[serde(default)]
@@ -57,6 +76,39 @@ struct ItemIn {
     id: Option<String>,
     #[serde(default)]
     encrypted_content: Option<IgnoredAny>,
+}
+
+/// The request members a Response repeats, each the request's value or, when it
+/// leaves it out, OpenAI's.
+fn echo(req: &mut Request) -> serde_json::Map<String, Value> {
+    let given = |v: &mut Option<Value>, default: Value| {
+        v.take().filter(|v| !v.is_null()).unwrap_or(default)
+    };
+    let members = [
+        ("instructions", given(&mut req.instructions, Value::Null)),
+        (
+            "max_output_tokens",
+            given(&mut req.max_output_tokens, Value::Null),
+        ),
+        ("metadata", given(&mut req.metadata, json!({}))),
+        (
+            "parallel_tool_calls",
+            given(&mut req.parallel_tool_calls, json!(true)),
+        ),
+        ("store", given(&mut req.store, json!(true))),
+        ("temperature", given(&mut req.temperature, json!(1.0))),
+        (
+            "text",
+            given(&mut req.text, json!({"format": {"type": "text"}})),
+        ),
+        ("tool_choice", given(&mut req.tool_choice, json!("auto"))),
+        ("top_p", given(&mut req.top_p, json!(1.0))),
+        ("tools", json!(req.tools.clone().unwrap_or_default())),
+    ];
+    members
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
 }
 
 /// Reasoning tokens an answer with a reasoning summary reports.
@@ -95,7 +147,8 @@ fn summary_text(model: &str) -> String {
 fn usage(input: u64, output: u64, reasoning: u64) -> Value {
     json!({
         "input_tokens": input,
-        "input_tokens_details": {"cached_tokens": 0},
+        // As OpenAI's answers give it (its OpenAPI document requires both).
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": output + reasoning,
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": input + output + reasoning,
@@ -110,6 +163,7 @@ struct Shape {
     /// The reasoning item's id, when the answer opens with one.
     reasoning_id: Option<String>,
     encrypted: bool,
+    echo: serde_json::Map<String, Value>,
     created: u64,
     model: String,
 }
@@ -121,13 +175,14 @@ impl Shape {
             Content::ToolCall { .. } => format!("fc_mock{n}"),
             _ => format!("msg_mock{n}"),
         };
-        let reasoning = ctx.thinking.summary && !matches!(content, Content::Exhausted(_));
+        let reasoning = ctx.asks.summary && !matches!(content, Content::Exhausted(_));
         Shape {
             id: format!("resp_mock{n}"),
             item_id,
             call_id: format!("call_mock{n}"),
             reasoning_id: reasoning.then(|| format!("rs_mock{n}")),
-            encrypted: ctx.thinking.encrypted,
+            encrypted: ctx.asks.encrypted,
+            echo: ctx.asks.echo.clone(),
             created: wire::now(),
             model: dated(ctx.model),
         }
@@ -173,7 +228,7 @@ impl Shape {
     }
 
     fn response(&self, status: &str, output: Value, usage: Value) -> Value {
-        json!({
+        let mut response = json!({
             "id": self.id,
             "object": "response",
             "created_at": self.created,
@@ -185,25 +240,20 @@ impl Shape {
             } else {
                 Value::Null
             },
-            "instructions": null,
-            "max_output_tokens": null,
             "model": self.model,
             "output": output,
-            "parallel_tool_calls": true,
             "previous_response_id": null,
             "reasoning": {"effort": null, "summary": null},
             "service_tier": "default",
-            "store": true,
-            "temperature": 1.0,
-            "text": {"format": {"type": "text"}},
-            "tool_choice": "auto",
-            "tools": [],
-            "top_p": 1.0,
             "truncation": "disabled",
             "usage": usage,
             "user": null,
-            "metadata": {},
-        })
+        });
+        // What the request set (or OpenAI's defaults): instructions, tools, sampling...
+        for (k, v) in &self.echo {
+            response[k.as_str()] = v.clone();
+        }
+        response
     }
 
     /// The content part of a message item (text or refusal).
@@ -256,8 +306,9 @@ pub(crate) struct Responses;
 
 impl Wire for Responses {
     fn parse(&self, body: &[u8]) -> Result<Parsed, String> {
-        let req: Request = serde_json::from_slice(body)
+        let mut req: Request = serde_json::from_slice(body)
             .map_err(|e| format!("We could not parse the JSON body of your request. ({e})"))?;
+        let echo = echo(&mut req);
         let effort = req.reasoning.as_ref().and_then(|r| r.effort.as_deref());
         let summary = req.reasoning.as_ref().and_then(|r| r.summary.as_deref());
         let encrypted = req
@@ -265,15 +316,16 @@ impl Wire for Responses {
             .as_ref()
             .is_some_and(|i| i.iter().any(|s| s == "reasoning.encrypted_content"));
         Ok(Parsed {
-            has_tools: wire::non_empty(&req.tools),
+            has_tools: req.tools.as_ref().is_some_and(|t| !t.is_empty()),
             rejection: wire::effort_rejection("reasoning.effort", effort)
                 .or_else(|| not_found(req.input.as_ref())),
             model: req.model,
             stream: req.stream.unwrap_or(false),
             include_usage: false,
-            thinking: wire::Thinking {
+            asks: wire::Asks {
                 summary: summary.is_some_and(|s| s != "none"),
                 encrypted,
+                echo,
             },
         })
     }

@@ -22,18 +22,21 @@ pub(crate) struct Parsed {
     /// The status and body the real provider gives this request (an unsupported
     /// value, an item it cannot find).
     pub(crate) rejection: Option<(u16, Value)>,
-    /// What the request asks of a reasoning model (responses wire only).
-    pub(crate) thinking: Thinking,
+    /// What a responses request asks of its answer (responses wire only).
+    pub(crate) asks: Asks,
 }
 
-/// A responses request's reasoning asks: a summary (`reasoning.summary`) and the
-/// encrypted reasoning (`include: ["reasoning.encrypted_content"]`). With a
-/// summary the answer opens with a reasoning item, as OpenAI's reasoning models'
+/// What a responses request asks of its answer: a reasoning summary
+/// (`reasoning.summary`; the answer then opens with a reasoning item, as a
+/// reasoning model's does), the encrypted reasoning
+/// (`include: ["reasoning.encrypted_content"]`), and the request members a
+/// Response object repeats (`echo`: instructions, tools, sampling...), as OpenAI's
 /// do.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Thinking {
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Asks {
     pub(crate) summary: bool,
     pub(crate) encrypted: bool,
+    pub(crate) echo: serde_json::Map<String, Value>,
 }
 
 /// The reasoning efforts OpenAI's reasoning models take.
@@ -69,7 +72,7 @@ pub(crate) struct Ctx<'a> {
     /// Bedrock `cachePoint`): the makers that bill writes report half the prompt
     /// written to the cache.
     pub(crate) cache_write: bool,
-    pub(crate) thinking: Thinking,
+    pub(crate) asks: Asks,
 }
 
 impl Ctx<'_> {

@@ -832,6 +832,17 @@ async fn responses_reasoning_summary_and_items_only_a_store_could_resolve() {
     assert_eq!(rs["encrypted_content"], format!("gAAAAB-mock-{id}"));
     assert_eq!(v["output"][1]["type"], "message");
     assert_eq!(v["usage"]["output_tokens_details"]["reasoning_tokens"], 8);
+    // The Response repeats what the request set, and OpenAI's defaults otherwise.
+    assert_eq!(v["tools"], json!([]));
+    assert_eq!(v["temperature"], 1.0);
+    assert_eq!(v["instructions"], Value::Null);
+    let asked = json!({"model": "o4-mini", "input": "hi", "instructions": "Be brief.", "temperature": 0.5,
+                       "tools": [{"type": "function", "name": "f", "parameters": {}}], "metadata": {"a": "b"}});
+    let v = post_json(mock.addr(), "/v1/responses", &asked).await.json();
+    assert_eq!(v["instructions"], "Be brief.");
+    assert_eq!(v["temperature"], 0.5);
+    assert_eq!(v["tools"][0]["name"], "f");
+    assert_eq!(v["metadata"], json!({"a": "b"}));
     // Streamed: the reasoning item's events come first, at output index 0.
     let mut streamed = ask.clone();
     streamed["stream"] = json!(true);
