@@ -78,6 +78,14 @@ struct ItemIn {
     encrypted_content: Option<IgnoredAny>,
 }
 
+/// A function tool as OpenAI repeats it: `strict` (true unless the request said).
+fn strict(mut tool: Value) -> Value {
+    if tool["type"] == "function" && tool.get("strict").is_none_or(Value::is_null) {
+        tool["strict"] = json!(true);
+    }
+    tool
+}
+
 /// The request members a Response repeats, each the request's value or, when it
 /// leaves it out, OpenAI's.
 fn echo(req: &mut Request) -> serde_json::Map<String, Value> {
@@ -103,7 +111,16 @@ fn echo(req: &mut Request) -> serde_json::Map<String, Value> {
         ),
         ("tool_choice", given(&mut req.tool_choice, json!("auto"))),
         ("top_p", given(&mut req.top_p, json!(1.0))),
-        ("tools", json!(req.tools.clone().unwrap_or_default())),
+        (
+            "tools",
+            json!(req
+                .tools
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .map(strict)
+                .collect::<Vec<_>>()),
+        ),
     ];
     members
         .into_iter()
@@ -308,6 +325,7 @@ impl Wire for Responses {
     fn parse(&self, body: &[u8]) -> Result<Parsed, String> {
         let mut req: Request = serde_json::from_slice(body)
             .map_err(|e| format!("We could not parse the JSON body of your request. ({e})"))?;
+        let has_tools = req.tools.as_ref().is_some_and(|t| !t.is_empty());
         let echo = echo(&mut req);
         let effort = req.reasoning.as_ref().and_then(|r| r.effort.as_deref());
         let summary = req.reasoning.as_ref().and_then(|r| r.summary.as_deref());
@@ -316,7 +334,7 @@ impl Wire for Responses {
             .as_ref()
             .is_some_and(|i| i.iter().any(|s| s == "reasoning.encrypted_content"));
         Ok(Parsed {
-            has_tools: req.tools.as_ref().is_some_and(|t| !t.is_empty()),
+            has_tools,
             rejection: wire::effort_rejection("reasoning.effort", effort)
                 .or_else(|| not_found(req.input.as_ref())),
             model: req.model,

@@ -842,6 +842,7 @@ async fn responses_reasoning_summary_and_items_only_a_store_could_resolve() {
     assert_eq!(v["instructions"], "Be brief.");
     assert_eq!(v["temperature"], 0.5);
     assert_eq!(v["tools"][0]["name"], "f");
+    assert_eq!(v["tools"][0]["strict"], true);
     assert_eq!(v["metadata"], json!({"a": "b"}));
     // Streamed: the reasoning item's events come first, at output index 0.
     let mut streamed = ask.clone();
