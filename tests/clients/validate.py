@@ -362,11 +362,12 @@ def decoded_embeddings(ex, body, where, out):
             continue
         try:
             packed = base64.b64decode(raw, validate=True)
+            if not packed or len(packed) % 4:
+                raise ValueError(f"{len(packed)} bytes, not whole float32s")
             entry["embedding"] = list(struct.unpack(f"<{len(packed) // 4}f", packed))
-            if len(packed) % 4:
-                raise ValueError("not a whole number of float32s")
         except (ValueError, struct.error) as e:
             out.append(f"{where}: data[{i}].embedding is not base64 float32s: {e}")
+            entry["embedding"] = []  # reported once, here
     return body
 
 
