@@ -10,6 +10,7 @@ Run by tests/clients.rs; exits non-zero on failure.
 """
 import json
 
+import openai
 from openai import OpenAI
 
 from common import (BASE, KEY, WEATHER, WEATHER_ARGS, anthropic_blocks, case, expect,
@@ -108,7 +109,29 @@ def loop(slug, upstream, wire, check):
            "the previous answer reached the provider in the history", sent(upstream)[-1])
 
 
+def still_refused(slug, upstream):
+    """What the loop's fix must not let through: an unknown message key, and a
+    non-null `function_call` or `audio` (SPEC.md), each the caller's 400 naming
+    the message, with nothing sent upstream."""
+    for extra in ({"agent": "planner"}, {"function_call": {"name": "f", "arguments": "{}"}},
+                  {"audio": {"id": "audio_1"}}):
+        history = [{"role": "user", "content": "hi"},
+                   {"role": "assistant", "content": "Hello.", **extra},
+                   {"role": "user", "content": "And?"}]
+        try:
+            client.chat.completions.create(model=slug, messages=history)
+            expect(False, f"an assistant message with {extra} is refused")
+        except openai.BadRequestError as e:
+            expect(e.status_code == 400 and "messages[1]" in str(e.body),
+                   f"{list(extra)[0]} is refused, naming messages[1]", e.body)
+    expect(sent(upstream) == [], "nothing reached the provider", sent(upstream))
+
+
 case("openai rung: append-the-message tool loop", loop, "cl-gpt", "cg1", "openai", check_openai)
 case("claude rung: append-the-message tool loop", loop, "cl-claude", "cc1", "anthropic",
      check_anthropic)
+case("openai rung: unknown keys and non-null function_call / audio stay refused", still_refused,
+     "cl-gpt", "cg1")
+case("claude rung: unknown keys and non-null function_call / audio stay refused", still_refused,
+     "cl-claude", "cc1")
 finish()
