@@ -83,6 +83,7 @@ impl Wire for Messages {
             stream: req.stream.unwrap_or(false),
             include_usage: false,
             rejection: None,
+            asks: Default::default(),
         })
     }
 

@@ -216,6 +216,7 @@ impl Wire for Converse {
             include_usage: false,
             has_tools: wire::non_empty(&req.tool_config.and_then(|t| t.tools)),
             rejection: None,
+            asks: Default::default(),
         })
     }
 
@@ -426,6 +427,7 @@ mod tests {
             prompt_tokens: 7,
             include_usage: false,
             cache_write: false,
+            asks: Default::default(),
         }
     }
 

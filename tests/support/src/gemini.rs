@@ -100,6 +100,7 @@ impl Wire for Generate {
             include_usage: false,
             has_tools: wire::non_empty(&req.tools),
             rejection: None,
+            asks: Default::default(),
         })
     }
 

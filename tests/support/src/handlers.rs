@@ -244,8 +244,8 @@ async fn generate<W: Wire>(m: &Inner, w: W, path_model: Option<String>, req: Req
         Ok(p) => p,
         Err(msg) => return error_response(w.error_body(400, &msg), 400),
     };
-    if let Some(body) = parsed.rejection {
-        return error_response(body, 400);
+    if let Some((status, body)) = parsed.rejection {
+        return error_response(body, status);
     }
     let model = parsed
         .model
@@ -261,6 +261,7 @@ async fn generate<W: Wire>(m: &Inner, w: W, path_model: Option<String>, req: Req
         prompt_tokens: wire::estimate_tokens(body.len()),
         include_usage: parsed.include_usage,
         cache_write: wire::marks_cache(&body),
+        asks: parsed.asks,
     };
     if parsed.stream {
         pause(plan.header_delay).await;

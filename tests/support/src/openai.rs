@@ -126,6 +126,7 @@ impl Wire for Chat {
                 .stream_options
                 .and_then(|o| o.include_usage)
                 .unwrap_or(false),
+            asks: Default::default(),
         })
     }
 

@@ -19,8 +19,24 @@ pub(crate) struct Parsed {
     pub(crate) stream: bool,
     pub(crate) include_usage: bool,
     pub(crate) has_tools: bool,
-    /// The 400 body the real provider gives this request (an unsupported value).
-    pub(crate) rejection: Option<Value>,
+    /// The status and body the real provider gives this request (an unsupported
+    /// value, an item it cannot find).
+    pub(crate) rejection: Option<(u16, Value)>,
+    /// What a responses request asks of its answer (responses wire only).
+    pub(crate) asks: Asks,
+}
+
+/// What a responses request asks of its answer: a reasoning summary
+/// (`reasoning.summary`; the answer then opens with a reasoning item, as a
+/// reasoning model's does), the encrypted reasoning
+/// (`include: ["reasoning.encrypted_content"]`), and the request members a
+/// Response object repeats (`echo`: instructions, tools, sampling...), as OpenAI's
+/// do.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Asks {
+    pub(crate) summary: bool,
+    pub(crate) encrypted: bool,
+    pub(crate) echo: serde_json::Map<String, Value>,
 }
 
 /// The reasoning efforts OpenAI's reasoning models take.
@@ -28,19 +44,22 @@ pub(crate) const EFFORTS: [&str; 7] = ["none", "minimal", "low", "medium", "high
 
 /// OpenAI's 400 for an effort its model does not take, naming the field and the
 /// supported set, as the real API words it.
-pub(crate) fn effort_rejection(param: &str, effort: Option<&str>) -> Option<Value> {
+pub(crate) fn effort_rejection(param: &str, effort: Option<&str>) -> Option<(u16, Value)> {
     let e = effort?;
     if EFFORTS.contains(&e) {
         return None;
     }
-    Some(serde_json::json!({"error": {
-        "message": format!(
-            "Unsupported value: '{param}' does not support '{e}' with this model. Supported values are: 'none', 'minimal', 'low', 'medium', 'high', 'xhigh', and 'max'."
-        ),
-        "type": "invalid_request_error",
-        "param": param,
-        "code": "unsupported_value",
-    }}))
+    Some((
+        400,
+        serde_json::json!({"error": {
+            "message": format!(
+                "Unsupported value: '{param}' does not support '{e}' with this model. Supported values are: 'none', 'minimal', 'low', 'medium', 'high', 'xhigh', and 'max'."
+            ),
+            "type": "invalid_request_error",
+            "param": param,
+            "code": "unsupported_value",
+        }}),
+    ))
 }
 
 /// Facts about the request an answer is built for.
@@ -53,6 +72,7 @@ pub(crate) struct Ctx<'a> {
     /// Bedrock `cachePoint`): the makers that bill writes report half the prompt
     /// written to the cache.
     pub(crate) cache_write: bool,
+    pub(crate) asks: Asks,
 }
 
 impl Ctx<'_> {

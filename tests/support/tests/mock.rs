@@ -816,6 +816,80 @@ async fn responses_stream_events() {
 }
 
 #[tokio::test]
+async fn responses_reasoning_summary_and_items_only_a_store_could_resolve() {
+    let mock = Mock::start().await;
+    let ask = json!({"model": "o4-mini", "input": "hi", "reasoning": {"effort": "low", "summary": "auto"},
+                     "include": ["reasoning.encrypted_content"]});
+    // A summary opens the output with a reasoning item, its encrypted content as asked.
+    let v = post_json(mock.addr(), "/v1/responses", &ask).await.json();
+    let rs = &v["output"][0];
+    assert_eq!(rs["type"], "reasoning");
+    let id = rs["id"].as_str().unwrap();
+    assert_eq!(
+        rs["summary"][0]["text"],
+        "Thinking about o4-mini-2025-04-14."
+    );
+    assert_eq!(rs["encrypted_content"], format!("gAAAAB-mock-{id}"));
+    assert_eq!(v["output"][1]["type"], "message");
+    assert_eq!(v["usage"]["output_tokens_details"]["reasoning_tokens"], 8);
+    // The Response repeats what the request set, and OpenAI's defaults otherwise.
+    assert_eq!(v["tools"], json!([]));
+    assert_eq!(v["temperature"], 1.0);
+    assert_eq!(v["instructions"], Value::Null);
+    let asked = json!({"model": "o4-mini", "input": "hi", "instructions": "Be brief.", "temperature": 0.5,
+                       "tools": [{"type": "function", "name": "f", "parameters": {}}], "metadata": {"a": "b"}});
+    let v = post_json(mock.addr(), "/v1/responses", &asked).await.json();
+    assert_eq!(v["instructions"], "Be brief.");
+    assert_eq!(v["temperature"], 0.5);
+    assert_eq!(v["tools"][0]["name"], "f");
+    assert_eq!(v["tools"][0]["strict"], true);
+    assert_eq!(v["metadata"], json!({"a": "b"}));
+    // Streamed: the reasoning item's events come first, at output index 0.
+    let mut streamed = ask.clone();
+    streamed["stream"] = json!(true);
+    streamed["include"] = json!([]);
+    let r = post_json(mock.addr(), "/v1/responses", &streamed).await;
+    let events = r.data_json();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds[2..8],
+        [
+            "response.output_item.added",
+            "response.reasoning_summary_part.added",
+            "response.reasoning_summary_text.delta",
+            "response.reasoning_summary_text.done",
+            "response.reasoning_summary_part.done",
+            "response.output_item.done",
+        ]
+    );
+    assert!(events[7]["item"].get("encrypted_content").is_none());
+    assert_eq!(events[8]["output_index"], 1);
+    let done = events.last().unwrap();
+    assert_eq!(
+        done["response"]["output"][1]["content"][0]["text"],
+        "Hello from mock o4-mini."
+    );
+    // A reasoning item without its encrypted content, or a reference, is not found.
+    for item in [
+        json!({"type": "reasoning", "id": "rs_1", "summary": []}),
+        json!({"type": "item_reference", "id": "msg_1"}),
+    ] {
+        let body = json!({"model": "o4-mini", "store": false, "input": [item]});
+        let r = post_json(mock.addr(), "/v1/responses", &body).await;
+        assert_eq!(r.status, 404);
+        let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.contains("not found"), "{message}");
+    }
+    let kept = json!({"model": "o4-mini", "store": false, "input": [
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAB-x"},
+        {"role": "user", "content": "hi"}]});
+    assert_eq!(
+        post_json(mock.addr(), "/v1/responses", &kept).await.status,
+        200
+    );
+}
+
+#[tokio::test]
 async fn chat_faults_error_event_refusal_tool_call_empty() {
     let mock = Mock::start().await;
     let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {}}}]);
