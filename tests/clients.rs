@@ -34,74 +34,12 @@ struct Known {
     shows: &'static [&'static str],
 }
 
-const ANNOTATIONS: Known = Known {
-    point:
-        "1: an assistant message sent back as the SDK returned it (`annotations: []`) is refused",
-    shows: &["Unknown message key `annotations`"],
-};
-const ITEM_REFERENCE: Known = Known {
-    point: "2: `item_reference` input items are refused",
-    shows: &["Input items of type `item_reference` are not supported"],
-};
-const REASONING_REPLAY: Known = Known {
-    point: "3: a reasoning item replayed without its encrypted content reaches the rung bare (404 there, 502 here)",
-    shows: &["Every rung failed: openai:cg1 (status 404)"],
-};
-/// Point 5 on the rungs whose Response the gateway builds (Claude, Gemini), as
-/// the openai SDK reads it (`resp.tools` is None).
-const RESPONSE_SDK: Known = Known {
-    point: "5: a translated Response does not repeat the request's tools, sampling, instructions",
-    shows: &["Response repeats the request"],
-};
-/// Point 5 as the schema check sees it.
-const RESPONSE_MEMBERS: Known = Known {
-    point: "5: a translated Response lacks members the schema requires",
-    shows: &[
-        "'tools' is a required property",
-        "'tool_choice' is a required property",
-        "'parallel_tool_calls' is a required property",
-        "'instructions' is a required property",
-        "'metadata' is a required property",
-        "'temperature' is a required property",
-        "'top_p' is a required property",
-        "'cache_write_tokens' is a required property",
-        "'logprobs' is a required property",
-    ],
-};
-const STREAM_USAGE: Known = Known {
-    point: "6: chat stream usage (its own last chunk with include_usage, `usage: null` before it, none without)",
-    shows: &[
-        "with include_usage the last chunk must carry the usage",
-        "with include_usage every chunk but the last carries",
-        "without include_usage no chunk carries a usage",
-    ],
-};
-/// Only the translated streams' missing `usage: null` (no empty or cut answer).
-const STREAM_USAGE_NULLS: Known = Known {
-    point: "6: a translated chat stream leaves `usage: null` out of its chunks",
-    shows: &["with include_usage every chunk but the last carries"],
-};
-const MESSAGE_START: Known = Known {
-    point: "9: a translated messages stream says input_tokens 0 in message_start",
-    shows: &["message_start says input_tokens 0"],
-};
-
-/// Cases that fail until the gateway's fixes for issue 28 land. A known-failing
-/// case passes only while it fails exactly so: every failure line must contain
-/// one of its texts, and each text must still appear. When a fix lands the case
-/// says which text is gone: remove it (and a `Known` once empty), so that the
-/// case must pass from then on.
-const KNOWN_FAILING: &[(&str, &[Known])] = &[
-    ("openai_tool_loop", &[ANNOTATIONS, STREAM_USAGE_NULLS]),
-    ("langchain_chat", &[STREAM_USAGE_NULLS]),
-    ("langchain_responses", &[REASONING_REPLAY]),
-    ("agents_loop", &[RESPONSE_MEMBERS]),
-    ("ai_sdk", &[ITEM_REFERENCE]),
-    (
-        "shapes",
-        &[RESPONSE_SDK, RESPONSE_MEMBERS, STREAM_USAGE, MESSAGE_START],
-    ),
-];
+/// Cases known to fail, with what they show (none now: issue 28's fixes landed).
+/// A known-failing case passes only while it fails exactly so: every failure line
+/// must contain one of its texts, and each text must still appear. When a fix
+/// lands the case says which text is gone: remove it (and a `Known` once empty),
+/// so that the case must pass from then on.
+const KNOWN_FAILING: &[(&str, &[Known])] = &[];
 
 fn required() -> bool {
     if std::env::var("SLUICE_TEST_SDK").is_ok_and(|v| v == "1") {

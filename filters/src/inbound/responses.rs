@@ -1091,6 +1091,14 @@ pub fn echo(object: &RawObject) -> String {
     let mut out = String::new();
     for (name, default) in FIELDS {
         let given = object.get(name).map(RawValue::get).filter(|v| *v != "null");
+        let tools;
+        let given = match (name, given) {
+            ("tools", Some(v)) => {
+                tools = echoed_tools(v);
+                Some(tools.as_deref().unwrap_or(v))
+            }
+            _ => given,
+        };
         let value = match (name, given) {
             (_, Some(v)) => v,
             // Nullable members stay null when the client said null.
@@ -1106,6 +1114,20 @@ pub fn echo(object: &RawObject) -> String {
         out.push_str(value);
     }
     out
+}
+
+/// The request's tools as a `response` object repeats them: a function tool with
+/// its `strict` (the API's default, true) and `parameters` (null) filled in.
+fn echoed_tools(raw: &str) -> Option<String> {
+    let mut tools: Vec<serde_json::Map<String, serde_json::Value>> =
+        serde_json::from_str(raw).ok()?;
+    for t in &mut tools {
+        if t.get("type").and_then(|v| v.as_str()) == Some("function") {
+            t.entry("strict").or_insert(serde_json::Value::Bool(true));
+            t.entry("parameters").or_insert(serde_json::Value::Null);
+        }
+    }
+    serde_json::to_string(&tools).ok()
 }
 
 /// Writes a response object into `out`; a finished one carries the receipt and the
