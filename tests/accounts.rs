@@ -395,3 +395,64 @@ async fn members_invited_by_a_member_or_added_by_an_operator_sign_in_to_the_org(
         .await;
     assert_error(st, &v, 400, "invalid_request");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_smtp_server_mails_are_eml_files_in_the_outbox() {
+    let b = Backend::fresh().await;
+    let cwd = tempfile::tempdir().unwrap();
+    let mut cmd = harness::command(&b, &harness::Opts::default());
+    cmd.current_dir(cwd.path())
+        .env("SLUICE_SERVER__PUBLIC_WEB_URL", PUBLIC_WEB);
+    let s = Sluice::spawn(cmd, &b.database_url).await;
+    let r = s
+        .http
+        .post(format!("{}/api/signup/instant", s.web))
+        .json(&json!({"email": "gina@example.com"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let outbox = cwd.path().join("data/outbox");
+    let files: Vec<_> = std::fs::read_dir(&outbox)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(files[0].extension().unwrap(), "eml");
+    let eml = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(eml.contains("To: gina@example.com"), "{eml}");
+    assert!(eml.contains("Content-Transfer-Encoding: 7bit"), "{eml}");
+    let links: Vec<&str> = eml
+        .split_whitespace()
+        .filter(|w| w.starts_with("http://") || w.starts_with("https://"))
+        .collect();
+    assert_eq!(links.len(), 1, "{eml}");
+    let path = links[0].strip_prefix(PUBLIC_WEB).unwrap();
+    let r = harness::web::client()
+        .get(format!("{}{path}", s.web))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    assert!(harness::web::set_session(r.headers()).is_some());
+    // The signup page tells a newcomer where the mail went.
+    let page = s
+        .http
+        .get(format!("{}/login", s.web))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!page.contains(".eml"), "only after a mail went out");
+    let r = s
+        .http
+        .post(format!("{}/login", s.web))
+        .form(&[("email", "gina@example.com")])
+        .send()
+        .await
+        .unwrap();
+    assert!(r.text().await.unwrap().contains(".eml</code> file"));
+    assert_eq!(std::fs::read_dir(&outbox).unwrap().count(), 2);
+}

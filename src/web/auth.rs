@@ -59,9 +59,12 @@ fn with_cookie(mut res: Response, cookie: Option<HeaderValue>) -> Response {
 }
 
 fn base_ctx(web: &WebShared) -> Value {
+    let config = &web.app.config;
     j!({
-        "base_url": web.app.config.server.public_base_url.trim_end_matches('/'),
-        "signup_enabled": web.app.config.signup.enabled,
+        "base_url": config.server.public_base_url.trim_end_matches('/'),
+        "signup_enabled": config.signup.enabled,
+        // No SMTP server: the page says where the mail went.
+        "outbox": config.email.smtp_url.is_empty().then_some(crate::accounts::mail::OUTBOX),
     })
 }
 

@@ -1,5 +1,6 @@
 //! The usage chart, drawn on the server as SVG: one bar per UTC day, a few
-//! gridlines with their values, a date under every seventh bar, and each bar's
+//! gridlines with their values, a date under every seventh bar (the newest
+//! always), and each bar's
 //! exact figure in its tooltip and in the accessible description. Colours come
 //! from the stylesheet (classes only: the pages allow no inline style).
 
@@ -14,7 +15,7 @@ pub struct Day {
 
 const W: f64 = 720.0;
 const H: f64 = 200.0;
-const LEFT: f64 = 56.0;
+const LEFT: f64 = 78.0;
 const BOTTOM: f64 = 24.0;
 const TOP: f64 = 10.0;
 
@@ -40,10 +41,14 @@ fn nice_ceiling(max: f64) -> f64 {
 }
 
 /// The chart of `days` (oldest first); `label` formats a value (`$0.12`, `1,204`).
-pub fn bars(days: &[Day], title: &str, label: &dyn Fn(f64) -> String) -> String {
+/// With `whole`, the values are counts: the gridlines fall on whole numbers.
+pub fn bars(days: &[Day], title: &str, whole: bool, label: &dyn Fn(f64) -> String) -> String {
     let n = days.len().max(1) as f64;
     let max = days.iter().map(|d| d.value).fold(0.0, f64::max);
-    let top = nice_ceiling(max);
+    let mut top = nice_ceiling(max);
+    if whole {
+        top = ((top / 4.0).ceil() * 4.0).max(4.0);
+    }
     let plot_w = W - LEFT - 8.0;
     let plot_h = H - TOP - BOTTOM;
     let slot = plot_w / n;
@@ -85,7 +90,8 @@ pub fn bars(days: &[Day], title: &str, label: &dyn Fn(f64) -> String) -> String 
             esc(&d.date),
             esc(&label(d.value))
         );
-        if i % 7 == 0 || i + 1 == days.len() {
+        // A date under every seventh bar, counted from the newest (always shown).
+        if (days.len() - 1 - i) % 7 == 0 {
             let _ = write!(
                 svg,
                 "<text class=\"axis\" x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
@@ -119,7 +125,8 @@ mod tests {
                 value: 7.0,
             },
         ];
-        let svg = bars(&days, "Requests <per day>", &|v| format!("{v:.0}"));
+        let svg = bars(&days, "Requests <per day>", true, &|v| format!("{v:.0}"));
+        assert!(svg.contains(">8</text>"), "whole gridlines: {svg}");
         assert_eq!(svg.matches("<rect").count(), 3);
         assert!(svg.contains("<title>2026-11-03: 7</title>"));
         assert!(svg.contains("Requests &lt;per day&gt; (total 10)"));

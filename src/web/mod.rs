@@ -87,6 +87,8 @@ pub fn router(state: Shared, gateway: SocketAddr) -> anyhow::Result<Router> {
         .route("/healthz", get(|| async { "ok" }))
         .route("/static/app.css", get(render::stylesheet))
         .route("/static/app.js", get(render::script))
+        .route("/static/icon.svg", get(render::icon))
+        .route("/favicon.ico", get(render::icon))
         .route("/signup", get(auth::signup_page).post(auth::signup_form))
         .route("/login", get(auth::login_page).post(auth::login_form))
         .route("/link/{token}", get(auth::follow_link))

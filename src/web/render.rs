@@ -27,6 +27,7 @@ const TEMPLATES: &[(&str, &str)] = &[
 
 const STYLESHEET: &str = include_str!("static/app.css");
 const SCRIPT: &str = include_str!("static/app.js");
+const ICON: &str = include_str!("static/icon.svg");
 
 pub struct Templates {
     env: Environment<'static>,
@@ -154,6 +155,10 @@ pub async fn stylesheet() -> Response {
 
 pub async fn script() -> Response {
     asset(SCRIPT, "text/javascript; charset=utf-8")
+}
+
+pub async fn icon() -> Response {
+    asset(ICON, "image/svg+xml")
 }
 
 #[cfg(test)]

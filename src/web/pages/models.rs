@@ -24,14 +24,13 @@ use std::sync::Arc;
 const PAGE_SIZE: usize = 50;
 
 /// The filters the page passes to the catalog query, as the form names them.
-const FILTERS: [&str; 7] = [
+const FILTERS: [&str; 6] = [
     "modality",
     "category",
     "provider",
     "min_context",
     "retention",
     "sort",
-    "max_input_price",
 ];
 
 pub async fn list(
@@ -51,10 +50,27 @@ pub async fn list(
             (!v.is_empty()).then(|| (f.to_string(), v.to_string()))
         })
         .collect();
+    // The page takes the price in USD per million tokens; the query, micro-USD.
+    let mut bad_price = false;
+    if let Some(usd) = q.get("max_input_usd").map(|v| v.trim()).filter(|v| !v.is_empty()) {
+        match usd.parse::<f64>() {
+            Ok(v) if v.is_finite() && v >= 0.0 => {
+                query.insert("max_input_price".into(), ((v * 1e6).round() as u64).to_string());
+            }
+            _ => bad_price = true,
+        }
+    }
     query.insert("limit".into(), PAGE_SIZE.to_string());
     query.insert("offset".into(), (page * PAGE_SIZE).to_string());
     let mut ctx = shell(&web, &m, &org, "models", "Models", None);
-    let parsed = ListQuery::parse(&query);
+    let parsed = if bad_price {
+        Err(sluice_filters::ApiError::invalid_parameter(
+            "max_input_usd",
+            "The maximum input price is a number of USD per million tokens.",
+        ))
+    } else {
+        ListQuery::parse(&query)
+    };
     let catalog = web.app.catalog.snapshot();
     let routing = web.app.byok.snapshot();
     let verdict = |m: &Model| org_verdict(m, &org, &routing);
@@ -105,7 +121,7 @@ pub async fn list(
         }
     }
     let mut shown: HashMap<&str, &str> = HashMap::new();
-    for f in FILTERS.iter().copied().chain(["q"]) {
+    for f in FILTERS.iter().copied().chain(["q", "max_input_usd"]) {
         if let Some(v) = q.get(f) {
             shown.insert(f, v.as_str());
         }

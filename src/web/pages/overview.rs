@@ -66,7 +66,7 @@ pub async fn page(
         .map(|d| d.value)
         .sum();
     let spent_30d: f64 = days.iter().map(|d| d.value).sum();
-    let svg = chart::bars(&days, "Spend per day, last 30 days", &|v| {
+    let svg = chart::bars(&days, "Spend per day, last 30 days", false, &|v| {
         crate::web::render::usd(v)
     });
     let now = crate::store::now_ms();

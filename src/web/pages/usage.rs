@@ -70,12 +70,13 @@ pub async fn page(
     let requests = last_days(&daily, 30, "requests");
     let mut ctx = shell(&web, &m, &org, "usage", "Usage", None);
     ctx["scope"] = j!(scope.scope);
-    ctx["chart_cost"] = j!(chart::bars(&days, "Spend per day, last 30 days", &|v| {
+    ctx["chart_cost"] = j!(chart::bars(&days, "Spend per day, last 30 days", false, &|v| {
         crate::web::render::usd(v)
     }));
     ctx["chart_requests"] = j!(chart::bars(
         &requests,
         "Requests per day, last 30 days",
+        true,
         &|v| crate::web::render::count(v.round() as i64)
     ));
     ctx["by_model"] = models["data"].clone();
