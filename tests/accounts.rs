@@ -56,7 +56,10 @@ async fn signup_grants_credits_and_its_mailed_link_verifies_and_opens_a_session(
     // (web.cookie_secure is off here); the overview is next.
     let (st, cookie, headers) = w.follow(&link, None).await;
     assert_eq!(st, 303);
-    assert!(Web::location(&headers).starts_with("/overview"), "{headers:?}");
+    assert!(
+        Web::location(&headers).starts_with("/overview"),
+        "{headers:?}"
+    );
     let line = session_cookie_line(&headers).unwrap();
     for attr in ["HttpOnly", "SameSite=Lax", "Path=/"] {
         assert!(line.contains(attr), "{line}");
@@ -74,10 +77,9 @@ async fn signup_grants_credits_and_its_mailed_link_verifies_and_opens_a_session(
     // Verified: the same key now draws its credits.
     let (st, c) = w.chat(&key, "b-shared").await;
     assert_eq!(st, 200, "{c}");
-    let (_, o) = w
-        .s
-        .admin(reqwest::Method::GET, &format!("/admin/orgs/{org}"), None)
-        .await;
+    let (_, o) =
+        w.s.admin(reqwest::Method::GET, &format!("/admin/orgs/{org}"), None)
+            .await;
     assert_eq!(o["email_verified"], json!(true));
     assert_eq!(o["email"], "alice@example.com");
 
@@ -97,7 +99,11 @@ async fn signups_are_refused_for_bad_addresses_and_limited_per_origin() {
     let w = Web::start(&b, |o| o.env("SLUICE_SIGNUP__PER_ORIGIN_PER_HOUR", "4")).await;
     for (body, code, status) in [
         (json!({"email": "not-an-address"}), "invalid_request", 400),
-        (json!({"email": "someone@mailinator.com"}), "invalid_request", 400),
+        (
+            json!({"email": "someone@mailinator.com"}),
+            "invalid_request",
+            400,
+        ),
     ] {
         let r = w
             .http
@@ -112,7 +118,11 @@ async fn signups_are_refused_for_bad_addresses_and_limited_per_origin() {
         assert_eq!(v["error"]["param"], "email", "{v}");
     }
     // A body that is not the signup's shape is refused before anything counts.
-    for raw in ["{", "{\"email\": 5}", "{\"email\": \"a@b.co\", \"admin\": true}"] {
+    for raw in [
+        "{",
+        "{\"email\": 5}",
+        "{\"email\": \"a@b.co\", \"admin\": true}",
+    ] {
         let r = w
             .http
             .post(w.url("/api/signup/instant"))
@@ -132,9 +142,12 @@ async fn signups_are_refused_for_bad_addresses_and_limited_per_origin() {
     assert_eq!(st, 200, "{v}");
     let (st, v) = w.signup("eve@example.com").await;
     assert_error(st, &v, 429, "rate_limited");
-    let (st, v) = w
-        .s
-        .admin(reqwest::Method::POST, "/admin/orgs/org_none/members", Some(json!({"email": "x@example.com"})))
+    let (st, v) =
+        w.s.admin(
+            reqwest::Method::POST,
+            "/admin/orgs/org_none/members",
+            Some(json!({"email": "x@example.com"})),
+        )
         .await;
     assert_error(st, &v, 404, "not_found");
     let to: Vec<String> = w.sink.mails().iter().flat_map(|m| m.to.clone()).collect();
@@ -177,9 +190,8 @@ async fn calls_on_the_orgs_own_keys_work_before_the_address_is_verified() {
     assert_eq!(st, 200);
     let key = v["api_key"].as_str().unwrap();
     let org = v["org_id"].as_str().unwrap();
-    let (st, c) = w
-        .s
-        .post(
+    let (st, c) =
+        w.s.post(
             &format!("/api/orgs/{org}/provider-connections/openai"),
             Some(key),
             &json!({"setup_alias": "own", "secret": "sk-own-openai",
@@ -188,33 +200,35 @@ async fn calls_on_the_orgs_own_keys_work_before_the_address_is_verified() {
         .await;
     assert_eq!(st, 201, "{c}");
     let byok = format!("byok:{}", c["id"].as_str().unwrap());
-    let r = w
-        .s
-        .http
-        .put(format!("{}/api/models/b-shared/waterfall", w.s.gateway))
-        .bearer_auth(key)
-        .json(&json!({"model_provider_ids": [byok]}))
-        .send()
-        .await
-        .unwrap();
+    let r =
+        w.s.http
+            .put(format!("{}/api/models/b-shared/waterfall", w.s.gateway))
+            .bearer_auth(key)
+            .json(&json!({"model_provider_ids": [byok]}))
+            .send()
+            .await
+            .unwrap();
     assert_eq!(r.status().as_u16(), 200);
     let (st, v) = w.chat(key, "b-shared").await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["provider"], json!(byok));
     // The platform lane still waits for the address.
-    let r = w
-        .s
-        .http
-        .put(format!("{}/api/models/b-shared/waterfall", w.s.gateway))
-        .bearer_auth(key)
-        .json(&json!({"model_provider_ids": ["openai:o1", byok]}))
-        .send()
-        .await
-        .unwrap();
+    let r =
+        w.s.http
+            .put(format!("{}/api/models/b-shared/waterfall", w.s.gateway))
+            .bearer_auth(key)
+            .json(&json!({"model_provider_ids": ["openai:o1", byok]}))
+            .send()
+            .await
+            .unwrap();
     assert_eq!(r.status().as_u16(), 200);
     let (st, v) = w.chat(key, "b-shared").await;
     assert_eq!(st, 200, "{v}");
-    assert_eq!(v["provider"], json!(byok), "the unverified org's platform rung is skipped");
+    assert_eq!(
+        v["provider"],
+        json!(byok),
+        "the unverified org's platform rung is skipped"
+    );
     // Every call the provider saw carried the org's own key, none the platform's.
     let seen = w.mock.requests_for("o1");
     assert_eq!(seen.len(), 2);
@@ -273,7 +287,11 @@ async fn sign_in_mails_only_members_and_every_sign_in_issues_a_new_session() {
     let (st, _) = login("alice@example.com").await;
     assert_eq!(st, 200);
     let old = w.sink.wait_for("alice@example.com", 2).await.single_link();
-    sql(&w.s.database_url, "UPDATE email_links SET expires_at = 1 WHERE used_at IS NULL").await;
+    sql(
+        &w.s.database_url,
+        "UPDATE email_links SET expires_at = 1 WHERE used_at IS NULL",
+    )
+    .await;
     let (st, none, _) = w.follow(&old, None).await;
     assert_eq!(st, 410);
     assert!(none.is_none());
@@ -308,7 +326,13 @@ async fn signing_out_ends_the_session_on_every_instance() {
 
     // Without the CSRF token nothing happens.
     let (st, v) = w
-        .call_raw(Some(&m.cookie), None, reqwest::Method::POST, "/api/session/logout", None)
+        .call_raw(
+            Some(&m.cookie),
+            None,
+            reqwest::Method::POST,
+            "/api/session/logout",
+            None,
+        )
         .await;
     assert_error(st, &v, 403, "csrf_failed");
     assert_eq!(w.session(&m.cookie).await.0, 200);
@@ -321,7 +345,10 @@ async fn signing_out_ends_the_session_on_every_instance() {
     // The other instance trusts what it looked up for at most a second.
     let deadline = Instant::now() + Duration::from_secs(10);
     while on_other(m.cookie.clone()).await != 401 {
-        assert!(Instant::now() < deadline, "the other instance still takes the cookie");
+        assert!(
+            Instant::now() < deadline,
+            "the other instance still takes the cookie"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Pages send a signed-out browser to sign in.
@@ -336,37 +363,59 @@ async fn members_invited_by_a_member_or_added_by_an_operator_sign_in_to_the_org(
     let alice = w.sign_up_and_in("alice@example.com").await;
 
     let (st, v) = w
-        .call(&alice, reqwest::Method::POST, "/api/session/members", Some(json!({"email": "Bob@Example.com"})))
+        .call(
+            &alice,
+            reqwest::Method::POST,
+            "/api/session/members",
+            Some(json!({"email": "Bob@Example.com"})),
+        )
         .await;
     assert_eq!(st, 201, "{v}");
     let bob_id = v["user_id"].as_str().unwrap().to_string();
     let invite = w.sink.next_to("bob@example.com").await;
-    assert!(invite.text().contains("alice@example.com"), "{}", invite.text());
+    assert!(
+        invite.text().contains("alice@example.com"),
+        "{}",
+        invite.text()
+    );
     let cookie = w.sign_in_by_mail("bob@example.com", 0).await;
     let bob = w.member(&cookie, None).await;
-    assert_eq!((bob.org_id.as_str(), bob.user_id.as_str()), (alice.org_id.as_str(), bob_id.as_str()));
+    assert_eq!(
+        (bob.org_id.as_str(), bob.user_id.as_str()),
+        (alice.org_id.as_str(), bob_id.as_str())
+    );
 
     // Without the token, or with a bad address: nothing.
     let (st, v) = w
-        .call_raw(Some(&alice.cookie), None, reqwest::Method::POST, "/api/session/members", Some(json!({"email": "c@example.com"})))
+        .call_raw(
+            Some(&alice.cookie),
+            None,
+            reqwest::Method::POST,
+            "/api/session/members",
+            Some(json!({"email": "c@example.com"})),
+        )
         .await;
     assert_error(st, &v, 403, "csrf_failed");
     let (st, v) = w
-        .call(&alice, reqwest::Method::POST, "/api/session/members", Some(json!({"email": "nope"})))
+        .call(
+            &alice,
+            reqwest::Method::POST,
+            "/api/session/members",
+            Some(json!({"email": "nope"})),
+        )
         .await;
     assert_error(st, &v, 400, "invalid_request");
     assert!(w.sink.mails_to("c@example.com").is_empty());
 
     // An operator adds a member, who signs in by mailed link.
-    let r = w
-        .s
-        .http
-        .post(format!("{}/admin/orgs/{}/members", w.s.ops, alice.org_id))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"email": "carol@example.com"}))
-        .send()
-        .await
-        .unwrap();
+    let r =
+        w.s.http
+            .post(format!("{}/admin/orgs/{}/members", w.s.ops, alice.org_id))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({"email": "carol@example.com"}))
+            .send()
+            .await
+            .unwrap();
     assert_eq!(r.status().as_u16(), 201);
     let carol: Value = r.json().await.unwrap();
     let r = w
@@ -384,14 +433,20 @@ async fn members_invited_by_a_member_or_added_by_an_operator_sign_in_to_the_org(
 
     // An operator's org (made with the CLI's API) gets members the same way.
     let (org, _) = w.s.org_with(json!({"name": "ops-made"})).await;
-    let (st, v) = w
-        .s
-        .admin(reqwest::Method::POST, &format!("/admin/orgs/{org}/members"), Some(json!({"email": "dave@example.com"})))
+    let (st, v) =
+        w.s.admin(
+            reqwest::Method::POST,
+            &format!("/admin/orgs/{org}/members"),
+            Some(json!({"email": "dave@example.com"})),
+        )
         .await;
     assert_eq!(st, 201, "{v}");
-    let (st, v) = w
-        .s
-        .admin(reqwest::Method::POST, &format!("/admin/orgs/{org}/members"), Some(json!({"email": "??"})))
+    let (st, v) =
+        w.s.admin(
+            reqwest::Method::POST,
+            &format!("/admin/orgs/{org}/members"),
+            Some(json!({"email": "??"})),
+        )
         .await;
     assert_error(st, &v, 400, "invalid_request");
 }
@@ -455,4 +510,93 @@ async fn without_an_smtp_server_mails_are_eml_files_in_the_outbox() {
         .unwrap();
     assert!(r.text().await.unwrap().contains(".eml</code> file"));
     assert_eq!(std::fs::read_dir(&outbox).unwrap().count(), 2);
+}
+
+/// The value of the first `name="csrf"` field of a page.
+fn csrf_field(page: &str) -> String {
+    let at = page.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+    page[at..at + page[at..].find('"').unwrap()].to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_goes_from_signup_to_a_first_answer_without_the_admin_cli() {
+    // The README's path: the built-in catalog, no mail server (the outbox), no
+    // credits, the bundled mock standing in for the local provider.
+    let b = Backend::fresh().await;
+    let mock = sluice_mock::Mock::start().await;
+    let cwd = tempfile::tempdir().unwrap();
+    let mut cmd = harness::command(&b, &harness::Opts::default());
+    cmd.current_dir(cwd.path())
+        .env("SLUICE_CATALOG__PATH", "")
+        .env(
+            "SLUICE_PROVIDERS__LOCAL__BASE_URL",
+            format!("{}/v1", mock.base_url()),
+        );
+    let s = Sluice::spawn(cmd, &b.database_url).await;
+    let http = harness::web::client();
+
+    let r = http.get(format!("{}/signup", s.web)).send().await.unwrap();
+    let form_cookie = r.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let token = csrf_field(&r.text().await.unwrap());
+    let r = http
+        .post(format!("{}/signup", s.web))
+        .header("cookie", &form_cookie)
+        .form(&[("email", "newcomer@example.com"), ("csrf", &token)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let page = r.text().await.unwrap();
+    let at = page.find("id=\"new-key\">").unwrap() + 13;
+    let key = page[at..at + 44].to_string();
+    assert!(key.starts_with("xpl_"), "{page}");
+
+    let outbox = cwd.path().join("data/outbox");
+    let eml = std::fs::read_dir(&outbox)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let eml = std::fs::read_to_string(eml).unwrap();
+    let link = eml
+        .split_whitespace()
+        .find(|w| w.starts_with("http://127.0.0.1:8081/link/"))
+        .expect("the link under the default public_web_url");
+    let path = link.strip_prefix("http://127.0.0.1:8081").unwrap();
+    let r = http.get(format!("{}{path}", s.web)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 303);
+    let cookie = harness::web::set_session(r.headers()).unwrap();
+
+    let page = http
+        .get(format!("{}/playground", s.web))
+        .header("cookie", format!("sluice_session={cookie}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = csrf_field(&page);
+    let r = http
+        .post(format!("{}/playground", s.web))
+        .header("cookie", format!("sluice_session={cookie}"))
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("api_key", &key),
+            ("model", "llama-3.2-3b"),
+            ("message", "Hello"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let answer = r.text().await.unwrap();
+    assert!(answer.contains("Hello from mock llama3.2:3b."), "{answer}");
 }

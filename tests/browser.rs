@@ -61,7 +61,10 @@ async fn a_newcomer_signs_up_mints_a_key_orders_a_waterfall_and_revokes_the_key_
                 let seen = msg["seen"].as_u64().unwrap() as usize;
                 let mail = w.sink.wait_for(email, seen).await;
                 let link = w.local(&mail.single_link());
-                stdin.write_all(format!("{link}\n").as_bytes()).await.unwrap();
+                stdin
+                    .write_all(format!("{link}\n").as_bytes())
+                    .await
+                    .unwrap();
                 stdin.flush().await.unwrap();
             } else if msg["done"] == true {
                 done = true;
@@ -76,8 +79,24 @@ async fn a_newcomer_signs_up_mints_a_key_orders_a_waterfall_and_revokes_the_key_
     tokio::io::AsyncReadExt::read_to_string(&mut err, &mut stderr)
         .await
         .unwrap();
-    assert!(status.success() && done, "the browser run failed:\n{stderr}");
-    for page in ["landing", "signup", "overview", "keys-minted", "playground", "connections", "model", "models", "usage", "billing", "settings", "keys-revoked"] {
+    assert!(
+        status.success() && done,
+        "the browser run failed:\n{stderr}"
+    );
+    for page in [
+        "landing",
+        "signup",
+        "overview",
+        "keys-minted",
+        "playground",
+        "connections",
+        "model",
+        "models",
+        "usage",
+        "billing",
+        "settings",
+        "keys-revoked",
+    ] {
         let path = format!("{shots}/{page}.png");
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         assert!(size > 10_000, "{path} is a real screenshot ({size} bytes)");

@@ -47,7 +47,8 @@ async fn org(w: &Web, m: &Member) -> Value {
 }
 
 async fn checkout(w: &Web, m: &Member, body: Value) -> (u16, Value) {
-    w.call(m, Method::POST, "/api/session/checkout", Some(body)).await
+    w.call(m, Method::POST, "/api/session/checkout", Some(body))
+        .await
 }
 
 fn near(a: f64, b: f64) -> bool {
@@ -65,9 +66,12 @@ async fn without_a_payment_provider_a_checkout_is_400_and_operators_add_credits(
     let (st, _) = deliver(&w, "{}", "t=1,v1=00").await;
     assert_eq!(st, 404);
     // The manual operator path stays.
-    let (st, v) = w
-        .s
-        .admin(Method::POST, &format!("/admin/orgs/{}/credits", m.org_id), Some(json!({"amount_usd": 7, "kind": "purchase"})))
+    let (st, v) =
+        w.s.admin(
+            Method::POST,
+            &format!("/admin/orgs/{}/credits", m.org_id),
+            Some(json!({"amount_usd": 7, "kind": "purchase"})),
+        )
         .await;
     assert_eq!(st, 200, "{v}");
     assert!(near(v["balance_usd"].as_f64().unwrap(), 12.0), "{v}");
@@ -90,8 +94,15 @@ async fn a_paid_purchase_credits_once_and_refunds_and_disputes_take_it_back() {
         .starts_with(&format!("{}/c/pay/", fake.api_base())));
     let sent = fake.received();
     assert_eq!(sent.len(), 1);
-    assert_eq!(sent[0].authorization.as_deref(), Some(format!("Bearer {}", stripe::SECRET_KEY).as_str()));
-    assert!(sent[0].content_type.as_deref().unwrap().starts_with("application/x-www-form-urlencoded"));
+    assert_eq!(
+        sent[0].authorization.as_deref(),
+        Some(format!("Bearer {}", stripe::SECRET_KEY).as_str())
+    );
+    assert!(sent[0]
+        .content_type
+        .as_deref()
+        .unwrap()
+        .starts_with("application/x-www-form-urlencoded"));
     let session = fake.session(&sid).unwrap();
     for (field, want) in [
         ("mode", "payment"),
@@ -102,7 +113,10 @@ async fn a_paid_purchase_credits_once_and_refunds_and_disputes_take_it_back() {
     ] {
         assert_eq!(session.field(field), Some(want), "{field}");
     }
-    assert!(session.field("success_url").unwrap().starts_with(harness::web::PUBLIC_WEB));
+    assert!(session
+        .field("success_url")
+        .unwrap()
+        .starts_with(harness::web::PUBLIC_WEB));
 
     // Bad checkouts.
     for (body, param) in [
@@ -115,7 +129,13 @@ async fn a_paid_purchase_credits_once_and_refunds_and_disputes_take_it_back() {
         assert_eq!(v["error"]["param"], param, "{v}");
     }
     let (st, v) = w
-        .call_raw(Some(&m.cookie), None, Method::POST, "/api/session/checkout", Some(json!({"kind": "verification"})))
+        .call_raw(
+            Some(&m.cookie),
+            None,
+            Method::POST,
+            "/api/session/checkout",
+            Some(json!({"kind": "verification"})),
+        )
         .await;
     assert_error(st, &v, 403, "csrf_failed");
 
@@ -147,33 +167,61 @@ async fn a_paid_purchase_credits_once_and_refunds_and_disputes_take_it_back() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 400, "no signature at all");
-    assert!(near(org(&w, &m).await["balance_usd"].as_f64().unwrap(), start));
+    assert!(near(
+        org(&w, &m).await["balance_usd"].as_f64().unwrap(),
+        start
+    ));
 
     // The real one: a purchase, once.
     let (st, v) = deliver(&w, &body, &good).await;
     assert_eq!((st, v["result"].clone()), (200, json!("applied")), "{v}");
     let after = org(&w, &m).await;
-    assert!(near(after["balance_usd"].as_f64().unwrap(), start + 12.5), "{after}");
-    assert!(near(after["purchased_usd"].as_f64().unwrap(), 12.5), "{after}");
-    assert_eq!(after["tier"].as_i64().unwrap(), tier + 1, "a purchase of 5 USD or more moves the tier");
+    assert!(
+        near(after["balance_usd"].as_f64().unwrap(), start + 12.5),
+        "{after}"
+    );
+    assert!(
+        near(after["purchased_usd"].as_f64().unwrap(), 12.5),
+        "{after}"
+    );
+    assert_eq!(
+        after["tier"].as_i64().unwrap(),
+        tier + 1,
+        "a purchase of 5 USD or more moves the tier"
+    );
     let (st, v) = send_event(&w, &paid).await;
     assert_eq!((st, v["result"].clone()), (200, json!("duplicate")), "{v}");
-    assert!(near(org(&w, &m).await["balance_usd"].as_f64().unwrap(), start + 12.5));
+    assert!(near(
+        org(&w, &m).await["balance_usd"].as_f64().unwrap(),
+        start + 12.5
+    ));
 
     // Refunds report the charge's refunded total; each takes back the rest of it.
     let pi = fake.session(&sid).unwrap().payment_intent;
     let partial = fake.refund_event(&pi, 1250, 500);
     assert_eq!(send_event(&w, &partial).await.0, 200);
-    assert_eq!(send_event(&w, &partial).await.1["result"], json!("duplicate"));
+    assert_eq!(
+        send_event(&w, &partial).await.1["result"],
+        json!("duplicate")
+    );
     let o = org(&w, &m).await;
     assert!(near(o["balance_usd"].as_f64().unwrap(), start + 7.5), "{o}");
     assert!(near(o["purchased_usd"].as_f64().unwrap(), 7.5), "{o}");
-    assert_eq!(send_event(&w, &fake.refund_event(&pi, 1250, 1250)).await.0, 200);
-    assert!(near(org(&w, &m).await["balance_usd"].as_f64().unwrap(), start));
+    assert_eq!(
+        send_event(&w, &fake.refund_event(&pi, 1250, 1250)).await.0,
+        200
+    );
+    assert!(near(
+        org(&w, &m).await["balance_usd"].as_f64().unwrap(),
+        start
+    ));
     // Nothing is left of the payment for a dispute to take.
     let (st, v) = send_event(&w, &fake.dispute_event(&pi, 1250)).await;
     assert_eq!((st, v["result"].clone()), (200, json!("ignored")));
-    assert!(near(org(&w, &m).await["balance_usd"].as_f64().unwrap(), start));
+    assert!(near(
+        org(&w, &m).await["balance_usd"].as_f64().unwrap(),
+        start
+    ));
     // Events of other types, and of unknown payments, are answered and ignored.
     let (st, v) = send_event(&w, &fake.other_event("customer.created")).await;
     assert_eq!((st, v["result"].clone()), (200, json!("ignored")));
@@ -183,7 +231,10 @@ async fn a_paid_purchase_credits_once_and_refunds_and_disputes_take_it_back() {
     // The billing page lists the payment.
     let (st, page, _) = w.page(Some(&m), "/billing").await;
     assert_eq!(st, 200);
-    assert!(page.contains("refunded") && page.contains("$12.50"), "{page}");
+    assert!(
+        page.contains("refunded") && page.contains("$12.50"),
+        "{page}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,7 +244,12 @@ async fn the_card_verification_settles_once_and_credits_the_dollar_back() {
     let w = Web::start(&b, with_stripe(&fake)).await;
     let m = w.sign_up_and_in("alice@example.com").await;
     let (st, v) = w
-        .call(&m, Method::PUT, "/api/session/settings", Some(json!({"credits_overflow": true})))
+        .call(
+            &m,
+            Method::PUT,
+            "/api/session/settings",
+            Some(json!({"credits_overflow": true})),
+        )
         .await;
     assert_error(st, &v, 402, "verification_required");
 
@@ -201,7 +257,10 @@ async fn the_card_verification_settles_once_and_credits_the_dollar_back() {
     assert_eq!(st, 200, "{v}");
     let sid = v["checkout_session_id"].as_str().unwrap().to_string();
     let s = fake.session(&sid).unwrap();
-    assert_eq!(s.field("line_items[0][price_data][unit_amount]"), Some("100"));
+    assert_eq!(
+        s.field("line_items[0][price_data][unit_amount]"),
+        Some("100")
+    );
     assert_eq!(s.field("metadata[kind]"), Some("verification"));
     assert_eq!(s.field("customer_creation"), Some("always"));
 
@@ -211,23 +270,37 @@ async fn the_card_verification_settles_once_and_credits_the_dollar_back() {
     let o = org(&w, &m).await;
     assert_eq!(o["card_verified"], json!(true), "{o}");
     assert!(near(o["balance_usd"].as_f64().unwrap(), start + 1.0), "{o}");
-    assert!(near(o["purchased_usd"].as_f64().unwrap(), 0.0), "the verification is no purchase");
+    assert!(
+        near(o["purchased_usd"].as_f64().unwrap(), 0.0),
+        "the verification is no purchase"
+    );
 
     // A second verification settles nothing more.
     let (_, v) = checkout(&w, &m, json!({"kind": "verification"})).await;
     let again = v["checkout_session_id"].as_str().unwrap().to_string();
     assert_eq!(send_event(&w, &fake.completed_event(&again)).await.0, 200);
-    assert!(near(org(&w, &m).await["balance_usd"].as_f64().unwrap(), start + 1.0));
+    assert!(near(
+        org(&w, &m).await["balance_usd"].as_f64().unwrap(),
+        start + 1.0
+    ));
 
     // Verified: overflow may be turned on, through the API of the key too.
     let (st, v) = w
-        .call(&m, Method::PUT, "/api/session/settings", Some(json!({"credits_overflow": true})))
+        .call(
+            &m,
+            Method::PUT,
+            "/api/session/settings",
+            Some(json!({"credits_overflow": true})),
+        )
         .await;
-    assert_eq!((st, v["credits_overflow"].clone()), (200, json!(true)), "{v}");
-    let (st, _) = w
-        .s
-        .post("/api/credits-overflow", m.api_key.as_deref(), &json!({}))
-        .await;
+    assert_eq!(
+        (st, v["credits_overflow"].clone()),
+        (200, json!(true)),
+        "{v}"
+    );
+    let (st, _) =
+        w.s.post("/api/credits-overflow", m.api_key.as_deref(), &json!({}))
+            .await;
     assert_eq!(st, 200);
 }
 
@@ -236,7 +309,10 @@ async fn a_browser_pays_on_the_checkout_page_and_a_dispute_draws_the_live_balanc
     let b = Backend::fresh().await;
     let fake = FakeStripe::start().await;
     // No signup credits here: the balance is the purchase alone.
-    let w = Web::start(&b, |o| with_stripe(&fake)(o).env("SLUICE_SIGNUP__CREDITS_USD", "0")).await;
+    let w = Web::start(&b, |o| {
+        with_stripe(&fake)(o).env("SLUICE_SIGNUP__CREDITS_USD", "0")
+    })
+    .await;
     fake.set_webhook(&w.url("/webhooks/stripe"));
     let m = w.sign_up_and_in("alice@example.com").await;
     let key = m.api_key.clone().unwrap();
@@ -246,7 +322,12 @@ async fn a_browser_pays_on_the_checkout_page_and_a_dispute_draws_the_live_balanc
     // The billing form sends the browser to the checkout page; paying there fires
     // the webhook and brings the browser back.
     let (st, _, h) = w
-        .form(&m, "/billing/checkout", &[("kind", "purchase"), ("amount_usd", "10")], true)
+        .form(
+            &m,
+            "/billing/checkout",
+            &[("kind", "purchase"), ("amount_usd", "10")],
+            true,
+        )
         .await;
     assert_eq!(st, 303);
     let pay_url = Web::location(&h);
@@ -254,8 +335,17 @@ async fn a_browser_pays_on_the_checkout_page_and_a_dispute_draws_the_live_balanc
     let r = w.http.post(&pay_url).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 303);
     let back = r.headers()["location"].to_str().unwrap().to_string();
-    assert!(back.starts_with(&format!("{}/billing?checkout=success", harness::web::PUBLIC_WEB)), "{back}");
-    assert!(near(org(&w, &m).await["balance_usd"].as_f64().unwrap(), 10.0));
+    assert!(
+        back.starts_with(&format!(
+            "{}/billing?checkout=success",
+            harness::web::PUBLIC_WEB
+        )),
+        "{back}"
+    );
+    assert!(near(
+        org(&w, &m).await["balance_usd"].as_f64().unwrap(),
+        10.0
+    ));
 
     // Spending seeds the live balance; a dispute of the whole payment takes the
     // rest back from it, so the next call is refused for credits.
@@ -267,7 +357,13 @@ async fn a_browser_pays_on_the_checkout_page_and_a_dispute_draws_the_live_balanc
     assert_eq!((st, v["result"].clone()), (200, json!("applied")), "{v}");
     let (st, v) = w.chat(&key, "b-shared").await;
     assert_error(st, &v, 429, "insufficient_quota");
-    assert!(v["error"]["message"].as_str().unwrap().starts_with("insufficient_credits"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("insufficient_credits"),
+        "{v}"
+    );
     let (st, page, _) = w.page(Some(&m), "/billing").await;
     assert_eq!(st, 200);
     assert!(page.contains("disputed"), "{page}");

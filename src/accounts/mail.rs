@@ -99,7 +99,13 @@ fn seven_bit(text: &str) -> Body {
     for line in text.lines() {
         let clean: String = line
             .chars()
-            .map(|c| if c.is_ascii() && !c.is_ascii_control() { c } else { '?' })
+            .map(|c| {
+                if c.is_ascii() && !c.is_ascii_control() {
+                    c
+                } else {
+                    '?'
+                }
+            })
             .take(990)
             .collect();
         out.push_str(&clean);

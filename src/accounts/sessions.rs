@@ -46,13 +46,19 @@ fn hash(token: &str) -> String {
 
 /// Whether a cookie value has the token's shape (64 lowercase hex characters).
 fn well_formed(token: &str) -> bool {
-    token.len() == 64 && token.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    token.len() == 64
+        && token
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
+
+/// What an instance remembers of a token's hash: when it looked, and what it found.
+type Looked = (Instant, Option<Arc<Session>>);
 
 /// Sessions in the database, with a short per-instance cache.
 #[derive(Default)]
 pub struct Sessions {
-    cache: Mutex<HashMap<String, (Instant, Option<Arc<Session>>)>>,
+    cache: Mutex<HashMap<String, Looked>>,
 }
 
 impl Sessions {

@@ -177,11 +177,7 @@ pub struct SignedIn {
 /// Follows a mailed link: `None` when it is unknown, used or expired, or its
 /// member has left the org. The address is proved: the user's, and the org's when
 /// it is the same address.
-pub async fn follow(
-    db: &Db,
-    dir: &Directory,
-    token: &str,
-) -> Result<Option<SignedIn>, ApiError> {
+pub async fn follow(db: &Db, dir: &Directory, token: &str) -> Result<Option<SignedIn>, ApiError> {
     let Some(f) = links::follow(db, token).await? else {
         return Ok(None);
     };
@@ -208,7 +204,13 @@ pub async fn follow(
 /// Text as plain ASCII for a mail (names are people's input).
 fn ascii(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' })
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
         .take(200)
         .collect()
 }

@@ -96,7 +96,14 @@ pub async fn instant(
             "Signup is disabled on this service; ask its operator for an account.",
         ));
     }
-    if !count_attempt(db, Attempt::Signup, origin, config.signup.per_origin_per_hour).await? {
+    if !count_attempt(
+        db,
+        Attempt::Signup,
+        origin,
+        config.signup.per_origin_per_hour,
+    )
+    .await?
+    {
         return Err(ApiError::new(
             ErrorCode::RateLimited,
             "Too many signups from this address in the last hour; try again later.",

@@ -125,13 +125,12 @@ fn from_row(row: &sqlx::any::AnyRow) -> User {
 }
 
 pub async fn by_email(db: &Db, email: &str) -> Result<Option<User>, ApiError> {
-    let row = sqlx::query(
-        "SELECT id, email, email_verified_at, created_at FROM users WHERE email = $1",
-    )
-    .bind(email)
-    .fetch_optional(&db.pool)
-    .await
-    .map_err(Error::db("users"))?;
+    let row =
+        sqlx::query("SELECT id, email, email_verified_at, created_at FROM users WHERE email = $1")
+            .bind(email)
+            .fetch_optional(&db.pool)
+            .await
+            .map_err(Error::db("users"))?;
     Ok(row.as_ref().map(from_row))
 }
 

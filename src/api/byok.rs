@@ -263,8 +263,10 @@ pub async fn check_account(
         }
         Checked::Unsupported(d) => ("unchecked", d),
     };
-    Ok(j!({"id": conn.id, "provider": conn.provider, "setup_alias": conn.setup_alias,
-           "status": status, "detail": detail}))
+    Ok(
+        j!({"id": conn.id, "provider": conn.provider, "setup_alias": conn.setup_alias,
+           "status": status, "detail": detail}),
+    )
 }
 
 pub async fn spend_refresh(
@@ -347,7 +349,10 @@ pub async fn get_waterfall(
     State(state): State<Shared>,
     Path(slug): Path<String>,
 ) -> ApiResult {
-    Ok(json(StatusCode::OK, &waterfall_json(&state, &c.org, &slug)?))
+    Ok(json(
+        StatusCode::OK,
+        &waterfall_json(&state, &c.org, &slug)?,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -391,7 +396,11 @@ pub async fn set_waterfall(
 
 /// Drops the org's chain for a model: the default serves it again (the web app's
 /// model page).
-pub async fn reset_waterfall(state: &Shared, org: &OrgRecord, slug: &str) -> Result<Value, Failure> {
+pub async fn reset_waterfall(
+    state: &Shared,
+    org: &OrgRecord,
+    slug: &str,
+) -> Result<Value, Failure> {
     let name = {
         let catalog = state.catalog.snapshot();
         let model = catalog

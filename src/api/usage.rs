@@ -34,10 +34,7 @@ pub struct Reader<'a> {
 }
 
 fn no_org() -> Failure {
-    Failure(ApiError::new(
-        ErrorCode::NotFound,
-        "No such organization.",
-    ))
+    Failure(ApiError::new(ErrorCode::NotFound, "No such organization."))
 }
 
 /// The org the read is about: the key's own; another org is 404.
@@ -82,8 +79,7 @@ pub fn session_reader<'a>(
             member: Some(user_id),
         }),
         Some(_) => Err(Failure(
-            ApiError::new(ErrorCode::InvalidParameter, "scope must be self or org.")
-                .param("scope"),
+            ApiError::new(ErrorCode::InvalidParameter, "scope must be self or org.").param("scope"),
         )),
     }
 }
@@ -110,9 +106,9 @@ fn limit(q: &Scope) -> Result<i64, Failure> {
 /// The events of a reader's scope: the member's keys when it is a member's.
 fn scope_filter(reader: &Reader<'_>, param: usize) -> String {
     match reader.member {
-        Some(_) => format!(
-            " AND e.key_id IN (SELECT k2.id FROM api_keys k2 WHERE k2.user_id = ${param})"
-        ),
+        Some(_) => {
+            format!(" AND e.key_id IN (SELECT k2.id FROM api_keys k2 WHERE k2.user_id = ${param})")
+        }
         None => String::new(),
     }
 }
@@ -128,7 +124,10 @@ pub async fn events(
         org_id: org,
         member: None,
     };
-    Ok(json(http::StatusCode::OK, &events_page(&state, reader, &q).await?))
+    Ok(json(
+        http::StatusCode::OK,
+        &events_page(&state, reader, &q).await?,
+    ))
 }
 
 /// A page of a reader's events, newest first (`cursor`: the last id of the page
@@ -205,15 +204,14 @@ pub async fn daily(
         org_id: org,
         member: None,
     };
-    Ok(json(http::StatusCode::OK, &daily_rollup(&state, reader, &q).await?))
+    Ok(json(
+        http::StatusCode::OK,
+        &daily_rollup(&state, reader, &q).await?,
+    ))
 }
 
 /// A reader's totals grouped as `group_by` asks.
-pub async fn daily_rollup(
-    state: &Shared,
-    reader: Reader<'_>,
-    q: &Scope,
-) -> Result<Value, Failure> {
+pub async fn daily_rollup(state: &Shared, reader: Reader<'_>, q: &Scope) -> Result<Value, Failure> {
     let (group, column) = match q.group_by.as_deref() {
         None | Some("day") => ("day", "e.created_at / 86400000"),
         Some("model") => ("model", "e.model"),

@@ -354,7 +354,9 @@ pub fn verify_signature(
         return Err(WebhookError::BadSignature("no v1 signature"));
     }
     if (now_secs - t).abs() > SIGNATURE_TOLERANCE_SECS {
-        return Err(WebhookError::BadSignature("timestamp outside the tolerance"));
+        return Err(WebhookError::BadSignature(
+            "timestamp outside the tolerance",
+        ));
     }
     for sig in &v1 {
         let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes())
@@ -456,8 +458,7 @@ async fn paid(
         commit(tx).await?;
         return Ok(Applied::Ignored);
     };
-    if !org_known(&mut tx, &org_id).await? || stored.as_ref().is_some_and(|r| r.status != "open")
-    {
+    if !org_known(&mut tx, &org_id).await? || stored.as_ref().is_some_and(|r| r.status != "open") {
         // No such org, or this checkout was credited already (its other event).
         commit(tx).await?;
         return Ok(Applied::Ignored);
@@ -470,8 +471,7 @@ async fn paid(
     let paid_micro = session["amount_total"].as_i64().unwrap_or(0) * MICRO_PER_CENT;
     let credited = match what.as_str() {
         "purchase" if paid_micro > 0 => {
-            orgs::credit_in_tx(&mut tx, &org_id, paid_micro, "purchase", tier_up_micro_usd)
-                .await?;
+            orgs::credit_in_tx(&mut tx, &org_id, paid_micro, "purchase", tier_up_micro_usd).await?;
             paid_micro
         }
         "verification" => {

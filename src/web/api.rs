@@ -19,7 +19,10 @@ use serde_json::{json as j, Value};
 use sluice_filters::{ApiError, ErrorCode};
 
 fn not_found(what: &str) -> Failure {
-    Failure(ApiError::new(ErrorCode::NotFound, format!("No such {what}.")))
+    Failure(ApiError::new(
+        ErrorCode::NotFound,
+        format!("No such {what}."),
+    ))
 }
 
 /// The session's org as the database has it now.
@@ -99,7 +102,12 @@ pub struct MintKey {
 }
 
 /// Mints a key of the member in the session's org (the API and the keys page).
-pub async fn mint(web: &WebShared, org_id: &str, user_id: &str, k: MintKey) -> Result<Value, Failure> {
+pub async fn mint(
+    web: &WebShared,
+    org_id: &str,
+    user_id: &str,
+    k: MintKey,
+) -> Result<Value, Failure> {
     let name = k.name.trim();
     if name.is_empty() || name.len() > 100 {
         return Err(Failure(ApiError::invalid_parameter(

@@ -223,7 +223,9 @@ pub async fn login_form(
             web.templates.page("login.html", &ctx).into_response()
         }
         Ok(LoginRequest::RateLimited) => {
-            ctx["error"] = j!("Too many sign-in requests from your network in the last hour; try again later.");
+            ctx["error"] = j!(
+                "Too many sign-in requests from your network in the last hour; try again later."
+            );
             (
                 StatusCode::TOO_MANY_REQUESTS,
                 web.templates.page("login.html", &ctx),
@@ -297,7 +299,7 @@ pub async fn logout_form(
     body: Bytes,
 ) -> Response {
     if let Err(r) = session::checked_form(&member, &body) {
-        return r;
+        return r.into_response();
     }
     if let Err(e) = web.sessions.revoke(&web.app.db, &member.token).await {
         return Failure(e).into_response();

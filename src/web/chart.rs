@@ -91,7 +91,7 @@ pub fn bars(days: &[Day], title: &str, whole: bool, label: &dyn Fn(f64) -> Strin
             esc(&label(d.value))
         );
         // A date under every seventh bar, counted from the newest (always shown).
-        if (days.len() - 1 - i) % 7 == 0 {
+        if (days.len() - 1 - i).is_multiple_of(7) {
             let _ = write!(
                 svg,
                 "<text class=\"axis\" x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",

@@ -18,7 +18,10 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("keys.html", include_str!("templates/keys.html")),
     ("models.html", include_str!("templates/models.html")),
     ("model.html", include_str!("templates/model.html")),
-    ("connections.html", include_str!("templates/connections.html")),
+    (
+        "connections.html",
+        include_str!("templates/connections.html"),
+    ),
     ("usage.html", include_str!("templates/usage.html")),
     ("billing.html", include_str!("templates/billing.html")),
     ("settings.html", include_str!("templates/settings.html")),
@@ -58,7 +61,10 @@ impl Templates {
             Ok(html) => Html(html),
             Err(e) => {
                 tracing::error!(template = name, error = %e, "a page failed to render");
-                Html("<!doctype html><title>Error</title><p>This page could not be shown.</p>".into())
+                Html(
+                    "<!doctype html><title>Error</title><p>This page could not be shown.</p>"
+                        .into(),
+                )
             }
         }
     }
@@ -71,9 +77,7 @@ pub fn usd(v: f64) -> String {
     if a == 0.0 || a >= 0.01 {
         format!("{sign}${}", thousands_f(a, 2))
     } else {
-        format!("{sign}${a:.6}")
-            .trim_end_matches('0')
-            .to_string()
+        format!("{sign}${a:.6}").trim_end_matches('0').to_string()
     }
 }
 
@@ -87,7 +91,7 @@ pub fn count(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

@@ -66,7 +66,10 @@ impl FromRequestParts<WebShared> for Origin {
 }
 
 /// The live session of the request's cookie.
-async fn current(parts: &Parts, web: &WebShared) -> Result<Option<(Arc<Session>, String)>, ApiError> {
+async fn current(
+    parts: &Parts,
+    web: &WebShared,
+) -> Result<Option<(Arc<Session>, String)>, ApiError> {
     let Some(token) = cookie_token(&parts.headers) else {
         return Ok(None);
     };
@@ -204,19 +207,28 @@ impl Form {
     }
 }
 
-/// A form post of a signed-in member, its CSRF field checked: 403 without it.
-pub fn checked_form(member: &PageMember, body: &[u8]) -> Result<Form, Response> {
-    let form = Form::parse(body);
-    if csrf_matches(form.get("csrf"), &member.session) {
-        Ok(form)
-    } else {
-        Err((
+/// A form post without the session's CSRF token: 403, and nothing changes.
+pub struct FormRefused;
+
+impl IntoResponse for FormRefused {
+    fn into_response(self) -> Response {
+        (
             StatusCode::FORBIDDEN,
             axum::response::Html(
                 "<!doctype html><title>Forbidden</title><p>This form is out of date or did not come \
                  from this site. <a href=\"/overview\">Go back</a> and try again.</p>",
             ),
         )
-            .into_response())
+            .into_response()
+    }
+}
+
+/// A form post of a signed-in member, its CSRF field checked.
+pub fn checked_form(member: &PageMember, body: &[u8]) -> Result<Form, FormRefused> {
+    let form = Form::parse(body);
+    if csrf_matches(form.get("csrf"), &member.session) {
+        Ok(form)
+    } else {
+        Err(FormRefused)
     }
 }

@@ -118,7 +118,11 @@ impl Web {
 
     /// GETs a link with an optional cookie; answers the status, the new session
     /// cookie (if one was set) and the headers.
-    pub async fn follow(&self, link: &str, cookie: Option<&str>) -> (u16, Option<String>, HeaderMap) {
+    pub async fn follow(
+        &self,
+        link: &str,
+        cookie: Option<&str>,
+    ) -> (u16, Option<String>, HeaderMap) {
         let mut req = self.http.get(self.local(link));
         if let Some(c) = cookie {
             req = req.header(COOKIE, format!("sluice_session={c}"));
@@ -130,8 +134,14 @@ impl Web {
 
     /// `GET /api/session` with a cookie.
     pub async fn session(&self, cookie: &str) -> (u16, Value) {
-        self.call_raw(Some(cookie), None, reqwest::Method::GET, "/api/session", None)
-            .await
+        self.call_raw(
+            Some(cookie),
+            None,
+            reqwest::Method::GET,
+            "/api/session",
+            None,
+        )
+        .await
     }
 
     /// The member a cookie signs in.
@@ -166,7 +176,13 @@ impl Web {
     }
 
     /// A session API call with the member's cookie and CSRF token.
-    pub async fn call(&self, m: &Member, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub async fn call(
+        &self,
+        m: &Member,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         self.call_raw(Some(&m.cookie), Some(&m.csrf), method, path, body)
             .await
     }

@@ -70,7 +70,7 @@ pub async fn page(
 pub async fn checkout(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
     let form = match checked_form(&m, &body) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let amount = match form.get("amount_usd").trim() {
         "" => None,

@@ -4,9 +4,7 @@
 //! shown back.
 
 use super::{org, shell, status_of, with_status};
-use crate::api::byok::{
-    check_account, create_account, delete_account, rotate_account, Account,
-};
+use crate::api::byok::{check_account, create_account, delete_account, rotate_account, Account};
 use crate::api::respond::Failure;
 use crate::byok::connections;
 use crate::config::PROVIDERS;
@@ -36,11 +34,19 @@ async fn render(
         Err(e) => return Failure(e).into_response(),
     };
     let mut ctx = shell(web, m, &org, "connections", "Provider connections", notice);
-    ctx["connections"] = j!(list.iter().map(|c| {
-        let mut v = c.to_json();
-        v["models"] = j!(c.config.get("models").and_then(Value::as_object).map(|o| o.len()).unwrap_or(0));
-        v
-    }).collect::<Vec<_>>());
+    ctx["connections"] = j!(list
+        .iter()
+        .map(|c| {
+            let mut v = c.to_json();
+            v["models"] = j!(c
+                .config
+                .get("models")
+                .and_then(Value::as_object)
+                .map(|o| o.len())
+                .unwrap_or(0));
+            v
+        })
+        .collect::<Vec<_>>());
     ctx["providers"] = j!(PROVIDERS
         .iter()
         .filter(|p| connections::accepts_connections(p))
@@ -58,7 +64,14 @@ pub async fn page(
     m: PageMember,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    render(&web, &m, q.get("notice").map(String::as_str), j!({}), StatusCode::OK).await
+    render(
+        &web,
+        &m,
+        q.get("notice").map(String::as_str),
+        j!({}),
+        StatusCode::OK,
+    )
+    .await
 }
 
 /// The account's config from the form's fields: `base_url`, `access_key_id`
@@ -97,7 +110,7 @@ fn config_of(form: &Form) -> Result<Value, Failure> {
 pub async fn create(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
     let form = match checked_form(&m, &body) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let provider = form.get("provider").to_string();
     let made = match config_of(&form) {
@@ -134,7 +147,7 @@ pub async fn act(
 ) -> Response {
     let form = match checked_form(&m, &body) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let org_id = &m.session.org_id;
     let done: Result<Option<Value>, Failure> = match action.as_str() {

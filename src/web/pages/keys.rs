@@ -112,7 +112,7 @@ fn mint_request(form: &Form) -> Result<MintKey, Failure> {
 pub async fn create(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
     let form = match checked_form(&m, &body) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let minted = match mint_request(&form) {
         Ok(req) => mint(&web, &m.session.org_id, &m.session.user_id, req).await,
@@ -143,7 +143,7 @@ pub async fn revoke(
     body: Bytes,
 ) -> Response {
     if let Err(r) = checked_form(&m, &body) {
-        return r;
+        return r.into_response();
     }
     match revoke_key(&web, &m.session.org_id, &id).await {
         Ok(()) => Redirect::to("/keys?notice=key_revoked").into_response(),

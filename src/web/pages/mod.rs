@@ -31,7 +31,10 @@ pub fn routes() -> Router<WebShared> {
         .route("/models", get(models::list))
         .route("/models/{slug}", get(models::one))
         .route("/models/{slug}/waterfall", post(models::waterfall))
-        .route("/connections", get(connections::page).post(connections::create))
+        .route(
+            "/connections",
+            get(connections::page).post(connections::create),
+        )
         .route(
             "/connections/{provider}/{alias}/{action}",
             post(connections::act),
@@ -53,15 +56,21 @@ fn notice_text(code: &str) -> Option<&'static str> {
         "signed_in" => "You are signed in.",
         "joined" => "Welcome: you joined the organization.",
         "key_revoked" => "The key is revoked: it stops working on every instance within a second.",
-        "waterfall_saved" => "The waterfall is saved: requests follow the new order within a second.",
+        "waterfall_saved" => {
+            "The waterfall is saved: requests follow the new order within a second."
+        }
         "waterfall_reset" => "The waterfall is back to the default order.",
-        "connection_added" => "The connection is saved. Check it to see the provider accept the key.",
+        "connection_added" => {
+            "The connection is saved. Check it to see the provider accept the key."
+        }
         "connection_rotated" => "The new secret is saved.",
         "connection_deleted" => "The connection is deleted.",
         "settings_saved" => "The settings are saved.",
         "invited" => "The invitation is on its way.",
         "verification_sent" => "A new verification link is on its way.",
-        "checkout_success" => "Payment received: credits appear as soon as the payment provider confirms it.",
+        "checkout_success" => {
+            "Payment received: credits appear as soon as the payment provider confirms it."
+        }
         "checkout_cancelled" => "The checkout was cancelled; nothing was charged.",
         _ => return None,
     })

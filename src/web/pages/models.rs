@@ -52,10 +52,17 @@ pub async fn list(
         .collect();
     // The page takes the price in USD per million tokens; the query, micro-USD.
     let mut bad_price = false;
-    if let Some(usd) = q.get("max_input_usd").map(|v| v.trim()).filter(|v| !v.is_empty()) {
+    if let Some(usd) = q
+        .get("max_input_usd")
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+    {
         match usd.parse::<f64>() {
             Ok(v) if v.is_finite() && v >= 0.0 => {
-                query.insert("max_input_price".into(), ((v * 1e6).round() as u64).to_string());
+                query.insert(
+                    "max_input_price".into(),
+                    ((v * 1e6).round() as u64).to_string(),
+                );
             }
             _ => bad_price = true,
         }
@@ -83,7 +90,10 @@ pub async fn list(
         providers.extend(mdl.spec.rungs.iter().map(|r| r.provider.clone()));
     }
     categories.remove("");
-    let search = q.get("q").map(|s| s.trim().to_ascii_lowercase()).unwrap_or_default();
+    let search = q
+        .get("q")
+        .map(|s| s.trim().to_ascii_lowercase())
+        .unwrap_or_default();
     let searched: Vec<&Arc<Model>> = visible
         .into_iter()
         .filter(|mdl| {
@@ -208,7 +218,11 @@ async fn render_model(
     };
     let ids = |v: &Value| -> Vec<String> {
         v.as_array()
-            .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let current = if read["override"].is_array() {
@@ -248,10 +262,14 @@ async fn render_model(
                   "output": s.price.output, "cache_write": s.price.cache_write()},
         "retention": org_verdict(model, &org, &routing).map(Retention::as_str),
     });
-    ctx["deployments"] = j!(s.rungs.iter().map(|r| j!({
-        "id": r.id(), "provider": r.provider, "provider_model_id": r.provider_model_id,
-        "zdr": r.zdr, "caps": r.caps,
-    })).collect::<Vec<_>>());
+    ctx["deployments"] = j!(s
+        .rungs
+        .iter()
+        .map(|r| j!({
+            "id": r.id(), "provider": r.provider, "provider_model_id": r.provider_model_id,
+            "zdr": r.zdr, "caps": r.caps,
+        }))
+        .collect::<Vec<_>>());
     ctx["chain"] = j!(current.iter().map(|id| info(id)).collect::<Vec<_>>());
     ctx["is_override"] = j!(read["override"].is_array());
     ctx["effective"] = j!(effective.iter().map(|id| info(id)).collect::<Vec<_>>());
@@ -306,14 +324,16 @@ pub async fn waterfall(
 ) -> Response {
     let form = match checked_form(&m, &body) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let org = match org(&web, &m).await {
         Ok(o) => o,
         Err(r) => return r,
     };
     let done = if form.has("reset") {
-        reset_waterfall(&web.app, &org, &slug).await.map(|_| "waterfall_reset")
+        reset_waterfall(&web.app, &org, &slug)
+            .await
+            .map(|_| "waterfall_reset")
     } else {
         let chain = requested_chain(&form);
         set_waterfall(&web.app, &org, &slug, &chain)

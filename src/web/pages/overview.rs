@@ -75,7 +75,14 @@ pub async fn page(
         Err(e) => return crate::api::respond::Failure(e).into_response(),
     };
     let has_requests = recent["data"].as_array().is_some_and(|d| !d.is_empty());
-    let mut ctx = shell(&web, &m, &org, "overview", "Overview", q.get("notice").map(String::as_str));
+    let mut ctx = shell(
+        &web,
+        &m,
+        &org,
+        "overview",
+        "Overview",
+        q.get("notice").map(String::as_str),
+    );
     ctx["chart"] = j!(svg);
     ctx["recent"] = recent["data"].clone();
     ctx["spent_30d"] = j!(spent_30d);
@@ -98,7 +105,7 @@ pub async fn page(
 /// `POST /verify/resend`: a fresh verification link for the org's address.
 pub async fn resend(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
     if let Err(r) = checked_form(&m, &body) {
-        return r;
+        return r.into_response();
     }
     let user = match crate::web::api::user_of(&web, &m.session.user_id).await {
         Ok(u) => u,

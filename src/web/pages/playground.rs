@@ -11,7 +11,7 @@ use crate::web::WebShared;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde_json::{json as j, Value};
 
 async fn render(web: &WebShared, m: &PageMember, extra: Value, status: StatusCode) -> Response {
@@ -44,7 +44,7 @@ pub async fn page(State(web): State<WebShared>, m: PageMember) -> Response {
 pub async fn send(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
     let form = match checked_form(&m, &body) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let (key, model, message) = (
         form.get("api_key").trim(),

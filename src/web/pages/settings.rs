@@ -44,14 +44,21 @@ pub async fn page(
     m: PageMember,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    render(&web, &m, q.get("notice").map(String::as_str), None, StatusCode::OK).await
+    render(
+        &web,
+        &m,
+        q.get("notice").map(String::as_str),
+        None,
+        StatusCode::OK,
+    )
+    .await
 }
 
 /// `POST /settings`: each checkbox sets its setting (absent is off).
 pub async fn save(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
     let form = match checked_form(&m, &body) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let on = |f: &str| form.get(f) == "on";
     let change = orgs::SettingsChange {
@@ -72,7 +79,7 @@ pub async fn save(State(web): State<WebShared>, m: PageMember, body: Bytes) -> R
 pub async fn invite(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
     let form = match checked_form(&m, &body) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let inviter = match user_of(&web, &m.session.user_id).await {
         Ok(u) => u,

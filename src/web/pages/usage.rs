@@ -2,8 +2,8 @@
 //! day as a chart, totals by model and by member, the requests one page at a
 //! time, and every request as CSV.
 
-use super::{org, shell};
 use super::overview::last_days;
+use super::{org, shell};
 use crate::api::respond::Failure;
 use crate::api::usage::{self, Scope};
 use crate::web::chart;
@@ -70,9 +70,12 @@ pub async fn page(
     let requests = last_days(&daily, 30, "requests");
     let mut ctx = shell(&web, &m, &org, "usage", "Usage", None);
     ctx["scope"] = j!(scope.scope);
-    ctx["chart_cost"] = j!(chart::bars(&days, "Spend per day, last 30 days", false, &|v| {
-        crate::web::render::usd(v)
-    }));
+    ctx["chart_cost"] = j!(chart::bars(
+        &days,
+        "Spend per day, last 30 days",
+        false,
+        &|v| { crate::web::render::usd(v) }
+    ));
     ctx["chart_requests"] = j!(chart::bars(
         &requests,
         "Requests per day, last 30 days",
@@ -95,7 +98,9 @@ fn field(v: &Value) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    let text = if text.starts_with(['=', '+', '@']) || (text.starts_with('-') && text.parse::<f64>().is_err()) {
+    let text = if text.starts_with(['=', '+', '@'])
+        || (text.starts_with('-') && text.parse::<f64>().is_err())
+    {
         format!("'{text}")
     } else {
         text

@@ -57,10 +57,7 @@ impl Mail {
 
     /// The text part, decoded (7bit, 8bit or quoted-printable).
     pub fn text(&self) -> String {
-        let body = self
-            .data
-            .split_once("\r\n\r\n")
-            .map_or("", |(_, b)| b);
+        let body = self.data.split_once("\r\n\r\n").map_or("", |(_, b)| b);
         let qp = self
             .header("Content-Transfer-Encoding")
             .is_some_and(|v| v.eq_ignore_ascii_case("quoted-printable"));
@@ -144,7 +141,9 @@ impl Drop for SmtpSink {
 
 impl SmtpSink {
     pub async fn start() -> SmtpSink {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind smtp sink");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind smtp sink");
         let port = listener.local_addr().expect("addr").port();
         let inbox = Arc::new(Inbox::default());
         let served = inbox.clone();
@@ -219,11 +218,17 @@ async fn session(stream: TcpStream, inbox: Arc<Inbox>) -> std::io::Result<()> {
             return Ok(());
         }
         let cmd = line.trim_end();
-        let verb = cmd.split_whitespace().next().unwrap_or("").to_ascii_uppercase();
+        let verb = cmd
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_ascii_uppercase();
         match verb.as_str() {
             "EHLO" => {
                 write
-                    .write_all(b"250-sink.test\r\n250-8BITMIME\r\n250-SMTPUTF8\r\n250 SIZE 10485760\r\n")
+                    .write_all(
+                        b"250-sink.test\r\n250-8BITMIME\r\n250-SMTPUTF8\r\n250 SIZE 10485760\r\n",
+                    )
                     .await?
             }
             "HELO" => write.write_all(b"250 sink.test\r\n").await?,

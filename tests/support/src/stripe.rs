@@ -93,7 +93,9 @@ fn stripe_error(status: StatusCode, kind: &str, message: &str, param: Option<&st
 
 impl FakeStripe {
     pub async fn start() -> FakeStripe {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind fake stripe");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind fake stripe");
         let port = listener.local_addr().unwrap().port();
         let inner = Arc::new(Inner::default());
         *inner.base.lock().unwrap() = format!("http://127.0.0.1:{port}");
@@ -119,7 +121,13 @@ impl FakeStripe {
     }
 
     pub fn sessions(&self) -> Vec<Session> {
-        self.inner.sessions.lock().unwrap().values().cloned().collect()
+        self.inner
+            .sessions
+            .lock()
+            .unwrap()
+            .values()
+            .cloned()
+            .collect()
     }
 
     pub fn session(&self, id: &str) -> Option<Session> {
@@ -142,14 +150,21 @@ impl FakeStripe {
 
     fn mark_paid(&self, session_id: &str) -> Session {
         let mut sessions = self.inner.sessions.lock().unwrap();
-        let s = sessions.get_mut(session_id).expect("a session the fake made");
+        let s = sessions
+            .get_mut(session_id)
+            .expect("a session the fake made");
         s.paid = true;
         s.clone()
     }
 
     /// `charge.refunded` of a payment: `refunded_cents` is the charge's refunded
     /// total so far, as Stripe reports it.
-    pub fn refund_event(&self, payment_intent: &str, amount_cents: i64, refunded_cents: i64) -> Value {
+    pub fn refund_event(
+        &self,
+        payment_intent: &str,
+        amount_cents: i64,
+        refunded_cents: i64,
+    ) -> Value {
         let charge = json!({
             "id": self.id("ch"), "object": "charge", "amount": amount_cents,
             "amount_captured": amount_cents, "amount_refunded": refunded_cents,
@@ -171,7 +186,11 @@ impl FakeStripe {
 
     /// An event of another type (ignored by a receiver that does not use it).
     pub fn other_event(&self, kind: &str) -> Value {
-        event(&self.inner, kind, json!({"id": self.id("obj"), "object": "unknown"}))
+        event(
+            &self.inner,
+            kind,
+            json!({"id": self.id("obj"), "object": "unknown"}),
+        )
     }
 
     /// The `Stripe-Signature` of a body at time `t`.
@@ -191,7 +210,11 @@ impl FakeStripe {
 
 fn next_id(inner: &Inner, prefix: &str) -> String {
     let n = inner.next.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix}_test_{:08}{:016x}", n, n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    format!(
+        "{prefix}_test_{:08}{:016x}",
+        n,
+        n.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    )
 }
 
 fn event(inner: &Inner, kind: &str, object: Value) -> Value {
@@ -229,7 +252,12 @@ async fn create_session(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let h = |n: &str| {
+        headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
     let text = String::from_utf8_lossy(&body).into_owned();
     inner.received.lock().unwrap().push(Received {
         path: "/v1/checkout/sessions".into(),
@@ -309,7 +337,12 @@ async fn create_session(
     inner.sessions.lock().unwrap().insert(id.clone(), s.clone());
     let metadata: BTreeMap<String, String> = form
         .iter()
-        .filter_map(|(k, v)| Some((k.strip_prefix("metadata[")?.strip_suffix(']')?.to_string(), v.clone())))
+        .filter_map(|(k, v)| {
+            Some((
+                k.strip_prefix("metadata[")?.strip_suffix(']')?.to_string(),
+                v.clone(),
+            ))
+        })
         .collect();
     Json(json!({
         "id": id, "object": "checkout.session", "mode": "payment", "livemode": false,
@@ -361,7 +394,11 @@ async fn pay(State(inner): State<Arc<Inner>>, Path(id): Path<String>) -> Respons
 
 /// POSTs a webhook body with its signature (HTTP/1.1, one connection); returns
 /// the status and the body of the answer.
-pub async fn post_webhook(url: &str, body: &str, signature: &str) -> std::io::Result<(u16, String)> {
+pub async fn post_webhook(
+    url: &str,
+    body: &str,
+    signature: &str,
+) -> std::io::Result<(u16, String)> {
     let rest = url.strip_prefix("http://").unwrap_or(url);
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
@@ -382,6 +419,9 @@ pub async fn post_webhook(url: &str, body: &str, signature: &str) -> std::io::Re
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
     Ok((status, body))
 }
