@@ -45,10 +45,12 @@ fn nice_ceiling(max: f64) -> f64 {
 pub fn bars(days: &[Day], title: &str, whole: bool, label: &dyn Fn(f64) -> String) -> String {
     let n = days.len().max(1) as f64;
     let max = days.iter().map(|d| d.value).fold(0.0, f64::max);
-    let mut top = nice_ceiling(max);
-    if whole {
-        top = ((top / 4.0).ceil() * 4.0).max(4.0);
-    }
+    // Four gridlines above zero: for counts, each a whole, round step.
+    let top = if whole {
+        4.0 * nice_ceiling(max / 4.0).max(1.0)
+    } else {
+        nice_ceiling(max)
+    };
     let plot_w = W - LEFT - 8.0;
     let plot_h = H - TOP - BOTTOM;
     let slot = plot_w / n;

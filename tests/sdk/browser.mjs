@@ -132,6 +132,17 @@ try {
   }
   check(served === rungs[0], `served by the account (${served})`);
 
+  // Dragging works too: the platform rung dropped on the account's, then saved.
+  await page.dragAndDrop("ol.chain > li:nth-child(2) .grip", "ol.chain > li:nth-child(1)");
+  const dragged = await page.$$eval("ol.chain > li", (lis) => lis.map((li) => li.dataset.rung));
+  check(dragged[0] === rungs[1] && dragged[1] === rungs[0], `dragged: ${dragged}`);
+  await page.click("[data-save-order]");
+  await page.waitForSelector("text=The waterfall is saved");
+  const saved = await (await fetch(`${gateway}/api/models/b-shared/waterfall`, {
+    headers: { authorization: `Bearer ${key}` },
+  })).json();
+  check(JSON.stringify(saved.override) === JSON.stringify(dragged), `saved after the drag: ${JSON.stringify(saved)}`);
+
   // Every other page, as a member sees it.
   await page.goto(`${web}/models?sort=input_price`);
   await shot("models");
