@@ -299,15 +299,25 @@ pub async fn verify_in_tx(
     card_on_file: Option<bool>,
     settled: Option<bool>,
 ) -> Result<(), ApiError> {
+    // A write first: on SQLite the transaction then holds the write lock (waiting
+    // for it) rather than failing to upgrade a read when another writer committed.
+    let now = now_ms();
+    let touched = sqlx::query("UPDATE orgs SET updated_at = $1 WHERE id = $2")
+        .bind(now)
+        .bind(org_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(Error::db("orgs"))?;
+    if touched.rows_affected() == 0 {
+        return Err(no_org());
+    }
     let row = sqlx::query("SELECT email_verified, card_on_file, settled FROM orgs WHERE id = $1")
         .bind(org_id)
-        .fetch_optional(&mut **tx)
+        .fetch_one(&mut **tx)
         .await
-        .map_err(Error::db("orgs"))?
-        .ok_or_else(no_org)?;
+        .map_err(Error::db("orgs"))?;
     let flag = |c: &str| opt_i64(&row, c).unwrap_or(0) != 0;
     let was_settled = flag("settled");
-    let now = now_ms();
     sqlx::query(
         "UPDATE orgs SET email_verified = $1, card_on_file = $2, settled = $3, updated_at = $4 WHERE id = $5",
     )

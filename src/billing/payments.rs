@@ -429,6 +429,13 @@ async fn paid(
         return Err(WebhookError::BadEvent("the checkout session has no id"));
     };
     let mut tx = db.pool.begin().await.map_err(Error::db("payments"))?;
+    // The event is recorded first: the transaction writes before it reads, so on
+    // SQLite it takes the write lock (waiting for it) instead of failing to
+    // upgrade a read when the usage writer committed meanwhile.
+    let reference = session["client_reference_id"].as_str();
+    if !first_time(&mut tx, event_id, kind, reference).await? {
+        return Ok(Applied::Duplicate);
+    }
     let stored = sqlx::query(&format!(
         "SELECT {ROW_COLUMNS} FROM payments WHERE checkout_session_id = $1"
     ))
@@ -443,10 +450,7 @@ async fn paid(
     let org_id = stored
         .as_ref()
         .map(|r| r.org_id.clone())
-        .or_else(|| session["client_reference_id"].as_str().map(str::to_string));
-    if !first_time(&mut tx, event_id, kind, org_id.as_deref()).await? {
-        return Ok(Applied::Duplicate);
-    }
+        .or_else(|| reference.map(str::to_string));
     let commit = |tx: sqlx::Transaction<'static, sqlx::Any>| async move {
         tx.commit().await.map_err(Error::db("payments"))
     };
@@ -564,6 +568,10 @@ async fn take_back(
         return Ok(Applied::Ignored);
     };
     let mut tx = db.pool.begin().await.map_err(Error::db("payments"))?;
+    // Written before anything is read (see `paid`).
+    if !first_time(&mut tx, event_id, kind, None).await? {
+        return Ok(Applied::Duplicate);
+    }
     let row = sqlx::query(&format!(
         "SELECT {ROW_COLUMNS} FROM payments WHERE payment_intent = $1"
     ))
@@ -573,14 +581,16 @@ async fn take_back(
     .map_err(Error::db("payments"))?
     .as_ref()
     .map(payment_row);
-    let org = row.as_ref().map(|r| r.org_id.as_str());
-    if !first_time(&mut tx, event_id, kind, org).await? {
-        return Ok(Applied::Duplicate);
-    }
     let Some(row) = row else {
         tx.commit().await.map_err(Error::db("payments"))?;
         return Ok(Applied::Ignored);
     };
+    sqlx::query("UPDATE payment_events SET org_id = $1 WHERE event_id = $2")
+        .bind(&row.org_id)
+        .bind(event_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::db("payment events"))?;
     let open = row.credited - row.reversed;
     let asked = match how {
         Reversal::UpTo(cents) => cents * MICRO_PER_CENT - row.reversed,
