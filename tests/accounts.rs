@@ -600,3 +600,23 @@ async fn a_newcomer_goes_from_signup_to_a_first_answer_without_the_admin_cli() {
     let answer = r.text().await.unwrap();
     assert!(answer.contains("Hello from mock llama3.2:3b."), "{answer}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_tls_the_session_cookie_is_secure_and_lasts_the_session_ttl() {
+    let b = Backend::fresh().await;
+    let w = Web::start(&b, |o| {
+        o.env("SLUICE_WEB__COOKIE_SECURE", "true")
+            .env("SLUICE_WEB__SESSION_TTL", "2h")
+    })
+    .await;
+    let (st, _) = w.signup("hana@example.com").await;
+    assert_eq!(st, 200);
+    let mail = w.sink.next_to("hana@example.com").await;
+    let (st, cookie, headers) = w.follow(&mail.single_link(), None).await;
+    assert_eq!(st, 303);
+    let line = session_cookie_line(&headers).unwrap();
+    for attr in ["HttpOnly", "SameSite=Lax", "Secure", "Max-Age=7200"] {
+        assert!(line.contains(attr), "{line}");
+    }
+    assert_eq!(w.session(&cookie.unwrap()).await.0, 200);
+}
