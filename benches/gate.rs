@@ -38,6 +38,7 @@ fn records(n: &str) -> (KeyRecord, OrgRecord) {
         expires_at: None,
         revoked_at: None,
         created_at: 0,
+        user_id: None,
     };
     let org = OrgRecord {
         id: format!("org_{n}"),

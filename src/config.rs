@@ -232,14 +232,10 @@ impl Default for ObservabilityConfig {
 
 /// Config keys (sections or single keys) of features not built yet: accepted, and
 /// named in one warning line when the operator sets them, since they do nothing.
-const NOT_BUILT: [&str; 12] = [
+const NOT_BUILT: [&str; 8] = [
     "search",
     "tool_search",
     "telemetry",
-    "email",
-    "signup",
-    "web",
-    "payments",
     "observability",
     "responses.prompt_capture_default",
     "storage.objects",
@@ -741,6 +737,17 @@ impl Config {
             })?;
         }
         parse_duration(&self.responses.retention).context("responses.retention")?;
+        parse_duration(&self.web.session_ttl).context("web.session_ttl")?;
+        if !matches!(self.payments.provider.as_str(), "none" | "stripe") {
+            bail!(
+                "payments.provider = {:?}: expected none or stripe",
+                self.payments.provider
+            );
+        }
+        let credits = self.signup.credits_usd;
+        if credits.is_nan() || credits < 0.0 {
+            bail!("signup.credits_usd must not be negative");
+        }
         let d = &self.billing.key_defaults;
         if d.daily_spend_cap_usd.is_some_and(|v| v.is_nan() || v < 0.0)
             || d.rpm.is_some_and(|v| v < 0)

@@ -107,6 +107,12 @@ enum AdminCommand {
     },
     /// Set an organization's tier.
     Tier { org_id: String, tier: i64 },
+    /// Add a member who can sign in to the web app (by mailed link); prints {user_id}.
+    AddMember {
+        org_id: String,
+        #[arg(long)]
+        email: String,
+    },
     /// Change an organization's settings; prints them as they apply now.
     Settings {
         org_id: String,
@@ -317,6 +323,9 @@ async fn admin(config: config::Config, cmd: AdminCommand) -> anyhow::Result<()> 
         }
         AdminCommand::Tier { org_id, tier } => {
             adm::tier(&db, None, &org_id, adm::Tier { tier }).await
+        }
+        AdminCommand::AddMember { org_id, email } => {
+            adm::add_member(&db, &org_id, adm::AddMember { email }).await
         }
         AdminCommand::Settings {
             org_id,

@@ -36,7 +36,12 @@ impl BackgroundService for AxumService {
                 return;
             }
         };
-        let served = axum::serve(listener, self.router.clone()).await;
+        // With the peer's address: the web app counts signups per client address.
+        let app = self
+            .router
+            .clone()
+            .into_make_service_with_connect_info::<SocketAddr>();
+        let served = axum::serve(listener, app).await;
         if let Err(e) = served {
             tracing::error!(service = self.name, error = %e, "service stopped");
         }
@@ -140,8 +145,9 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     gateway.threads = Some(config.gateway_threads());
     server.add_service(gateway);
 
+    let web_router = crate::web::router(state.clone(), gateway_addr)?;
     for (name, listener, router) in [
-        ("web", web, crate::web::router(state.clone())),
+        ("web", web, web_router),
         ("ops", ops, crate::ops::router(state.clone())),
     ] {
         let mut svc = background_service(

@@ -41,11 +41,15 @@ pub enum ErrorCode {
     AccountExists,
     SignupDisabled,
     RateLimited,
+    /// A web session request that changes something without the session's CSRF token.
+    CsrfFailed,
+    /// A web session API call without a valid `sluice_session` cookie.
+    SessionRequired,
 }
 
 impl ErrorCode {
     /// Every code, for tests and documentation.
-    pub const ALL: [ErrorCode; 28] = [
+    pub const ALL: [ErrorCode; 30] = [
         Self::ModelLocationNotSupported,
         Self::InvalidJson,
         Self::InvalidRequest,
@@ -74,6 +78,8 @@ impl ErrorCode {
         Self::AccountExists,
         Self::SignupDisabled,
         Self::RateLimited,
+        Self::CsrfFailed,
+        Self::SessionRequired,
     ];
 
     /// The wire spelling of the code.
@@ -107,6 +113,8 @@ impl ErrorCode {
             Self::AccountExists => "account_exists",
             Self::SignupDisabled => "signup_disabled",
             Self::RateLimited => "rate_limited",
+            Self::CsrfFailed => "csrf_failed",
+            Self::SessionRequired => "session_required",
         }
     }
 
@@ -122,9 +130,12 @@ impl ErrorCode {
             | Self::UnsupportedParameter
             | Self::Refusal
             | Self::PreviousResponseNotFound => 400,
-            Self::InvalidKey => 401,
+            Self::InvalidKey | Self::SessionRequired => 401,
             Self::VerificationRequired => 402,
-            Self::ModelLocationNotSupported | Self::ModelNotGranted | Self::SignupDisabled => 403,
+            Self::ModelLocationNotSupported
+            | Self::ModelNotGranted
+            | Self::SignupDisabled
+            | Self::CsrfFailed => 403,
             Self::NotFound => 404,
             Self::IdempotencyConflict
             | Self::IdempotencyReplayUnavailable

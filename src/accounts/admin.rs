@@ -117,6 +117,18 @@ pub async fn create_key(
     org_id: &str,
     req: CreateKey,
 ) -> Result<Value, ApiError> {
+    create_key_as(db, dir, org_id, req, None).await
+}
+
+/// [`create_key`] for a member of the org (web sessions): the key is theirs, and
+/// `scope=self` usage reads count its requests.
+pub async fn create_key_as(
+    db: &Db,
+    dir: Option<&Directory>,
+    org_id: &str,
+    req: CreateKey,
+    user_id: Option<&str>,
+) -> Result<Value, ApiError> {
     let expires_at = match &req.expires_at {
         None | Some(Value::Null) => None,
         // Checked: seconds past i64::MAX / 1000 would wrap to a time in the past.
@@ -157,6 +169,7 @@ pub async fn create_key(
             rpm: req.rpm,
             tpm: req.tpm,
             expires_at,
+            user_id: user_id.map(str::to_string),
         },
     )
     .await?;
@@ -246,4 +259,22 @@ pub async fn settings(
         .await?
         .ok_or_else(|| ApiError::new(ErrorCode::NotFound, "No such organization."))?;
     Ok(org.settings_json(capture_default))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddMember {
+    pub email: String,
+}
+
+/// `POST /admin/orgs/{org_id}/members`: the address becomes a member who can sign
+/// in to the web app (`POST {web_url}/login`); a member already is one (201 again).
+pub async fn add_member(db: &Db, org_id: &str, req: AddMember) -> Result<Value, ApiError> {
+    let email = super::users::normalize_email(&req.email)?;
+    if !orgs::org_exists(db, org_id).await? {
+        return Err(ApiError::new(ErrorCode::NotFound, "No such organization."));
+    }
+    let user = super::users::ensure(db, &email).await?;
+    super::users::add_member(db, org_id, &user.id, super::users::Role::Member, None).await?;
+    Ok(json!({ "user_id": user.id, "org_id": org_id, "email": user.email }))
 }

@@ -30,6 +30,8 @@ pub struct KeyRecord {
     pub expires_at: Option<i64>,
     pub revoked_at: Option<i64>,
     pub created_at: i64,
+    /// The member who minted it in the web app; `None` for an operator's key.
+    pub user_id: Option<String>,
 }
 
 impl KeyRecord {
@@ -75,6 +77,8 @@ pub struct NewKey {
     pub rpm: Option<i64>,
     pub tpm: Option<i64>,
     pub expires_at: Option<i64>,
+    /// The member minting it (web sessions); `None` for an operator's key.
+    pub user_id: Option<String>,
 }
 
 /// Creates a key for an org; returns the record and the plaintext (shown once).
@@ -82,6 +86,19 @@ pub async fn create(db: &Db, org_id: &str, new: NewKey) -> Result<(KeyRecord, St
     if !org_exists(db, org_id).await? {
         return Err(ApiError::new(ErrorCode::NotFound, "No such organization."));
     }
+    let mut tx = db.pool.begin().await.map_err(Error::db("keys"))?;
+    let out = create_in_tx(&mut tx, org_id, new).await?;
+    tx.commit().await.map_err(Error::db("keys"))?;
+    Ok(out)
+}
+
+/// [`create`] inside a caller's transaction (a signup makes its org, its first
+/// member and its first key at once); the org must exist in it.
+pub async fn create_in_tx(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    org_id: &str,
+    new: NewKey,
+) -> Result<(KeyRecord, String), ApiError> {
     for (param, v) in [
         ("daily_spend_cap_usd", new.daily_spend_cap_micro_usd),
         ("rpm", new.rpm),
@@ -108,11 +125,12 @@ pub async fn create(db: &Db, org_id: &str, new: NewKey) -> Result<(KeyRecord, St
         expires_at: new.expires_at,
         revoked_at: None,
         created_at: now,
+        user_id: new.user_id,
     };
     sqlx::query(
         "INSERT INTO api_keys (id, org_id, name, key_hash, hint, daily_spend_cap_micro_usd, rpm, tpm, \
-         expires_at, revoked_at, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $10)",
+         expires_at, revoked_at, created_at, updated_at, user_id) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $10, $11)",
     )
     .bind(&rec.id)
     .bind(&rec.org_id)
@@ -124,7 +142,8 @@ pub async fn create(db: &Db, org_id: &str, new: NewKey) -> Result<(KeyRecord, St
     .bind(rec.tpm)
     .bind(rec.expires_at)
     .bind(now)
-    .execute(&db.pool)
+    .bind(&rec.user_id)
+    .execute(&mut **tx)
     .await
     .map_err(Error::db("keys"))?;
     Ok((rec, plaintext))
@@ -145,7 +164,7 @@ pub async fn revoke(db: &Db, key_id: &str) -> Result<bool, ApiError> {
 }
 
 const COLUMNS: &str = "id, org_id, name, key_hash, hint, daily_spend_cap_micro_usd, rpm, tpm, \
-                       expires_at, revoked_at, created_at, updated_at";
+                       expires_at, revoked_at, created_at, updated_at, user_id";
 
 fn from_row(row: &sqlx::any::AnyRow) -> KeyRecord {
     KeyRecord {
@@ -160,6 +179,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> KeyRecord {
         expires_at: opt_i64(row, "expires_at"),
         revoked_at: opt_i64(row, "revoked_at"),
         created_at: row.get("created_at"),
+        user_id: row.try_get::<Option<String>, _>("user_id").ok().flatten(),
     }
 }
 

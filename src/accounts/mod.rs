@@ -1,11 +1,19 @@
 //! Organizations and API keys: the durable records, the admin operations on them
 //! (shared by the HTTP admin API and the `sluice admin` CLI), and the in-process
-//! directory the hot path authenticates against without touching SQL.
+//! directory the hot path authenticates against without touching SQL. And the
+//! people behind them: users and members, signup, sign-in by mailed link, web
+//! sessions, and the mailer.
 
 pub mod admin;
 pub mod directory;
 pub mod keys;
+pub mod links;
+pub mod mail;
 pub mod orgs;
+pub mod sessions;
+pub mod signin;
+pub mod signup;
+pub mod users;
 
 pub use directory::Directory;
 pub use keys::KeyRecord;

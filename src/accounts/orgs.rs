@@ -103,10 +103,22 @@ pub async fn create(db: &Db, new: NewOrg) -> Result<String, ApiError> {
             "credits_usd must not be negative",
         ));
     }
+    let mut tx = db.pool.begin().await.map_err(Error::db("orgs"))?;
+    let id = create_in_tx(&mut tx, new).await?;
+    tx.commit().await.map_err(Error::db("orgs"))?;
+    Ok(id)
+}
+
+/// [`create`] inside a caller's transaction (a signup makes its org, its first
+/// member and its first key at once); the name and credits are checked by the
+/// caller.
+pub async fn create_in_tx(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    new: NewOrg,
+) -> Result<String, ApiError> {
     let id = new_id("org");
     let now = now_ms();
     let flag = |b: bool| b as i64;
-    let mut tx = db.pool.begin().await.map_err(Error::db("orgs"))?;
     sqlx::query(
         "INSERT INTO orgs (id, name, email, email_verified, card_on_file, settled, tier, \
          balance_micro_usd, purchased_micro_usd, under_review, review_reason, credits_overflow, \
@@ -120,13 +132,12 @@ pub async fn create(db: &Db, new: NewOrg) -> Result<String, ApiError> {
     .bind(flag(new.card_verified))
     .bind(new.tier)
     .bind(now)
-    .execute(&mut *tx)
+    .execute(&mut **tx)
     .await
     .map_err(Error::db("orgs"))?;
     if new.credits_micro_usd > 0 {
-        ledger_in_tx(&mut tx, &id, new.credits_micro_usd, "grant", now).await?;
+        ledger_in_tx(tx, &id, new.credits_micro_usd, "grant", now).await?;
     }
-    tx.commit().await.map_err(Error::db("orgs"))?;
     Ok(id)
 }
 
@@ -192,21 +203,76 @@ pub async fn add_credits(
         return Err(no_org());
     }
     let mut tx = db.pool.begin().await.map_err(Error::db("orgs"))?;
-    let now = now_ms();
-    ledger_in_tx(&mut tx, org_id, amount, kind, now).await?;
+    credit_in_tx(&mut tx, org_id, amount, kind, tier_up_micro_usd).await?;
+    tx.commit().await.map_err(Error::db("orgs"))?;
+    Ok(get(db, org_id).await?.ok_or_else(no_org)?.balance_micro_usd)
+}
+
+/// Adds `amount` micro-USD of `kind` (`grant` or `purchase`) inside a caller's
+/// transaction (a payment webhook records its event in the same one). A purchase
+/// of at least `tier_up_micro_usd` moves the org up one tier and lifts a review
+/// opened for a payment reason.
+pub async fn credit_in_tx(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    org_id: &str,
+    amount: i64,
+    kind: &str,
+    tier_up_micro_usd: i64,
+) -> Result<(), ApiError> {
+    ledger_in_tx(tx, org_id, amount, kind, now_ms()).await?;
     if kind == "purchase" {
         if amount >= tier_up_micro_usd {
             sqlx::query("UPDATE orgs SET tier = tier + 1 WHERE id = $1 AND tier < $2")
                 .bind(org_id)
                 .bind(MAX_TIER)
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await
                 .map_err(Error::db("orgs"))?;
         }
-        lift_payment_review(&mut tx, org_id).await?;
+        lift_payment_review(tx, org_id).await?;
     }
-    tx.commit().await.map_err(Error::db("orgs"))?;
-    Ok(get(db, org_id).await?.ok_or_else(no_org)?.balance_micro_usd)
+    Ok(())
+}
+
+/// Takes `amount` micro-USD back (a refund or a dispute of a payment) inside a
+/// caller's transaction: a negative ledger entry of `kind`, the balance (and, for
+/// a purchase, the purchased total) down by it. The credited total stays: it
+/// counts what was ever added, and the live balance counter is drawn by the
+/// caller (`billing::payments`).
+pub async fn debit_in_tx(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    org_id: &str,
+    amount: i64,
+    kind: &str,
+    of_purchase: bool,
+) -> Result<(), ApiError> {
+    let now = now_ms();
+    sqlx::query(
+        "INSERT INTO credit_ledger (id, org_id, amount_micro_usd, kind, note, created_at) \
+         VALUES ($1, $2, $3, $4, NULL, $5)",
+    )
+    .bind(new_id("cr"))
+    .bind(org_id)
+    .bind(-amount)
+    .bind(kind)
+    .bind(now)
+    .execute(&mut **tx)
+    .await
+    .map_err(Error::db("orgs"))?;
+    let purchased = if of_purchase { amount } else { 0 };
+    sqlx::query(
+        "UPDATE orgs SET balance_micro_usd = balance_micro_usd - $1, \
+         purchased_micro_usd = CASE WHEN purchased_micro_usd > $2 THEN purchased_micro_usd - $2 ELSE 0 END, \
+         updated_at = $3 WHERE id = $4",
+    )
+    .bind(amount)
+    .bind(purchased)
+    .bind(now)
+    .bind(org_id)
+    .execute(&mut **tx)
+    .await
+    .map_err(Error::db("orgs"))?;
+    Ok(())
 }
 
 /// Records verification steps. `settled` records the 1 USD charge and credits it
@@ -218,26 +284,56 @@ pub async fn verify(
     card_on_file: Option<bool>,
     settled: Option<bool>,
 ) -> Result<OrgRecord, ApiError> {
-    let org = get(db, org_id).await?.ok_or_else(no_org)?;
-    let now = now_ms();
     let mut tx = db.pool.begin().await.map_err(Error::db("orgs"))?;
+    verify_in_tx(&mut tx, org_id, email, card_on_file, settled).await?;
+    tx.commit().await.map_err(Error::db("orgs"))?;
+    get(db, org_id).await?.ok_or_else(no_org)
+}
+
+/// [`verify`] inside a caller's transaction; the flags are read in it, so the
+/// 1 USD is credited back once however many callers race.
+pub async fn verify_in_tx(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    org_id: &str,
+    email: Option<bool>,
+    card_on_file: Option<bool>,
+    settled: Option<bool>,
+) -> Result<(), ApiError> {
+    // A write first: on SQLite the transaction then holds the write lock (waiting
+    // for it) rather than failing to upgrade a read when another writer committed.
+    let now = now_ms();
+    let touched = sqlx::query("UPDATE orgs SET updated_at = $1 WHERE id = $2")
+        .bind(now)
+        .bind(org_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(Error::db("orgs"))?;
+    if touched.rows_affected() == 0 {
+        return Err(no_org());
+    }
+    let row = sqlx::query("SELECT email_verified, card_on_file, settled FROM orgs WHERE id = $1")
+        .bind(org_id)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(Error::db("orgs"))?;
+    let flag = |c: &str| opt_i64(&row, c).unwrap_or(0) != 0;
+    let was_settled = flag("settled");
     sqlx::query(
         "UPDATE orgs SET email_verified = $1, card_on_file = $2, settled = $3, updated_at = $4 WHERE id = $5",
     )
-    .bind(email.unwrap_or(org.email_verified) as i64)
-    .bind(card_on_file.unwrap_or(org.card_on_file) as i64)
-    .bind(settled.unwrap_or(org.settled) as i64)
+    .bind(email.unwrap_or(flag("email_verified")) as i64)
+    .bind(card_on_file.unwrap_or(flag("card_on_file")) as i64)
+    .bind(settled.unwrap_or(was_settled) as i64)
     .bind(now)
     .bind(org_id)
-    .execute(&mut *tx)
+    .execute(&mut **tx)
     .await
     .map_err(Error::db("orgs"))?;
-    if settled == Some(true) && !org.settled {
-        ledger_in_tx(&mut tx, org_id, VERIFICATION_MICRO_USD, "verification", now).await?;
-        lift_payment_review(&mut tx, org_id).await?;
+    if settled == Some(true) && !was_settled {
+        ledger_in_tx(tx, org_id, VERIFICATION_MICRO_USD, "verification", now).await?;
+        lift_payment_review(tx, org_id).await?;
     }
-    tx.commit().await.map_err(Error::db("orgs"))?;
-    get(db, org_id).await?.ok_or_else(no_org)
+    Ok(())
 }
 
 /// Replaces the set of restricted slugs the org may call.
@@ -493,4 +589,34 @@ pub async fn changed_since(db: &Db, since_ms: i64) -> anyhow::Result<Vec<(OrgRec
         out.push((org, row.get::<i64, _>("updated_at")));
     }
     Ok(out)
+}
+
+/// One entry of an org's credit ledger.
+#[derive(Clone, Debug, Serialize)]
+pub struct LedgerEntry {
+    pub kind: String,
+    pub amount_usd: f64,
+    pub created_at: i64,
+}
+
+/// The org's newest credit ledger entries (grants, purchases, the verification
+/// refund, reversals).
+pub async fn ledger(db: &Db, org_id: &str, limit: i64) -> Result<Vec<LedgerEntry>, ApiError> {
+    let rows = sqlx::query(
+        "SELECT kind, amount_micro_usd, created_at FROM credit_ledger WHERE org_id = $1 \
+         ORDER BY created_at DESC, id DESC LIMIT $2",
+    )
+    .bind(org_id)
+    .bind(limit)
+    .fetch_all(&db.pool)
+    .await
+    .map_err(Error::db("orgs"))?;
+    Ok(rows
+        .iter()
+        .map(|r| LedgerEntry {
+            kind: r.get("kind"),
+            amount_usd: micro_to_usd(r.get::<i64, _>("amount_micro_usd")),
+            created_at: r.get("created_at"),
+        })
+        .collect())
 }

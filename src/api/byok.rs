@@ -4,6 +4,7 @@
 
 use super::respond::{json, parse_body, ApiResult, Failure};
 use super::{Authed, Shared};
+use crate::accounts::OrgRecord;
 use crate::byok::{active_route, connections, waterfalls, Live};
 use crate::upstream::account_check::{self, Checked};
 use crate::upstream::auth::google::ServiceAccount;
@@ -29,17 +30,22 @@ fn own(org_id: &str, caller: &str) -> Result<(), Failure> {
     }
 }
 
+/// A create or rotate body.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Account {
-    setup_alias: String,
-    secret: String,
-    config: Option<Value>,
+    pub setup_alias: String,
+    pub secret: String,
+    pub config: Option<Value>,
 }
 
 /// A create or rotate body, checked; `config` defaults to `{}`.
 fn account_body(provider: &str, body: &[u8]) -> Result<(Account, Value), Failure> {
-    let a: Account = parse_body(body)?;
+    checked(provider, parse_body(body)?)
+}
+
+/// An account, checked; `config` defaults to `{}`.
+fn checked(provider: &str, a: Account) -> Result<(Account, Value), Failure> {
     let config = a.config.clone().unwrap_or_else(|| j!({}));
     connections::validate(provider, &a.setup_alias, &a.secret, &config)?;
     if provider == "vertex" {
@@ -108,20 +114,31 @@ pub async fn create(
     body: Bytes,
 ) -> ApiResult {
     own(&org_id, &c.org.id)?;
-    let (a, config) = account_body(&provider, &body)?;
-    check_urls(&state, &provider, &a, &config).await?;
+    let conn = create_account(&state, &org_id, &provider, parse_body(&body)?).await?;
+    Ok(json(StatusCode::CREATED, &conn.to_json()))
+}
+
+/// Creates an account of the org (the API's POST and the web app's form).
+pub async fn create_account(
+    state: &Shared,
+    org_id: &str,
+    provider: &str,
+    account: Account,
+) -> Result<connections::Connection, Failure> {
+    let (a, config) = checked(provider, account)?;
+    check_urls(state, provider, &a, &config).await?;
     let conn = connections::create(
         &state.db,
         &state.byok.sealer,
-        &org_id,
-        &provider,
+        org_id,
+        provider,
         &a.setup_alias,
         &a.secret,
         &config,
     )
     .await?;
-    reload(&state).await;
-    Ok(json(StatusCode::CREATED, &conn.to_json()))
+    reload(state).await;
+    Ok(conn)
 }
 
 /// `PUT`: rotates one saved account (exact alias), then reads its spend where the
@@ -134,13 +151,25 @@ pub async fn rotate(
     body: Bytes,
 ) -> ApiResult {
     own(&org_id, &c.org.id)?;
-    let (a, config) = account_body(&provider, &body)?;
-    check_urls(&state, &provider, &a, &config).await?;
+    let (a, _) = account_body(&provider, &body)?;
+    let out = rotate_account(&state, &org_id, &provider, a).await?;
+    Ok(json(StatusCode::OK, &out))
+}
+
+/// Rotates one account of the org (the API's PUT and the web app's form).
+pub async fn rotate_account(
+    state: &Shared,
+    org_id: &str,
+    provider: &str,
+    account: Account,
+) -> Result<Value, Failure> {
+    let (a, config) = checked(provider, account)?;
+    check_urls(state, provider, &a, &config).await?;
     let conn = connections::rotate(
         &state.db,
         &state.byok.sealer,
-        &org_id,
-        &provider,
+        org_id,
+        provider,
         &a.setup_alias,
         &a.secret,
         a.config.as_ref(),
@@ -161,8 +190,8 @@ pub async fn rotate(
         }
         Err(_) => {}
     }
-    reload(&state).await;
-    Ok(json(StatusCode::OK, &out))
+    reload(state).await;
+    Ok(out)
 }
 
 /// An account with its secret opened for one call, read from the database (the
@@ -208,7 +237,20 @@ pub async fn check(
     Path((org_id, provider)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult {
-    let live = account(&state, &c.org.id, &org_id, &provider, &q).await?;
+    own(&org_id, &c.org.id)?;
+    let out = check_account(&state, &org_id, &provider, alias_of(&q)?).await?;
+    Ok(json(StatusCode::OK, &out))
+}
+
+/// Checks one account of the org with its provider (the API and the web app).
+pub async fn check_account(
+    state: &Shared,
+    org_id: &str,
+    provider: &str,
+    alias: &str,
+) -> Result<Value, Failure> {
+    let (conn, sealed) = connections::require(&state.db, org_id, provider, alias).await?;
+    let live = opened(state, conn, &sealed)?;
     let conn = &live.conn;
     let (status, detail) = match account_check::check(&state.config, &live).await {
         Checked::Ok(d) => {
@@ -221,11 +263,10 @@ pub async fn check(
         }
         Checked::Unsupported(d) => ("unchecked", d),
     };
-    Ok(json(
-        StatusCode::OK,
-        &j!({"id": conn.id, "provider": conn.provider, "setup_alias": conn.setup_alias,
-             "status": status, "detail": detail}),
-    ))
+    Ok(
+        j!({"id": conn.id, "provider": conn.provider, "setup_alias": conn.setup_alias,
+           "status": status, "detail": detail}),
+    )
 }
 
 pub async fn spend_refresh(
@@ -261,10 +302,20 @@ pub async fn disconnect(
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult {
     own(&org_id, &c.org.id)?;
-    let alias = alias_of(&q)?;
-    connections::delete(&state.db, &org_id, &provider, alias).await?;
-    reload(&state).await;
+    delete_account(&state, &org_id, &provider, alias_of(&q)?).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Deletes only the named account of the org (the API and the web app).
+pub async fn delete_account(
+    state: &Shared,
+    org_id: &str,
+    provider: &str,
+    alias: &str,
+) -> Result<(), Failure> {
+    connections::delete(&state.db, org_id, provider, alias).await?;
+    reload(state).await;
+    Ok(())
 }
 
 fn unknown_model(slug: &str) -> Failure {
@@ -276,10 +327,10 @@ fn unknown_model(slug: &str) -> Failure {
 }
 
 /// The waterfall read: `{slug, default, override, effective}`.
-fn waterfall_json(state: &Shared, c: &super::Caller, slug: &str) -> Result<Value, Failure> {
+pub fn waterfall_json(state: &Shared, org: &OrgRecord, slug: &str) -> Result<Value, Failure> {
     let catalog = state.catalog.snapshot();
     let model = catalog
-        .lookup(Some(&c.org.id), slug)
+        .lookup(Some(&org.id), slug)
         .ok_or_else(|| unknown_model(slug))?;
     let routing = state.byok.snapshot();
     let ids = |r: Vec<active_route::RouteRung>| {
@@ -287,9 +338,9 @@ fn waterfall_json(state: &Shared, c: &super::Caller, slug: &str) -> Result<Value
     };
     Ok(j!({
         "slug": model.spec.slug,
-        "default": ids(active_route::default_rungs(model, &c.org.id, &routing)),
-        "override": routing.waterfall(&c.org.id, &model.spec.slug).map(|w| w.as_ref().clone()),
-        "effective": ids(active_route::effective(model, &c.org, &routing)),
+        "default": ids(active_route::default_rungs(model, &org.id, &routing)),
+        "override": routing.waterfall(&org.id, &model.spec.slug).map(|w| w.as_ref().clone()),
+        "effective": ids(active_route::effective(model, org, &routing)),
     }))
 }
 
@@ -298,7 +349,10 @@ pub async fn get_waterfall(
     State(state): State<Shared>,
     Path(slug): Path<String>,
 ) -> ApiResult {
-    Ok(json(StatusCode::OK, &waterfall_json(&state, &c, &slug)?))
+    Ok(json(
+        StatusCode::OK,
+        &waterfall_json(&state, &c.org, &slug)?,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -314,18 +368,49 @@ pub async fn put_waterfall(
     body: Bytes,
 ) -> ApiResult {
     let chain: Chain = parse_body(&body)?;
+    let out = set_waterfall(&state, &c.org, &slug, &chain.model_provider_ids).await?;
+    Ok(json(StatusCode::OK, &out))
+}
+
+/// Replaces the org's chain for a model, checked as the API checks it (the API's
+/// PUT and the web app's model page); answers the waterfall read.
+pub async fn set_waterfall(
+    state: &Shared,
+    org: &OrgRecord,
+    slug: &str,
+    ids: &[String],
+) -> Result<Value, Failure> {
     let checked = {
         let catalog = state.catalog.snapshot();
         let model = catalog
-            .lookup(Some(&c.org.id), &slug)
-            .ok_or_else(|| unknown_model(&slug))?;
+            .lookup(Some(&org.id), slug)
+            .ok_or_else(|| unknown_model(slug))?;
         let routing = state.byok.snapshot();
-        let ids = active_route::check_chain(&chain.model_provider_ids, model, &c.org.id, &routing)?;
+        let ids = active_route::check_chain(ids, model, &org.id, &routing)?;
         (model.spec.slug.clone(), ids)
     };
-    waterfalls::put(&state.db, &c.org.id, &checked.0, &checked.1).await?;
-    reload(&state).await;
-    Ok(json(StatusCode::OK, &waterfall_json(&state, &c, &slug)?))
+    waterfalls::put(&state.db, &org.id, &checked.0, &checked.1).await?;
+    reload(state).await;
+    waterfall_json(state, org, slug)
+}
+
+/// Drops the org's chain for a model: the default serves it again (the web app's
+/// model page).
+pub async fn reset_waterfall(
+    state: &Shared,
+    org: &OrgRecord,
+    slug: &str,
+) -> Result<Value, Failure> {
+    let name = {
+        let catalog = state.catalog.snapshot();
+        let model = catalog
+            .lookup(Some(&org.id), slug)
+            .ok_or_else(|| unknown_model(slug))?;
+        model.spec.slug.clone()
+    };
+    waterfalls::delete(&state.db, &org.id, &name).await?;
+    reload(state).await;
+    waterfall_json(state, org, slug)
 }
 
 pub async fn get_policy(

@@ -49,7 +49,7 @@ pub async fn list(
 
 /// The retention verdict over the platform rungs of the org's active route
 /// (`None` for the org's own models, which have none).
-fn org_verdict(
+pub fn org_verdict(
     m: &crate::catalog::Model,
     org: &crate::accounts::OrgRecord,
     routing: &crate::byok::Routing,

@@ -1,7 +1,9 @@
 //! Usage reads for a key's org: per-request events (newest first, cursor
 //! pagination), daily rollups grouped by day, model or member, the catalog as the
 //! org resolves it, and a key's effective guardrails. An `org_id` that is not the
-//! key's own org answers 404, as if it did not exist.
+//! key's own org answers 404, as if it did not exist. The web app serves the same
+//! reads for a member's session (`events_page`, `daily_rollup` over a [`Reader`]),
+//! where `scope=self` works too.
 
 use super::respond::{json, ApiResult, Failure};
 use super::{Authed, Shared};
@@ -16,21 +18,30 @@ use sqlx::Row;
 /// The query every usage read takes.
 #[derive(Deserialize, Default)]
 pub struct Scope {
-    org_id: Option<String>,
-    scope: Option<String>,
-    group_by: Option<String>,
-    limit: Option<String>,
-    cursor: Option<String>,
+    pub org_id: Option<String>,
+    pub scope: Option<String>,
+    pub group_by: Option<String>,
+    pub limit: Option<String>,
+    pub cursor: Option<String>,
+}
+
+/// Whose usage a read covers: an org's, or (`scope=self`, web sessions only) the
+/// requests of the keys one member minted.
+#[derive(Clone, Copy, Debug)]
+pub struct Reader<'a> {
+    pub org_id: &'a str,
+    pub member: Option<&'a str>,
+}
+
+fn no_org() -> Failure {
+    Failure(ApiError::new(ErrorCode::NotFound, "No such organization."))
 }
 
 /// The org the read is about: the key's own; another org is 404.
 fn own_org<'a>(q: &'a Scope, caller_org: &'a str) -> Result<&'a str, Failure> {
     if let Some(o) = &q.org_id {
         if o != caller_org {
-            return Err(Failure(ApiError::new(
-                ErrorCode::NotFound,
-                "No such organization.",
-            )));
+            return Err(no_org());
         }
     }
     match q.scope.as_deref() {
@@ -44,6 +55,31 @@ fn own_org<'a>(q: &'a Scope, caller_org: &'a str) -> Result<&'a str, Failure> {
         )),
         Some(_) => Err(Failure(
             ApiError::new(ErrorCode::InvalidParameter, "scope must be org.").param("scope"),
+        )),
+    }
+}
+
+/// The reader of a member's session: the session's org (another org is 404), and
+/// `scope=self` for the member's own keys or `scope=org` (the default).
+pub fn session_reader<'a>(
+    q: &'a Scope,
+    org_id: &'a str,
+    user_id: &'a str,
+) -> Result<Reader<'a>, Failure> {
+    if q.org_id.as_deref().is_some_and(|o| o != org_id) {
+        return Err(no_org());
+    }
+    match q.scope.as_deref() {
+        None | Some("org") => Ok(Reader {
+            org_id,
+            member: None,
+        }),
+        Some("self") => Ok(Reader {
+            org_id,
+            member: Some(user_id),
+        }),
+        Some(_) => Err(Failure(
+            ApiError::new(ErrorCode::InvalidParameter, "scope must be self or org.").param("scope"),
         )),
     }
 }
@@ -67,6 +103,16 @@ fn limit(q: &Scope) -> Result<i64, Failure> {
     }
 }
 
+/// The events of a reader's scope: the member's keys when it is a member's.
+fn scope_filter(reader: &Reader<'_>, param: usize) -> String {
+    match reader.member {
+        Some(_) => {
+            format!(" AND e.key_id IN (SELECT k2.id FROM api_keys k2 WHERE k2.user_id = ${param})")
+        }
+        None => String::new(),
+    }
+}
+
 /// `GET /api/gateway/usage/events`: one entry per request, newest first.
 pub async fn events(
     Authed(c): Authed,
@@ -74,20 +120,39 @@ pub async fn events(
     Query(q): Query<Scope>,
 ) -> ApiResult {
     let org = own_org(&q, &c.org.id)?;
-    let n = limit(&q)?;
-    let rows = sqlx::query(
-        "SELECT id, key_id, route, model, rung, lane, input_tokens, cached_tokens, output_tokens, \
-         reasoning_tokens, cost_micro_usd, status, error_class, incomplete, attempts, empty_attempts, \
-         latency_ms, created_at, cache_write_tokens FROM usage_events WHERE org_id = $1 AND id < $2 \
-         ORDER BY id DESC LIMIT $3",
-    )
-    .bind(org)
-    // Ids are ordered by creation time: "~" sorts after every id.
-    .bind(q.cursor.as_deref().unwrap_or("~"))
-    .bind(n + 1)
-    .fetch_all(&state.db.pool)
-    .await
-    .map_err(Error::db("usage reads"))?;
+    let reader = Reader {
+        org_id: org,
+        member: None,
+    };
+    Ok(json(
+        http::StatusCode::OK,
+        &events_page(&state, reader, &q).await?,
+    ))
+}
+
+/// A page of a reader's events, newest first (`cursor`: the last id of the page
+/// before).
+pub async fn events_page(state: &Shared, reader: Reader<'_>, q: &Scope) -> Result<Value, Failure> {
+    let n = limit(q)?;
+    let sql = format!(
+        "SELECT e.id, e.key_id, e.route, e.model, e.rung, e.lane, e.input_tokens, e.cached_tokens, \
+         e.output_tokens, e.reasoning_tokens, e.cost_micro_usd, e.status, e.error_class, e.incomplete, \
+         e.attempts, e.empty_attempts, e.latency_ms, e.created_at, e.cache_write_tokens \
+         FROM usage_events e WHERE e.org_id = $1 AND e.id < $2{} ORDER BY e.id DESC LIMIT $3",
+        scope_filter(&reader, 4)
+    );
+    let mut query = sqlx::query(&sql)
+        .bind(reader.org_id)
+        // Ids are ordered by creation time: "~" sorts after every id.
+        .bind(q.cursor.as_deref().unwrap_or("~"))
+        .bind(n + 1);
+    if let Some(member) = reader.member {
+        query = query.bind(member);
+    }
+    let rows = query
+        .fetch_all(&state.db.pool)
+        .await
+        .map_err(Error::db("usage reads"))?;
     let has_more = rows.len() as i64 > n;
     let data: Vec<Value> = rows
         .iter()
@@ -123,24 +188,34 @@ pub async fn events(
     } else {
         None
     };
-    Ok(json(
-        http::StatusCode::OK,
-        &j!({"object": "list", "data": data, "has_more": has_more, "next_cursor": next}),
-    ))
+    Ok(j!({"object": "list", "data": data, "has_more": has_more, "next_cursor": next}))
 }
 
 /// `GET /api/gateway/usage/daily`: totals grouped by UTC day (default), model or
-/// member (the API key that made the calls).
+/// member (who minted the key that made the calls; an operator's key stands for
+/// itself).
 pub async fn daily(
     Authed(c): Authed,
     State(state): State<Shared>,
     Query(q): Query<Scope>,
 ) -> ApiResult {
     let org = own_org(&q, &c.org.id)?;
+    let reader = Reader {
+        org_id: org,
+        member: None,
+    };
+    Ok(json(
+        http::StatusCode::OK,
+        &daily_rollup(&state, reader, &q).await?,
+    ))
+}
+
+/// A reader's totals grouped as `group_by` asks.
+pub async fn daily_rollup(state: &Shared, reader: Reader<'_>, q: &Scope) -> Result<Value, Failure> {
     let (group, column) = match q.group_by.as_deref() {
-        None | Some("day") => ("day", "created_at / 86400000"),
-        Some("model") => ("model", "model"),
-        Some("member") => ("member", "key_id"),
+        None | Some("day") => ("day", "e.created_at / 86400000"),
+        Some("model") => ("model", "e.model"),
+        Some("member") => ("member", "COALESCE(k.user_id, e.key_id)"),
         Some(_) => {
             return Err(Failure(
                 ApiError::new(
@@ -154,15 +229,21 @@ pub async fn daily(
     let sql = format!(
         // Sums cast back to BIGINT: PostgreSQL widens SUM(BIGINT) to NUMERIC.
         "SELECT {column} AS k, COUNT(*) AS requests, \
-         CAST(SUM(input_tokens) AS BIGINT) AS input_tokens, \
-         CAST(SUM(cached_tokens) AS BIGINT) AS cached_tokens, \
-         CAST(SUM(cache_write_tokens) AS BIGINT) AS cache_write_tokens, \
-         CAST(SUM(output_tokens) AS BIGINT) AS output_tokens, \
-         CAST(SUM(cost_micro_usd) AS BIGINT) AS cost FROM usage_events WHERE org_id = $1 \
-         GROUP BY {column} ORDER BY {column}"
+         CAST(SUM(e.input_tokens) AS BIGINT) AS input_tokens, \
+         CAST(SUM(e.cached_tokens) AS BIGINT) AS cached_tokens, \
+         CAST(SUM(e.cache_write_tokens) AS BIGINT) AS cache_write_tokens, \
+         CAST(SUM(e.output_tokens) AS BIGINT) AS output_tokens, \
+         CAST(SUM(e.cost_micro_usd) AS BIGINT) AS cost, MAX(u.email) AS email \
+         FROM usage_events e LEFT JOIN api_keys k ON k.id = e.key_id \
+         LEFT JOIN users u ON u.id = k.user_id WHERE e.org_id = $1{} \
+         GROUP BY {column} ORDER BY {column}",
+        scope_filter(&reader, 2)
     );
-    let rows = sqlx::query(&sql)
-        .bind(org)
+    let mut query = sqlx::query(&sql).bind(reader.org_id);
+    if let Some(member) = reader.member {
+        query = query.bind(member);
+    }
+    let rows = query
         .fetch_all(&state.db.pool)
         .await
         .map_err(Error::db("usage reads"))?;
@@ -175,7 +256,7 @@ pub async fn daily(
             } else {
                 Value::from(r.get::<String, _>("k"))
             };
-            j!({
+            let mut row = j!({
                 group: key,
                 "requests": r.get::<i64, _>("requests"),
                 "input_tokens": r.get::<i64, _>("input_tokens"),
@@ -183,13 +264,14 @@ pub async fn daily(
                 "cache_write_tokens": r.get::<i64, _>("cache_write_tokens"),
                 "output_tokens": r.get::<i64, _>("output_tokens"),
                 "cost_usd": micro_to_usd(r.get::<i64, _>("cost")),
-            })
+            });
+            if group == "member" {
+                row["email"] = j!(r.get::<Option<String>, _>("email"));
+            }
+            row
         })
         .collect();
-    Ok(json(
-        http::StatusCode::OK,
-        &j!({"object": "list", "group_by": group, "data": data}),
-    ))
+    Ok(j!({"object": "list", "group_by": group, "data": data}))
 }
 
 /// `GET /api/gateway/catalog`: the models the org can call, each with its lane.

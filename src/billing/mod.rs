@@ -3,6 +3,7 @@
 //! (half up) once per call, so there is no systematic markup either way.
 
 pub mod gate;
+pub mod payments;
 
 use crate::catalog::model::Price;
 use sluice_filters::usage::Usage;

@@ -1,4 +1,5 @@
-//! Storing an org's waterfall override for a model.
+//! Storing an org's waterfall override for a model, and dropping it (the default
+//! chain serves the model again).
 
 use crate::error::Error;
 use crate::store::{now_ms, Db};
@@ -17,5 +18,15 @@ pub async fn put(db: &Db, org_id: &str, slug: &str, chain: &[String]) -> Result<
     .execute(&db.pool)
     .await
     .map_err(Error::db("org waterfalls"))?;
+    Ok(())
+}
+
+pub async fn delete(db: &Db, org_id: &str, slug: &str) -> Result<(), ApiError> {
+    sqlx::query("DELETE FROM org_waterfalls WHERE org_id = $1 AND slug = $2")
+        .bind(org_id)
+        .bind(slug)
+        .execute(&db.pool)
+        .await
+        .map_err(Error::db("org waterfalls"))?;
     Ok(())
 }

@@ -27,6 +27,7 @@ pub fn router(state: Shared) -> Router<Shared> {
         .route("/admin/orgs/{org_id}/review", post(review))
         .route("/admin/orgs/{org_id}/tier", post(tier))
         .route("/admin/orgs/{org_id}/settings", put(settings))
+        .route("/admin/orgs/{org_id}/members", post(add_member))
         .route_layer(middleware::from_fn_with_state(state, guard))
 }
 
@@ -119,4 +120,9 @@ async fn settings(State(s): State<Shared>, Path(org_id): Path<String>, body: Byt
     )
     .await?;
     Ok(json(StatusCode::OK, &v))
+}
+
+async fn add_member(State(s): State<Shared>, Path(org_id): Path<String>, body: Bytes) -> ApiResult {
+    let v = ops::add_member(&s.db, &org_id, parse_body(&body)?).await?;
+    Ok(json(StatusCode::CREATED, &v))
 }

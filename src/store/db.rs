@@ -104,6 +104,18 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0012_instances.sql"),
         include_str!("../../migrations/postgres/0012_instances.sql"),
     ),
+    (
+        30,
+        "accounts: users, members, web sessions, email links, origin attempts",
+        include_str!("../../migrations/sqlite/0030_accounts.sql"),
+        include_str!("../../migrations/postgres/0030_accounts.sql"),
+    ),
+    (
+        31,
+        "payments and payment events",
+        include_str!("../../migrations/sqlite/0031_payments.sql"),
+        include_str!("../../migrations/postgres/0031_payments.sql"),
+    ),
 ];
 
 impl Db {

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod web;
+
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -344,18 +344,29 @@ impl Counters for LeasedCounters {
         self.inner.add_many(adds).await
     }
 
-    /// Settling: a counter this instance holds a lease of is corrected in memory;
-    /// any other goes to the shared store.
+    /// Settling: what a correction gives back to a counter this instance holds a
+    /// lease of goes to the lease, in memory; what takes more (a use past its
+    /// hold, a payment reversed) goes to the shared store at once, so every
+    /// instance sees it; so does any correction of a counter not leased here.
     async fn correct_many(&self, adds: &[(String, i64)]) -> anyhow::Result<()> {
         let mut remote = Vec::new();
         {
             let mut leases = self.lock();
             for (name, delta) in adds {
                 match leases.get_mut(name) {
-                    Some(l) => {
-                        l.available += if l.balance { *delta } else { -*delta };
+                    // A balance counts down: giving back adds to it.
+                    Some(l) if l.balance && *delta > 0 => l.available += *delta,
+                    // A window counts up: giving back takes off it.
+                    Some(l) if !l.balance && *delta < 0 => l.available -= *delta,
+                    // A balance drawn down from outside the requests (a payment
+                    // reversed): this instance's lease goes back with it, so its
+                    // next draw meets the shared balance as it now is.
+                    Some(l) if l.balance => {
+                        let back = if l.unbacked { 0 } else { l.available };
+                        remote.push((name.clone(), delta.saturating_add(back)));
+                        leases.remove(name);
                     }
-                    None => remote.push((name.clone(), *delta)),
+                    _ => remote.push((name.clone(), *delta)),
                 }
             }
         }

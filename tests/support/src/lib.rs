@@ -7,6 +7,10 @@
 //! plays scripted faults per model: error statuses, delays, cut streams,
 //! in-band error events, refusals, tool calls, dropped connections.
 //!
+//! Beside it: [`smtp::SmtpSink`], a real SMTP server that keeps the mails it is
+//! sent, and [`stripe::FakeStripe`], Stripe's Checkout Sessions API with webhooks
+//! signed the real way.
+//!
 //! ```no_run
 //! # async fn demo() {
 //! use sluice_mock::{Mock, Step};
@@ -28,8 +32,10 @@ mod handlers;
 pub mod oauth;
 mod openai;
 mod responses;
+pub mod smtp;
 mod sse;
 mod step;
+pub mod stripe;
 mod wire;
 
 use std::{
