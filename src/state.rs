@@ -21,6 +21,8 @@ pub struct AppState {
     pub byok: Arc<crate::byok::ByokStore>,
     pub metrics: Metrics,
     pub usage: UsageSink,
+    /// Uploaded files (telemetry exports; files and batch outputs next).
+    pub objects: crate::store::objects::Objects,
     /// This process's id: it owns the Idempotency-Keys it claims while it lives.
     pub instance_id: String,
     draining: AtomicBool,
@@ -70,6 +72,10 @@ impl AppState {
         let sealer =
             crate::byok::secrets::Sealer::load(&config.secrets.key, &config.secrets.key_file)?;
         let byok = Arc::new(crate::byok::ByokStore::load(&db, sealer).await?);
+        let objects = crate::store::objects::Objects::open(
+            &config.storage.objects,
+            &config.storage.s3_endpoint,
+        )?;
         Ok(Arc::new(AppState {
             config,
             db,
@@ -79,6 +85,7 @@ impl AppState {
             byok,
             metrics: Metrics::new(),
             usage,
+            objects,
             instance_id: crate::store::new_id("inst"),
             draining: AtomicBool::new(false),
             gateway_up: AtomicBool::new(false),

@@ -74,6 +74,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0008_cache_writes.sql"),
         include_str!("../../migrations/postgres/0008_cache_writes.sql"),
     ),
+    (
+        20,
+        "telemetry ingests and traces",
+        include_str!("../../migrations/sqlite/0020_telemetry.sql"),
+        include_str!("../../migrations/postgres/0020_telemetry.sql"),
+    ),
 ];
 
 impl Db {

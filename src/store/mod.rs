@@ -3,6 +3,7 @@
 
 pub mod counters;
 pub mod db;
+pub mod objects;
 pub mod usage;
 
 pub use counters::Counters;
