@@ -164,6 +164,22 @@ async fn receive(state: &AppState, session: &mut Session) -> Result<serde_json::
     }
 }
 
+/// After a refusal mid-body, reads (and drops) a little more of what the client is
+/// still sending, so it reads the answer instead of a reset connection; a client
+/// with more than this much left gets the reset.
+async fn discard_rest(session: &mut Session) {
+    const MAX: usize = 4 * 1024 * 1024;
+    let mut seen = 0;
+    let until = Instant::now() + Duration::from_secs(5);
+    while seen < MAX {
+        let left = until.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, session.read_request_body()).await {
+            Ok(Ok(Some(p))) => seen += p.len(),
+            _ => return,
+        }
+    }
+}
+
 /// Looks like a multipart/form-data body, whatever its Content-Type said.
 fn looks_multipart(first: &[u8]) -> bool {
     let head = &first[..first.len().min(512)];
@@ -203,6 +219,7 @@ async fn stream_body(
             first = false;
             if looks_multipart(&piece) {
                 w.abort().await;
+                discard_rest(session).await;
                 return Err(refuse(
                     415,
                     "The body is multipart form data; send the file's raw bytes instead.",
@@ -212,6 +229,7 @@ async fn stream_body(
         match w.write(piece).await {
             Ok(()) => {}
             Err(PutError::TooLarge { cap }) => {
+                discard_rest(session).await;
                 return Err(refuse(
                     413,
                     format!("The file exceeds the limit of {cap} bytes."),

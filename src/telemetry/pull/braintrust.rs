@@ -67,7 +67,11 @@ pub async fn pull(src: &Source<'_>, key: &str, out: &mut Collected) -> Result<()
             .get("cursor")
             .and_then(Value::as_str)
             .map(str::to_string);
-        if cursor.is_none() || out.full() {
+        if cursor.is_none() {
+            return Ok(());
+        }
+        if out.full() {
+            out.truncated = true;
             return Ok(());
         }
     }

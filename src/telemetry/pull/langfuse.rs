@@ -47,7 +47,11 @@ pub async fn pull(
             }
         }
         let total = got["meta"]["totalPages"].as_u64().unwrap_or(page);
-        if data.is_empty() || page >= total || out.full() {
+        if data.is_empty() || page >= total {
+            break;
+        }
+        if out.full() {
+            out.truncated = true;
             break;
         }
         page += 1;

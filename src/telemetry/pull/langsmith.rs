@@ -68,7 +68,11 @@ pub async fn pull(src: &Source<'_>, key: &str, out: &mut Collected) -> Result<()
             .get("next")
             .and_then(Value::as_str)
             .map(str::to_string);
-        if runs.is_empty() || cursor.is_none() || out.full() {
+        if runs.is_empty() || cursor.is_none() {
+            return Ok(());
+        }
+        if out.full() {
+            out.truncated = true;
             return Ok(());
         }
     }

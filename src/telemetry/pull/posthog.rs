@@ -61,7 +61,11 @@ pub async fn pull(src: &Source<'_>, key: &str, out: &mut Collected) -> Result<()
             }
         }
         offset += rows.len();
-        if rows.is_empty() || !page["hasMore"].as_bool().unwrap_or(false) || out.full() {
+        if rows.is_empty() || !page["hasMore"].as_bool().unwrap_or(false) {
+            return Ok(());
+        }
+        if out.full() {
+            out.truncated = true;
             return Ok(());
         }
     }

@@ -30,6 +30,7 @@ mod openai;
 mod responses;
 mod sse;
 mod step;
+pub mod traces;
 mod wire;
 
 use std::{
