@@ -354,7 +354,7 @@ pub async fn list(
     .await
     .map_err(Error::db("listing ingests"))?;
     let totals = sqlx::query(
-        "SELECT COUNT(*) AS n, COALESCE(SUM(CASE WHEN status = 'done' THEN trace_count ELSE 0 END), 0) AS t \
+        "SELECT COUNT(*) AS n, CAST(COALESCE(SUM(CASE WHEN status = 'done' THEN trace_count ELSE 0 END), 0) AS BIGINT) AS t \
          FROM telemetry_ingests WHERE org_id = $1",
     )
     .bind(org_id)
