@@ -17,7 +17,11 @@ use std::time::{Duration, Instant};
 const SECRET: &str = "test-signing-secret-0123456789";
 
 fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{}/tests/fixtures/telemetry/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    std::fs::read(format!(
+        "{}/tests/fixtures/telemetry/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
 }
 
 struct Env {
@@ -29,9 +33,10 @@ struct Env {
 }
 
 fn base_opts(objects: &Path) -> Opts {
-    Opts::default()
-        .env("GATEWAY_SIGNING_SECRET", SECRET)
-        .env("SLUICE_STORAGE__OBJECTS", format!("file://{}", objects.display()))
+    Opts::default().env("GATEWAY_SIGNING_SECRET", SECRET).env(
+        "SLUICE_STORAGE__OBJECTS",
+        format!("file://{}", objects.display()),
+    )
 }
 
 async fn start_with(opts: Opts) -> Env {
@@ -41,7 +46,13 @@ async fn start_with(opts: Opts) -> Env {
     o.env.extend(opts.env);
     let s = Sluice::start(&backend, o).await;
     let (org, _, key) = s.org_and_key().await;
-    Env { s, org, key, objects, _backend: backend }
+    Env {
+        s,
+        org,
+        key,
+        objects,
+        _backend: backend,
+    }
 }
 
 impl Env {
@@ -52,21 +63,34 @@ impl Env {
     async fn ticket(&self, kind: &str) -> Value {
         let (st, v) = self
             .s
-            .post(&self.path("/upload"), Some(&self.key), &json!({"source_kind": kind, "source_label": "prod export"}))
+            .post(
+                &self.path("/upload"),
+                Some(&self.key),
+                &json!({"source_kind": kind, "source_label": "prod export"}),
+            )
             .await;
         assert_eq!(st, 201, "{v}");
         v
     }
 
     async fn finalize(&self, id: &str) -> (u16, Value) {
-        self.s.post(&self.path(&format!("/{id}/finalize")), Some(&self.key), &json!({})).await
+        self.s
+            .post(
+                &self.path(&format!("/{id}/finalize")),
+                Some(&self.key),
+                &json!({}),
+            )
+            .await
     }
 
     /// Waits for the worker to end the ingest; returns its list entry.
     async fn settled(&self, id: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let (st, v) = self.s.get(&self.path(&format!("/{id}")), Some(&self.key)).await;
+            let (st, v) = self
+                .s
+                .get(&self.path(&format!("/{id}")), Some(&self.key))
+                .await;
             assert_eq!(st, 200, "{v}");
             if v["status"] == "done" || v["status"] == "error" {
                 return v;
@@ -93,7 +117,12 @@ impl Env {
     }
 }
 
-async fn put(s: &Sluice, url: &str, content_type: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+async fn put(
+    s: &Sluice,
+    url: &str,
+    content_type: &str,
+    body: impl Into<reqwest::Body>,
+) -> (u16, Value) {
     let r = s
         .http
         .put(url)
@@ -115,8 +144,14 @@ async fn an_upload_is_ticketed_put_once_finalized_and_projected() {
     assert_eq!(t["expires_in"], 7200);
     let url = t["signed_url"].as_str().unwrap();
     let id = t["ingest_id"].as_str().unwrap();
-    assert!(url.starts_with("http://127.0.0.1:8080/api/telemetry/uploads/"), "on public_base_url: {url}");
-    assert!(url.contains(id) && url.contains(t["token"].as_str().unwrap()), "{t}");
+    assert!(
+        url.starts_with("http://127.0.0.1:8080/api/telemetry/uploads/"),
+        "on public_base_url: {url}"
+    );
+    assert!(
+        url.contains(id) && url.contains(t["token"].as_str().unwrap()),
+        "{t}"
+    );
     // The ticket URL is built on public_base_url; the test reaches the listener.
     let local = format!("{}{}", e.s.gateway, &url[url.find("/api/").unwrap()..]);
 
@@ -160,7 +195,17 @@ async fn an_upload_is_ticketed_put_once_finalized_and_projected() {
     let id2 = t2["ingest_id"].as_str().unwrap();
     let url2 = t2["signed_url"].as_str().unwrap();
     let local2 = format!("{}{}", e.s.gateway, &url2[url2.find("/api/").unwrap()..]);
-    assert_eq!(put(&e.s, &local2, "application/octet-stream", fixture("chat-json.jsonl")).await.0, 200);
+    assert_eq!(
+        put(
+            &e.s,
+            &local2,
+            "application/octet-stream",
+            fixture("chat-json.jsonl")
+        )
+        .await
+        .0,
+        200
+    );
     assert_eq!(e.finalize(id2).await.0, 202);
     assert_eq!(e.settled(id2).await["trace_count"], 3);
     let (st, list) = e.s.get(&e.path(""), Some(&e.key)).await;
@@ -180,9 +225,20 @@ async fn an_upload_is_ticketed_put_once_finalized_and_projected() {
     let (other, _, other_key) = e.s.org_and_key().await;
     let (st, v) = e.s.get(&e.path(""), Some(&other_key)).await;
     assert_error(st, &v, 404, "not_found");
-    let (st, v) = e.s.post(&e.path(&format!("/{id}/finalize")), Some(&other_key), &json!({})).await;
+    let (st, v) =
+        e.s.post(
+            &e.path(&format!("/{id}/finalize")),
+            Some(&other_key),
+            &json!({}),
+        )
+        .await;
     assert_error(st, &v, 404, "not_found");
-    let (st, v) = e.s.get(&format!("/api/orgs/{other}/telemetry/traces/{id}"), Some(&other_key)).await;
+    let (st, v) =
+        e.s.get(
+            &format!("/api/orgs/{other}/telemetry/traces/{id}"),
+            Some(&other_key),
+        )
+        .await;
     assert_error(st, &v, 404, "not_found");
     let (st, v) = e.s.get(&e.path(""), None).await;
     assert_error(st, &v, 401, "invalid_key");
@@ -192,18 +248,43 @@ async fn an_upload_is_ticketed_put_once_finalized_and_projected() {
 async fn bad_tickets_and_bad_puts_are_refused_and_leave_nothing() {
     let e = start_with(Opts::default().env("SLUICE_TELEMETRY__MAX_UPLOAD_BYTES", 4096)).await;
     let up = e.path("/upload");
-    for (label, status) in [("", 422), ("  ", 422), ("bad\u{0007}label", 422), ("line\nbreak", 422)] {
-        let (st, v) = e.s.post(&up, Some(&e.key), &json!({"source_kind": "otlp", "source_label": label})).await;
+    for (label, status) in [
+        ("", 422),
+        ("  ", 422),
+        ("bad\u{0007}label", 422),
+        ("line\nbreak", 422),
+    ] {
+        let (st, v) =
+            e.s.post(
+                &up,
+                Some(&e.key),
+                &json!({"source_kind": "otlp", "source_label": label}),
+            )
+            .await;
         assert_error(st, &v, status, "invalid_parameter");
         assert_eq!(v["error"]["param"], "source_label");
     }
     let long = "x".repeat(201);
-    let (st, v) = e.s.post(&up, Some(&e.key), &json!({"source_kind": "otlp", "source_label": long})).await;
+    let (st, v) =
+        e.s.post(
+            &up,
+            Some(&e.key),
+            &json!({"source_kind": "otlp", "source_label": long}),
+        )
+        .await;
     assert_error(st, &v, 422, "invalid_parameter");
-    let (st, v) = e.s.post(&up, Some(&e.key), &json!({"source_kind": "csv", "source_label": "a"})).await;
+    let (st, v) =
+        e.s.post(
+            &up,
+            Some(&e.key),
+            &json!({"source_kind": "csv", "source_label": "a"}),
+        )
+        .await;
     assert_error(st, &v, 400, "invalid_parameter");
     assert_eq!(v["error"]["param"], "source_kind");
-    let (st, v) = e.s.post(&up, Some(&e.key), &json!({"source_kind": "otlp"})).await;
+    let (st, v) =
+        e.s.post(&up, Some(&e.key), &json!({"source_kind": "otlp"}))
+            .await;
     assert_eq!(st, 400, "{v}");
     let (st, v) = e.s.post_raw(&up, Some(&e.key), "{nope").await;
     assert_error(st, &v, 400, "invalid_json");
@@ -221,16 +302,37 @@ async fn bad_tickets_and_bad_puts_are_refused_and_leave_nothing() {
     let (st, v) = put(&e.s, &tampered, "application/octet-stream", good.clone()).await;
     assert_error(st, &v, 403, "invalid_request");
     let later = local.replace("expires=", "expires=9");
-    assert_eq!(put(&e.s, &later, "application/octet-stream", good.clone()).await.0, 403);
+    assert_eq!(
+        put(&e.s, &later, "application/octet-stream", good.clone())
+            .await
+            .0,
+        403
+    );
     let t_other = e.ticket("chat-json").await;
     let other_id = t_other["ingest_id"].as_str().unwrap();
     let moved = local.replace(&id, other_id);
-    assert_eq!(put(&e.s, &moved, "application/octet-stream", good.clone()).await.0, 403);
+    assert_eq!(
+        put(&e.s, &moved, "application/octet-stream", good.clone())
+            .await
+            .0,
+        403
+    );
     let unsigned = local.split('?').next().unwrap().to_string();
-    assert_eq!(put(&e.s, &unsigned, "application/octet-stream", good.clone()).await.0, 403);
+    assert_eq!(
+        put(&e.s, &unsigned, "application/octet-stream", good.clone())
+            .await
+            .0,
+        403
+    );
     // Multipart, by its type or by its bytes.
     let form = b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.jsonl\"\r\n\r\n{}\r\n--XyZ--\r\n".to_vec();
-    let (st, v) = put(&e.s, &local, "multipart/form-data; boundary=XyZ", form.clone()).await;
+    let (st, v) = put(
+        &e.s,
+        &local,
+        "multipart/form-data; boundary=XyZ",
+        form.clone(),
+    )
+    .await;
     assert_error(st, &v, 415, "invalid_request");
     let (st, v) = put(&e.s, &local, "application/octet-stream", form).await;
     assert_error(st, &v, 415, "invalid_request");
@@ -238,11 +340,16 @@ async fn bad_tickets_and_bad_puts_are_refused_and_leave_nothing() {
     let big = vec![b' '; 5000];
     let (st, v) = put(&e.s, &local, "application/octet-stream", big.clone()).await;
     assert_error(st, &v, 413, "invalid_request");
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = (0..10).map(|_| Ok(vec![b' '; 1000])).collect();
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..10).map(|_| Ok(vec![b' '; 1000])).collect();
     let streamed = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
     let (st, _) = put(&e.s, &local, "application/octet-stream", streamed).await;
     assert_eq!(st, 413);
-    assert!(e.stored_files().is_empty(), "nothing left behind: {:?}", e.stored_files());
+    assert!(
+        e.stored_files().is_empty(),
+        "nothing left behind: {:?}",
+        e.stored_files()
+    );
     // Refused PUTs used nothing up: the right one still goes in.
     let (st, v) = put(&e.s, &local, "application/octet-stream", good.clone()).await;
     assert_eq!(st, 200, "{v}");
@@ -258,10 +365,17 @@ async fn bad_tickets_and_bad_puts_are_refused_and_leave_nothing() {
             if let Some(b) = body {
                 let url = t["signed_url"].as_str().unwrap();
                 let local = format!("{}{}", e.s.gateway, &url[url.find("/api/").unwrap()..]);
-                assert_eq!(put(&e.s, &local, "application/octet-stream", b).await.0, 200);
+                assert_eq!(
+                    put(&e.s, &local, "application/octet-stream", b).await.0,
+                    200
+                );
             }
             if let Some(new) = tamper {
-                let f = e.stored_files().into_iter().find(|f| f.ends_with(&id)).unwrap();
+                let f = e
+                    .stored_files()
+                    .into_iter()
+                    .find(|f| f.ends_with(&id))
+                    .unwrap();
                 std::fs::write(f, new).unwrap();
             }
             assert_eq!(e.finalize(&id).await.0, 202);
@@ -270,13 +384,31 @@ async fn bad_tickets_and_bad_puts_are_refused_and_leave_nothing() {
             v["error"].as_str().unwrap().to_string()
         }
     };
-    assert!(verdict("otlp", None, None).await.contains("no file was uploaded"));
-    assert!(verdict("chat-json", Some(vec![0xff, 0xfe, b'{', b'}']), None).await.contains("UTF-8"));
-    assert!(verdict("braintrust", Some(fixture("otlp.json")), None).await.contains("Braintrust"));
-    assert!(verdict("chat-json", Some(b"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}".to_vec()), Some(b"{\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}"))
+    assert!(verdict("otlp", None, None)
         .await
-        .contains("SHA-256"));
-    assert!(verdict("chat-json", Some(b"{\"messages\":[]}".to_vec()), Some(b"{}")).await.contains("size"));
+        .contains("no file was uploaded"));
+    assert!(
+        verdict("chat-json", Some(vec![0xff, 0xfe, b'{', b'}']), None)
+            .await
+            .contains("UTF-8")
+    );
+    assert!(verdict("braintrust", Some(fixture("otlp.json")), None)
+        .await
+        .contains("Braintrust"));
+    assert!(verdict(
+        "chat-json",
+        Some(b"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}".to_vec()),
+        Some(b"{\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}")
+    )
+    .await
+    .contains("SHA-256"));
+    assert!(verdict(
+        "chat-json",
+        Some(b"{\"messages\":[]}".to_vec()),
+        Some(b"{}")
+    )
+    .await
+    .contains("size"));
     // The good one above was never finalized: still uploaded, not counted.
     let (_, list) = e.s.get(&e.path(""), Some(&e.key)).await;
     assert_eq!(list["total_traces"], 0, "{list}");
@@ -291,9 +423,18 @@ async fn an_expired_ticket_is_refused() {
     let url = t["signed_url"].as_str().unwrap();
     let local = format!("{}{}", e.s.gateway, &url[url.find("/api/").unwrap()..]);
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    let (st, v) = put(&e.s, &local, "application/octet-stream", fixture("chat-json.jsonl")).await;
+    let (st, v) = put(
+        &e.s,
+        &local,
+        "application/octet-stream",
+        fixture("chat-json.jsonl"),
+    )
+    .await;
     assert_error(st, &v, 403, "invalid_request");
-    assert!(v["error"]["message"].as_str().unwrap().contains("expired"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("expired"),
+        "{v}"
+    );
     assert!(e.stored_files().is_empty());
 }
 
@@ -310,12 +451,26 @@ async fn two_instances_finalizing_at_once_count_every_trace_once() {
     let mut ids = Vec::new();
     for _ in 0..6 {
         let (st, t) = a
-            .post(&format!("/api/orgs/{org}/telemetry/traces/upload"), Some(&key), &json!({"source_kind": "langsmith", "source_label": "runs"}))
+            .post(
+                &format!("/api/orgs/{org}/telemetry/traces/upload"),
+                Some(&key),
+                &json!({"source_kind": "langsmith", "source_label": "runs"}),
+            )
             .await;
         assert_eq!(st, 201);
         let url = t["signed_url"].as_str().unwrap();
         let local = format!("{}{}", b.gateway, &url[url.find("/api/").unwrap()..]);
-        assert_eq!(put(&b, &local, "application/octet-stream", fixture("langsmith.jsonl")).await.0, 200);
+        assert_eq!(
+            put(
+                &b,
+                &local,
+                "application/octet-stream",
+                fixture("langsmith.jsonl")
+            )
+            .await
+            .0,
+            200
+        );
         ids.push(t["ingest_id"].as_str().unwrap().to_string());
     }
     let mut calls = Vec::new();
@@ -331,8 +486,14 @@ async fn two_instances_finalizing_at_once_count_every_trace_once() {
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (_, list) = b.get(&format!("/api/orgs/{org}/telemetry/traces"), Some(key)).await;
-        let all_done = list["traces"].as_array().unwrap().iter().all(|i| i["status"] == "done");
+        let (_, list) = b
+            .get(&format!("/api/orgs/{org}/telemetry/traces"), Some(key))
+            .await;
+        let all_done = list["traces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["status"] == "done");
         if all_done {
             assert_eq!(list["total_traces"], 12, "{list}");
             break;
@@ -348,7 +509,11 @@ async fn count_traces(url: &str) -> i64 {
     use sqlx::Row;
     sqlx::any::install_default_drivers();
     let pool = sqlx::AnyPool::connect(url).await.unwrap();
-    let n: i64 = sqlx::query("SELECT COUNT(*) AS n FROM telemetry_traces").fetch_one(&pool).await.unwrap().get("n");
+    let n: i64 = sqlx::query("SELECT COUNT(*) AS n FROM telemetry_traces")
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get("n");
     pool.close().await;
     n
 }
@@ -362,7 +527,17 @@ async fn a_projection_whose_instance_died_is_retried_and_counted_once() {
     let id = t["ingest_id"].as_str().unwrap().to_string();
     let url = t["signed_url"].as_str().unwrap();
     let local = format!("{}{}", e.s.gateway, &url[url.find("/api/").unwrap()..]);
-    assert_eq!(put(&e.s, &local, "application/octet-stream", fixture("braintrust.jsonl")).await.0, 200);
+    assert_eq!(
+        put(
+            &e.s,
+            &local,
+            "application/octet-stream",
+            fixture("braintrust.jsonl")
+        )
+        .await
+        .0,
+        200
+    );
     sqlx::any::install_default_drivers();
     let pool = sqlx::AnyPool::connect(&e.s.database_url).await.unwrap();
     // What a claim by a process that then died looks like: accepted, held by it,
@@ -389,8 +564,14 @@ async fn a_projection_whose_instance_died_is_retried_and_counted_once() {
 /// and a refused multipart upload aborted.
 #[tokio::test]
 async fn uploads_go_to_an_s3_compatible_store() {
-    let Some(endpoint) = std::env::var("SLUICE_TEST_S3_ENDPOINT").ok().filter(|s| !s.is_empty()) else {
-        assert!(std::env::var("CI").is_err(), "CI runs the S3 test: scripts/test starts moto and sets SLUICE_TEST_S3_ENDPOINT");
+    let Some(endpoint) = std::env::var("SLUICE_TEST_S3_ENDPOINT")
+        .ok()
+        .filter(|s| !s.is_empty())
+    else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI runs the S3 test: scripts/test starts moto and sets SLUICE_TEST_S3_ENDPOINT"
+        );
         eprintln!("SLUICE_TEST_S3_ENDPOINT unset: S3 test skipped (scripts/test runs it)");
         return;
     };
@@ -402,9 +583,18 @@ async fn uploads_go_to_an_s3_compatible_store() {
             .parse()
             .unwrap(),
     );
-    let http = reqwest::Client::builder().default_headers(h).build().unwrap();
+    let http = reqwest::Client::builder()
+        .default_headers(h)
+        .build()
+        .unwrap();
     let bucket = format!("sluice-{:08x}", rand::random::<u32>());
-    assert!(http.put(format!("{endpoint}/{bucket}")).send().await.unwrap().status().is_success());
+    assert!(http
+        .put(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .is_success());
     let cap = 6 * 1024 * 1024;
     let e = start_with(
         Opts::default()
@@ -421,14 +611,27 @@ async fn uploads_go_to_an_s3_compatible_store() {
     let url = t["signed_url"].as_str().unwrap();
     let local = format!("{}{}", e.s.gateway, &url[url.find("/api/").unwrap()..]);
     let bytes = fixture("phoenix.json");
-    assert_eq!(put(&e.s, &local, "application/octet-stream", bytes.clone()).await.0, 200);
+    assert_eq!(
+        put(&e.s, &local, "application/octet-stream", bytes.clone())
+            .await
+            .0,
+        200
+    );
     let key = format!("exports/telemetry/{}/{id}", e.org);
-    let got = http.get(format!("{endpoint}/{bucket}/{key}")).send().await.unwrap();
+    let got = http
+        .get(format!("{endpoint}/{bucket}/{key}"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(got.status(), 200);
     assert_eq!(got.bytes().await.unwrap().to_vec(), bytes);
     assert_eq!(e.finalize(&id).await.0, 202);
     let v = e.settled(&id).await;
-    assert_eq!((v["status"].as_str(), v["trace_count"].as_i64()), (Some("done"), Some(2)), "{v}");
+    assert_eq!(
+        (v["status"].as_str(), v["trace_count"].as_i64()),
+        (Some("done"), Some(2)),
+        "{v}"
+    );
 
     // Past the cap after a 5 MiB part went up: refused, and the multipart
     // upload aborted (no object, no upload left open).
@@ -436,17 +639,38 @@ async fn uploads_go_to_an_s3_compatible_store() {
     let id2 = t["ingest_id"].as_str().unwrap().to_string();
     let url = t["signed_url"].as_str().unwrap();
     let local = format!("{}{}", e.s.gateway, &url[url.find("/api/").unwrap()..]);
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = (0..7).map(|_| Ok(vec![b' '; 1024 * 1024])).collect();
-    let (st, _) = put(&e.s, &local, "application/octet-stream", reqwest::Body::wrap_stream(futures_util::stream::iter(chunks))).await;
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..7).map(|_| Ok(vec![b' '; 1024 * 1024])).collect();
+    let (st, _) = put(
+        &e.s,
+        &local,
+        "application/octet-stream",
+        reqwest::Body::wrap_stream(futures_util::stream::iter(chunks)),
+    )
+    .await;
     assert_eq!(st, 413);
-    let listing = http.get(format!("{endpoint}/{bucket}?list-type=2&prefix=exports/")).send().await.unwrap();
+    let listing = http
+        .get(format!("{endpoint}/{bucket}?list-type=2&prefix=exports/"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(listing.status(), 200);
     let listing = listing.text().await.unwrap();
-    assert!(listing.contains(&id) && !listing.contains(&id2), "{listing}");
-    let uploads = http.get(format!("{endpoint}/{bucket}?uploads")).send().await.unwrap();
+    assert!(
+        listing.contains(&id) && !listing.contains(&id2),
+        "{listing}"
+    );
+    let uploads = http
+        .get(format!("{endpoint}/{bucket}?uploads"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(uploads.status(), 200);
     let uploads = uploads.text().await.unwrap();
-    assert!(uploads.contains("ListMultipartUploadsResult") && !uploads.contains("<UploadId>"), "{uploads}");
+    assert!(
+        uploads.contains("ListMultipartUploadsResult") && !uploads.contains("<UploadId>"),
+        "{uploads}"
+    );
     // A big upload in parts completes.
     let t = e.ticket("chat-json").await;
     let id3 = t["ingest_id"].as_str().unwrap().to_string();
@@ -494,7 +718,13 @@ fn scope(v: Vendor) -> Value {
     }
 }
 
-const VENDORS: [Vendor; 5] = [Vendor::Braintrust, Vendor::Langsmith, Vendor::Langfuse, Vendor::Posthog, Vendor::Mastra];
+const VENDORS: [Vendor; 5] = [
+    Vendor::Braintrust,
+    Vendor::Langsmith,
+    Vendor::Langfuse,
+    Vendor::Posthog,
+    Vendor::Mastra,
+];
 
 fn credential_for(v: Vendor, tag: &str) -> String {
     match v {
@@ -525,16 +755,30 @@ async fn pulls_page_through_each_vendor_and_honour_its_limits() {
         assert_eq!(r["trace_count"], TRACES, "{name}: {r}");
         assert!(r["byte_size"].as_i64().unwrap() > 0);
         assert_eq!(r["sha256"].as_str().unwrap().len(), 64);
-        assert!(fake.requests() >= 3, "{name} paged: {} requests", fake.requests());
+        assert!(
+            fake.requests() >= 3,
+            "{name} paged: {} requests",
+            fake.requests()
+        );
         let id = r["ingest_id"].as_str().unwrap();
         let (_, one) = e.s.get(&e.path(&format!("/{id}")), Some(&e.key)).await;
         let first = &one["items"][0];
         assert_eq!(first["model"], "gpt-4o-mini", "{name}: {first}");
-        assert!(first["spans"].as_array().unwrap().len() >= 2, "{name}: {first}");
-        assert!(first["input_tokens"].as_i64().unwrap() >= 10, "{name}: {first}");
+        assert!(
+            first["spans"].as_array().unwrap().len() >= 2,
+            "{name}: {first}"
+        );
+        assert!(
+            first["input_tokens"].as_i64().unwrap() >= 10,
+            "{name}: {first}"
+        );
         // The stored export is the sources' records, one per line.
-        let stored = std::fs::read(e.objects.path().join(format!("telemetry/{}/{id}", e.org))).unwrap();
-        assert_eq!(hex::encode(Sha256::digest(&stored)), r["sha256"].as_str().unwrap());
+        let stored =
+            std::fs::read(e.objects.path().join(format!("telemetry/{}/{id}", e.org))).unwrap();
+        assert_eq!(
+            hex::encode(Sha256::digest(&stored)),
+            r["sha256"].as_str().unwrap()
+        );
 
         // A wrong credential is the caller's 400, naming the credential.
         let mut bad = body.clone();
@@ -582,14 +826,38 @@ async fn pulls_page_through_each_vendor_and_honour_its_limits() {
     assert!(r["trace_count"].as_i64().unwrap() <= 5, "{r}");
     let bt_key = credential_for(Vendor::Braintrust, &tag);
     for (body, param) in [
-        (json!({"transport_kind": "braintrust", "source_kind": "braintrust", "source_label": "x", "credential": bt_key, "config": {"project_name": "nope"}}), "config.project_name"),
-        (json!({"transport_kind": "braintrust", "source_kind": "braintrust", "source_label": "x", "credential": bt_key, "config": {"project_id": "proj-404"}}), "config"),
-        (json!({"transport_kind": "braintrust", "source_kind": "braintrust", "source_label": "x", "credential": "k"}), "config.project_id"),
-        (json!({"transport_kind": "posthog", "source_kind": "posthog", "source_label": "x", "credential": "k", "config": {"project_id": "1", "limit": 0}}), "config.limit"),
-        (json!({"transport_kind": "langsmith", "source_kind": "otlp", "source_label": "x", "credential": "k"}), "source_kind"),
-        (json!({"transport_kind": "datadog", "source_kind": "otlp", "source_label": "x", "credential": "k"}), "transport_kind"),
-        (json!({"transport_kind": "langfuse", "source_kind": "langfuse", "source_label": "x", "credential": "no-colon"}), "credential"),
-        (json!({"transport_kind": "mastra", "source_kind": "mastra", "source_label": "x", "credential": "k", "config": {"base_url": "http://127.0.0.1:9/"}}), "config.base_url"),
+        (
+            json!({"transport_kind": "braintrust", "source_kind": "braintrust", "source_label": "x", "credential": bt_key, "config": {"project_name": "nope"}}),
+            "config.project_name",
+        ),
+        (
+            json!({"transport_kind": "braintrust", "source_kind": "braintrust", "source_label": "x", "credential": bt_key, "config": {"project_id": "proj-404"}}),
+            "config",
+        ),
+        (
+            json!({"transport_kind": "braintrust", "source_kind": "braintrust", "source_label": "x", "credential": "k"}),
+            "config.project_id",
+        ),
+        (
+            json!({"transport_kind": "posthog", "source_kind": "posthog", "source_label": "x", "credential": "k", "config": {"project_id": "1", "limit": 0}}),
+            "config.limit",
+        ),
+        (
+            json!({"transport_kind": "langsmith", "source_kind": "otlp", "source_label": "x", "credential": "k"}),
+            "source_kind",
+        ),
+        (
+            json!({"transport_kind": "datadog", "source_kind": "otlp", "source_label": "x", "credential": "k"}),
+            "transport_kind",
+        ),
+        (
+            json!({"transport_kind": "langfuse", "source_kind": "langfuse", "source_label": "x", "credential": "no-colon"}),
+            "credential",
+        ),
+        (
+            json!({"transport_kind": "mastra", "source_kind": "mastra", "source_label": "x", "credential": "k", "config": {"base_url": "http://127.0.0.1:9/"}}),
+            "config.base_url",
+        ),
     ] {
         let (st, r) = e.s.post(&pull, Some(&e.key), &body).await;
         assert_error(st, &r, 400, "invalid_parameter");
@@ -618,20 +886,26 @@ async fn org_supplied_source_urls_may_not_reach_private_addresses() {
         "https://169.254.169.254/".to_string(),
         "https://[::1]/".to_string(),
     ] {
-        let (st, r) = e
-            .s
-            .post(&e.path("/pull"), Some(&e.key), &json!({"transport_kind": "mastra", "source_kind": "mastra", "source_label": "x",
-                "credential": "tok", "config": {"base_url": base}}))
+        let (st, r) =
+            e.s.post(
+                &e.path("/pull"),
+                Some(&e.key),
+                &json!({"transport_kind": "mastra", "source_kind": "mastra", "source_label": "x",
+                "credential": "tok", "config": {"base_url": base}}),
+            )
             .await;
         assert_error(st, &r, 400, "invalid_parameter");
         assert_eq!(r["error"]["param"], "config.base_url");
     }
     assert_eq!(fake.requests(), 0, "no request reached the private address");
     // The database URL of a postgres pull is the org's too.
-    let (st, r) = e
-        .s
-        .post(&e.path("/pull"), Some(&e.key), &json!({"transport_kind": "postgres", "source_kind": "chat-json", "source_label": "x",
-            "credential": "postgres://u:p@127.0.0.1:5432/db", "config": {"table": "t"}}))
+    let (st, r) =
+        e.s.post(
+            &e.path("/pull"),
+            Some(&e.key),
+            &json!({"transport_kind": "postgres", "source_kind": "chat-json", "source_label": "x",
+            "credential": "postgres://u:p@127.0.0.1:5432/db", "config": {"table": "t"}}),
+        )
         .await;
     assert_error(st, &r, 400, "invalid_parameter");
 }
@@ -649,7 +923,10 @@ async fn source_table(server: &str, password: &str) -> (String, String) {
     use sqlx::Connection;
     let name = format!("traces_src_{:016x}", rand::random::<u64>());
     let mut conn = sqlx::PgConnection::connect(server).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
     let base = server.rsplit_once('/').unwrap().0;
     let db_url = format!("{base}/{name}");
     let mut db = sqlx::PgConnection::connect(&db_url).await.unwrap();
@@ -661,12 +938,14 @@ async fn source_table(server: &str, password: &str) -> (String, String) {
         let rec = json!({"request": {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": format!("q{i}")}]},
             "response": {"id": format!("chatcmpl-{i}"), "model": "gpt-4o-mini", "choices": [{"index": 0, "message": {"role": "assistant", "content": format!("a{i}")}}],
             "usage": {"prompt_tokens": 5, "completion_tokens": 2}}});
-        sqlx::query("INSERT INTO chat_logs (created_at, conversation) VALUES (to_timestamp($1), $2::jsonb)")
-            .bind(1_750_000_000.0 + i as f64 * 3600.0)
-            .bind(rec.to_string())
-            .execute(&mut db)
-            .await
-            .unwrap();
+        sqlx::query(
+            "INSERT INTO chat_logs (created_at, conversation) VALUES (to_timestamp($1), $2::jsonb)",
+        )
+        .bind(1_750_000_000.0 + i as f64 * 3600.0)
+        .bind(rec.to_string())
+        .execute(&mut db)
+        .await
+        .unwrap();
     }
     // The org's URL carries a password (the test server trusts loopback, so any
     // password connects; it is the string the leak check looks for).
@@ -678,18 +957,33 @@ async fn source_table(server: &str, password: &str) -> (String, String) {
 #[tokio::test]
 async fn a_postgres_pull_reads_the_named_table() {
     let Some(server) = pull_pg_server() else {
-        assert!(std::env::var("CI").is_err(), "CI runs the postgres pull: scripts/test sets SLUICE_TEST_PULL_PG_URL");
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI runs the postgres pull: scripts/test sets SLUICE_TEST_PULL_PG_URL"
+        );
         eprintln!("no PostgreSQL for the pull: skipped (scripts/test runs it)");
         return;
     };
     let (url, _) = source_table(&server, "pw-not-needed").await;
-    let e = start_with(Opts::default().env("SLUICE_NETWORK__ALLOW_PRIVATE_UPSTREAMS", "true")).await;
+    let e =
+        start_with(Opts::default().env("SLUICE_NETWORK__ALLOW_PRIVATE_UPSTREAMS", "true")).await;
     let pull = e.path("/pull");
     let body = |config: Value| json!({"transport_kind": "postgres", "source_kind": "chat-json", "source_label": "warehouse", "credential": url, "config": config});
-    let (st, r) = e.s.post(&pull, Some(&e.key), &body(json!({"table": "chat_logs", "messages_column": "conversation"}))).await;
+    let (st, r) =
+        e.s.post(
+            &pull,
+            Some(&e.key),
+            &body(json!({"table": "chat_logs", "messages_column": "conversation"})),
+        )
+        .await;
     assert_eq!(st, 201, "{r}");
     assert_eq!(r["trace_count"], 4);
-    let (_, one) = e.s.get(&e.path(&format!("/{}", r["ingest_id"].as_str().unwrap())), Some(&e.key)).await;
+    let (_, one) =
+        e.s.get(
+            &e.path(&format!("/{}", r["ingest_id"].as_str().unwrap())),
+            Some(&e.key),
+        )
+        .await;
     assert_eq!(one["items"][0]["trace_id"], "1");
     assert_eq!(one["items"][0]["spans"][0]["output"][0]["content"], "a0");
     let (st, r) = e
@@ -699,7 +993,10 @@ async fn a_postgres_pull_reads_the_named_table() {
     assert_eq!(st, 201, "{r}");
     assert_eq!(r["trace_count"], 2, "rows at or after since: {r}");
     for (config, param) in [
-        (json!({"table": "missing_table", "messages_column": "conversation"}), "config.table"),
+        (
+            json!({"table": "missing_table", "messages_column": "conversation"}),
+            "config.table",
+        ),
         (json!({"table": "chat_logs"}), "config.messages_column"),
         (json!({"table": "chat_logs; DROP TABLE x"}), "config.table"),
         (json!({}), "config.table"),
@@ -736,7 +1033,11 @@ async fn a_pull_credential_is_nowhere_afterwards() {
         opts = opts.env(vendor_env(v), f.base_url());
         fakes.push((v, f));
     }
-    let log_path = objects.path().parent().unwrap().join(format!("sluice-log-{tag}.txt"));
+    let log_path = objects
+        .path()
+        .parent()
+        .unwrap()
+        .join(format!("sluice-log-{tag}.txt"));
     let log = std::fs::File::create(&log_path).unwrap();
     let mut cmd = command(&backend, &opts);
     cmd.env("RUST_LOG", "debug");
@@ -766,7 +1067,10 @@ async fn a_pull_credential_is_nowhere_afterwards() {
         assert_eq!(st, 429);
         answers.push_str(&r.to_string());
         // The fake did receive it: the credential was used.
-        assert!(fake.seen().iter().any(|h| h.contains(&good) || name == "langfuse"));
+        assert!(fake
+            .seen()
+            .iter()
+            .any(|h| h.contains(&good) || name == "langfuse"));
         secrets.push(good);
         secrets.push(wrong);
     }
@@ -774,7 +1078,10 @@ async fn a_pull_credential_is_nowhere_afterwards() {
     if let Some(server) = pull_pg_server() {
         let password = format!("pgpw{tag}");
         let (url, _) = source_table(&server, &password).await;
-        for config in [json!({"table": "chat_logs", "messages_column": "conversation"}), json!({"table": "nope"})] {
+        for config in [
+            json!({"table": "chat_logs", "messages_column": "conversation"}),
+            json!({"table": "nope"}),
+        ] {
             let (st, r) = s
                 .post(&pull, Some(&key), &json!({"transport_kind": "postgres", "source_kind": "chat-json", "source_label": "x", "credential": url, "config": config}))
                 .await;
@@ -792,23 +1099,35 @@ async fn a_pull_credential_is_nowhere_afterwards() {
         .filter(|p| p.contains(&tag))
         .collect();
     drop(s); // the process ends; its log is complete
-    let mut haystacks: Vec<(String, Vec<u8>)> = vec![("answers".into(), answers.into_bytes()), ("log".into(), std::fs::read(&log_path).unwrap())];
+    let mut haystacks: Vec<(String, Vec<u8>)> = vec![
+        ("answers".into(), answers.into_bytes()),
+        ("log".into(), std::fs::read(&log_path).unwrap()),
+    ];
     let mut stack = vec![objects.path().to_path_buf()];
     while let Some(d) = stack.pop() {
         for f in std::fs::read_dir(&d).unwrap().flatten() {
             if f.path().is_dir() {
                 stack.push(f.path());
             } else {
-                haystacks.push((f.path().display().to_string(), std::fs::read(f.path()).unwrap()));
+                haystacks.push((
+                    f.path().display().to_string(),
+                    std::fs::read(f.path()).unwrap(),
+                ));
             }
         }
     }
-    haystacks.push(("database".into(), database_text(&backend.database_url).await));
+    haystacks.push((
+        "database".into(),
+        database_text(&backend.database_url).await,
+    ));
     assert!(haystacks[1].1.len() > 1000, "the debug log was written");
     for (what, hay) in &haystacks {
         let text = String::from_utf8_lossy(hay);
         for p in &parts {
-            assert!(!text.contains(p.as_str()), "a credential ({p}) is in {what}");
+            assert!(
+                !text.contains(p.as_str()),
+                "a credential ({p}) is in {what}"
+            );
         }
     }
     let _ = std::fs::remove_file(&log_path);
@@ -824,17 +1143,24 @@ async fn database_text(url: &str) -> Vec<u8> {
         }
         return all;
     }
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url).await.unwrap();
-    let tables: Vec<String> = sqlx::query("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
-        .fetch_all(&mut conn)
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
         .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get::<String, _>("tablename"))
-        .collect();
+        .unwrap();
+    let tables: Vec<String> =
+        sqlx::query("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<String, _>("tablename"))
+            .collect();
     let mut all = Vec::new();
     for t in tables {
-        for r in sqlx::query(&format!("SELECT t::text AS row FROM \"{t}\" t")).fetch_all(&mut conn).await.unwrap() {
+        for r in sqlx::query(&format!("SELECT t::text AS row FROM \"{t}\" t"))
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+        {
             all.extend(r.get::<String, _>("row").into_bytes());
         }
     }

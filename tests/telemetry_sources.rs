@@ -18,13 +18,19 @@ fn parse(kind: SourceKind, file: &str) -> Vec<Trace> {
 }
 
 fn trace<'a>(ts: &'a [Trace], id: &str) -> &'a Trace {
-    ts.iter()
-        .find(|t| t.trace_id == id)
-        .unwrap_or_else(|| panic!("no trace {id} in {:?}", ts.iter().map(|t| &t.trace_id).collect::<Vec<_>>()))
+    ts.iter().find(|t| t.trace_id == id).unwrap_or_else(|| {
+        panic!(
+            "no trace {id} in {:?}",
+            ts.iter().map(|t| &t.trace_id).collect::<Vec<_>>()
+        )
+    })
 }
 
 fn span<'a>(t: &'a Trace, id: &str) -> &'a Span {
-    t.spans.iter().find(|s| s.span_id == id).unwrap_or_else(|| panic!("no span {id}"))
+    t.spans
+        .iter()
+        .find(|s| s.span_id == id)
+        .unwrap_or_else(|| panic!("no span {id}"))
 }
 
 #[test]
@@ -77,7 +83,10 @@ fn otel_genai_semantic_conventions() {
     let t2 = trace(&ts, "a1b2c3d4e5f60718293a4b5c6d7e8f90");
     let s = &t2.spans[0];
     assert_eq!(s.provider.as_deref(), Some("openai"));
-    assert_eq!(s.input.iter().map(|m| m.role.as_str()).collect::<Vec<_>>(), ["system", "user"]);
+    assert_eq!(
+        s.input.iter().map(|m| m.role.as_str()).collect::<Vec<_>>(),
+        ["system", "user"]
+    );
     assert_eq!(s.output[0].content, "Lima.");
 }
 
@@ -101,7 +110,10 @@ fn phoenix_span_records() {
     assert_eq!(t.cost_micro_usd(), Some(1110));
     assert_eq!(llm.started_at, Some(1_741_082_400_700));
     let bad = trace(&ts, "ffeeddccbbaa99887766554433221100");
-    assert_eq!(bad.spans[0].error.as_deref(), Some("context length exceeded"));
+    assert_eq!(
+        bad.spans[0].error.as_deref(),
+        Some("context length exceeded")
+    );
     assert_eq!(bad.spans[0].input[0].content, "(very long)");
 }
 
@@ -109,7 +121,10 @@ fn phoenix_span_records() {
 fn phoenix_reads_otlp_too() {
     let ts = parse(SourceKind::Phoenix, "otlp.json");
     let t = trace(&ts, "0af7651916cd43dd8448eb211c80319c");
-    assert_eq!(t.spans[0].output[0].content, "Customer disputes an invoice.");
+    assert_eq!(
+        t.spans[0].output[0].content,
+        "Customer disputes an invoice."
+    );
 }
 
 #[test]
@@ -121,7 +136,10 @@ fn braintrust_log_events() {
     assert_eq!(t.tags, ["faq", "prod"]);
     assert_eq!(t.spans.len(), 2);
     let llm = span(t, "7d1e9c3b-2f4a-4b8e-8c1d-0e9f8a7b6c5d");
-    assert_eq!(llm.parent_id.as_deref(), Some("c2f6e1a0-5b1e-4a3e-9d2f-1b2c3d4e5f60"));
+    assert_eq!(
+        llm.parent_id.as_deref(),
+        Some("c2f6e1a0-5b1e-4a3e-9d2f-1b2c3d4e5f60")
+    );
     assert_eq!(llm.kind, "llm");
     assert_eq!(llm.model.as_deref(), Some("gpt-4o"));
     assert_eq!((llm.input_tokens, llm.output_tokens), (180, 11));
@@ -163,14 +181,23 @@ fn langsmith_runs() {
     let llm = span(t, "2a1b3c4d-5e6f-4708-9a1b-2c3d4e5f6a7b");
     assert_eq!(llm.model.as_deref(), Some("gpt-4o"));
     assert_eq!(llm.provider.as_deref(), Some("openai"));
-    assert_eq!(llm.input.iter().map(|m| m.role.as_str()).collect::<Vec<_>>(), ["system", "user"]);
+    assert_eq!(
+        llm.input
+            .iter()
+            .map(|m| m.role.as_str())
+            .collect::<Vec<_>>(),
+        ["system", "user"]
+    );
     assert_eq!(llm.output[0].content, "It's 4°C and cloudy in Oslo.");
     // The chain's rolled-up counts are not counted again.
     assert_eq!((t.input_tokens(), t.output_tokens()), (130, 15));
     assert_eq!(t.cost_micro_usd(), Some(425));
     assert_eq!(llm.started_at, Some(1_743_494_400_200));
     let t2 = trace(&ts, "3b2c4d5e-6f70-4819-8a2b-3c4d5e6f7a8b");
-    assert_eq!(t2.spans[0].error.as_deref(), Some("APIConnectionError: retried"));
+    assert_eq!(
+        t2.spans[0].error.as_deref(),
+        Some("APIConnectionError: retried")
+    );
     assert_eq!(t2.spans[0].output[0].content, "Hi!");
 }
 
@@ -206,7 +233,11 @@ fn posthog_ai_events() {
     assert_eq!(t.spans.len(), 2);
     let gen = span(t, "gen_1");
     assert_eq!(gen.parent_id.as_deref(), Some("span_lookup"));
-    assert_eq!(span(t, "span_lookup").parent_id, None, "the trace id as parent is a root");
+    assert_eq!(
+        span(t, "span_lookup").parent_id,
+        None,
+        "the trace id as parent is a root"
+    );
     assert_eq!(gen.model.as_deref(), Some("gpt-4o-mini"));
     assert_eq!((gen.input_tokens, gen.output_tokens), (42, 10));
     assert_eq!(gen.output[0].content, "A sleeping bag and a lantern.");

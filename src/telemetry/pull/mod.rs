@@ -280,28 +280,29 @@ pub async fn run(
             .get("base_url")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty());
-        let base =
-            match org_base {
-                Some(b) => {
-                    egress::check_org_url(b, allow_private)
-                        .await
-                        .map_err(|why| {
-                            Refusal::from(ApiError::invalid_parameter(
-                                "config.base_url",
-                                format!("config.base_url {why}"),
-                            ))
-                        })?;
-                    b.to_string()
-                }
-                None if default.is_empty() => return Err(ApiError::invalid_parameter(
+        let base = match org_base {
+            Some(b) => {
+                egress::check_org_url(b, allow_private)
+                    .await
+                    .map_err(|why| {
+                        Refusal::from(ApiError::invalid_parameter(
+                            "config.base_url",
+                            format!("config.base_url {why}"),
+                        ))
+                    })?;
+                b.to_string()
+            }
+            None if default.is_empty() => {
+                return Err(ApiError::invalid_parameter(
                     "config.base_url",
                     format!(
                         "a {transport_kind} pull needs config.base_url (no default is configured)"
                     ),
                 )
-                .into()),
-                None => default.clone(),
-            };
+                .into())
+            }
+            None => default.clone(),
+        };
         let src = Source {
             base,
             org_supplied: org_base.is_some(),

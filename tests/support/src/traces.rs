@@ -110,7 +110,9 @@ fn b64(input: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for c in input.chunks(3) {
-        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
         for i in 0..4 {
             if i <= c.len() {
                 out.push(A[(n >> (18 - 6 * i)) as usize & 63] as char);
@@ -140,7 +142,9 @@ fn gate(s: &Shared, headers: &HeaderMap, body: &str) -> Result<(), Response> {
     }
     let h = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
     let ok = match s.vendor {
-        Vendor::Braintrust | Vendor::Posthog | Vendor::Mastra => h("authorization") == format!("Bearer {}", s.credential),
+        Vendor::Braintrust | Vendor::Posthog | Vendor::Mastra => {
+            h("authorization") == format!("Bearer {}", s.credential)
+        }
         Vendor::Langsmith => h("x-api-key") == s.credential,
         Vendor::Langfuse => h("authorization") == format!("Basic {}", b64(s.credential.as_bytes())),
     };
@@ -149,8 +153,12 @@ fn gate(s: &Shared, headers: &HeaderMap, body: &str) -> Result<(), Response> {
     } else {
         let body = match s.vendor {
             Vendor::Langsmith => json!({"detail": "Invalid token"}),
-            Vendor::Langfuse => json!({"message": "Invalid credentials. Confirm that you've configured the correct host."}),
-            Vendor::Posthog => json!({"type": "authentication_error", "code": "authentication_failed", "detail": "Personal API key found in request is invalid."}),
+            Vendor::Langfuse => {
+                json!({"message": "Invalid credentials. Confirm that you've configured the correct host."})
+            }
+            Vendor::Posthog => {
+                json!({"type": "authentication_error", "code": "authentication_failed", "detail": "Personal API key found in request is invalid."})
+            }
             _ => json!({"error": "Unauthorized"}),
         };
         Err((StatusCode::UNAUTHORIZED, Json(body)).into_response())
@@ -191,7 +199,11 @@ fn bt_events() -> Vec<Value> {
     out
 }
 
-async fn bt_project(State(s): State<Arc<Shared>>, headers: HeaderMap, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn bt_project(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     if let Err(r) = gate(&s, &headers, "") {
         return r;
     }
@@ -203,19 +215,36 @@ async fn bt_project(State(s): State<Arc<Shared>>, headers: HeaderMap, Query(q): 
     Json(json!({"objects": objects})).into_response()
 }
 
-async fn bt_fetch(State(s): State<Arc<Shared>>, Path(id): Path<String>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+async fn bt_fetch(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
     if let Err(r) = gate(&s, &headers, &body.to_string()) {
         return r;
     }
     if id != "proj-1" {
-        return (StatusCode::NOT_FOUND, Json(json!({"error": "Project not found"}))).into_response();
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": "Project not found"})),
+        )
+            .into_response();
     }
     let all = bt_events();
-    let from: usize = body["cursor"].as_str().and_then(|c| c.strip_prefix('c')).and_then(|n| n.parse().ok()).unwrap_or(0);
+    let from: usize = body["cursor"]
+        .as_str()
+        .and_then(|c| c.strip_prefix('c'))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
     let n = (body["limit"].as_u64().unwrap_or(100) as usize).min(PAGE);
     let page: Vec<Value> = all.iter().skip(from).take(n).cloned().collect();
     let next = from + page.len();
-    let cursor = if next < all.len() { json!(format!("c{next}")) } else { Value::Null };
+    let cursor = if next < all.len() {
+        json!(format!("c{next}"))
+    } else {
+        Value::Null
+    };
     Json(json!({"events": page, "cursor": cursor})).into_response()
 }
 
@@ -240,7 +269,11 @@ fn ls_runs() -> Vec<Value> {
     out
 }
 
-async fn ls_sessions(State(s): State<Arc<Shared>>, headers: HeaderMap, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn ls_sessions(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     if let Err(r) = gate(&s, &headers, "") {
         return r;
     }
@@ -251,33 +284,64 @@ async fn ls_sessions(State(s): State<Arc<Shared>>, headers: HeaderMap, Query(q):
     }
 }
 
-async fn ls_query(State(s): State<Arc<Shared>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+async fn ls_query(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
     if let Err(r) = gate(&s, &headers, &body.to_string()) {
         return r;
     }
     if body["session"] != json!(["sess-1"]) {
-        return (StatusCode::NOT_FOUND, Json(json!({"detail": "Session not found"}))).into_response();
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"detail": "Session not found"})),
+        )
+            .into_response();
     }
     let all = ls_runs();
-    let from: usize = body["cursor"].as_str().and_then(|c| c.parse().ok()).unwrap_or(0);
+    let from: usize = body["cursor"]
+        .as_str()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
     let n = (body["limit"].as_u64().unwrap_or(100) as usize).min(PAGE);
     let page: Vec<Value> = all.iter().skip(from).take(n).cloned().collect();
     let next = from + page.len();
-    let cursor = if next < all.len() { json!(next.to_string()) } else { Value::Null };
+    let cursor = if next < all.len() {
+        json!(next.to_string())
+    } else {
+        Value::Null
+    };
     Json(json!({"runs": page, "cursors": {"next": cursor, "prev": null}})).into_response()
 }
 
 // --- Langfuse -------------------------------------------------------------------
 
 fn paged(all: Vec<Value>, q: &HashMap<String, String>) -> Value {
-    let page: usize = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(1).max(1);
-    let limit = q.get("limit").and_then(|p| p.parse::<usize>().ok()).unwrap_or(50).min(PAGE);
+    let page: usize = q
+        .get("page")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let limit = q
+        .get("limit")
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(50)
+        .min(PAGE);
     let total = all.len();
-    let data: Vec<Value> = all.into_iter().skip((page - 1) * limit).take(limit).collect();
+    let data: Vec<Value> = all
+        .into_iter()
+        .skip((page - 1) * limit)
+        .take(limit)
+        .collect();
     json!({"data": data, "meta": {"page": page, "limit": limit, "totalItems": total, "totalPages": total.div_ceil(limit)}})
 }
 
-async fn lf_traces(State(s): State<Arc<Shared>>, headers: HeaderMap, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn lf_traces(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     if let Err(r) = gate(&s, &headers, "") {
         return r;
     }
@@ -291,7 +355,11 @@ async fn lf_traces(State(s): State<Arc<Shared>>, headers: HeaderMap, Query(q): Q
     Json(paged(all, &q)).into_response()
 }
 
-async fn lf_observations(State(s): State<Arc<Shared>>, headers: HeaderMap, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn lf_observations(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     if let Err(r) = gate(&s, &headers, "") {
         return r;
     }
@@ -320,8 +388,14 @@ fn ph_rows() -> Vec<Value> {
     let mut out = Vec::new();
     for i in 0..TRACES {
         let t = trace_id(i);
-        out.push(json!([format!("{t}-trace-evt"), "$ai_trace", iso(T0 + i as i64 * 10 + 2, 0), "user_1",
-            json!({"$ai_trace_id": t, "$ai_trace_name": "checkout", "$ai_latency": 2.0}).to_string()]));
+        out.push(json!([
+            format!("{t}-trace-evt"),
+            "$ai_trace",
+            iso(T0 + i as i64 * 10 + 2, 0),
+            "user_1",
+            json!({"$ai_trace_id": t, "$ai_trace_name": "checkout", "$ai_latency": 2.0})
+                .to_string()
+        ]));
         out.push(json!([format!("{t}-gen-evt"), "$ai_generation", iso(T0 + i as i64 * 10 + 1, 900), "user_1",
             json!({"$ai_trace_id": t, "$ai_span_id": format!("{t}-gen"), "$ai_parent_id": t, "$ai_model": "gpt-4o-mini", "$ai_provider": "openai",
                 "$ai_input": [{"role": "user", "content": format!("question {i}")}], "$ai_output_choices": [{"role": "assistant", "content": format!("answer {i}")}],
@@ -334,19 +408,37 @@ fn ph_rows() -> Vec<Value> {
 
 fn number_after(q: &str, word: &str) -> Option<usize> {
     let at = q.find(word)? + word.len();
-    q[at..].trim_start().split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    q[at..]
+        .trim_start()
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
-async fn ph_query(State(s): State<Arc<Shared>>, Path(id): Path<String>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+async fn ph_query(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
     if let Err(r) = gate(&s, &headers, &body.to_string()) {
         return r;
     }
     if id != "12345" {
-        return (StatusCode::NOT_FOUND, Json(json!({"type": "invalid_request", "code": "not_found", "detail": "Not found."}))).into_response();
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"type": "invalid_request", "code": "not_found", "detail": "Not found."})),
+        )
+            .into_response();
     }
     let query = body["query"]["query"].as_str().unwrap_or("");
     if body["query"]["kind"] != "HogQLQuery" || !query.contains("FROM events") {
-        return (StatusCode::BAD_REQUEST, Json(json!({"type": "validation_error", "detail": "bad query"}))).into_response();
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"type": "validation_error", "detail": "bad query"})),
+        )
+            .into_response();
     }
     let limit = number_after(query, "LIMIT").unwrap_or(100).min(PAGE);
     let offset = number_after(query, "OFFSET").unwrap_or(0);
@@ -374,23 +466,43 @@ fn ma_spans(i: usize) -> Vec<Value> {
     ]
 }
 
-async fn ma_list(State(s): State<Arc<Shared>>, headers: HeaderMap, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn ma_list(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     if let Err(r) = gate(&s, &headers, "") {
         return r;
     }
     let page: usize = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(0);
-    let per = q.get("perPage").and_then(|p| p.parse::<usize>().ok()).unwrap_or(10).min(PAGE);
-    let roots: Vec<Value> = (0..TRACES).map(|i| ma_spans(i)[0].clone()).skip(page * per).take(per).collect();
+    let per = q
+        .get("perPage")
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(10)
+        .min(PAGE);
+    let roots: Vec<Value> = (0..TRACES)
+        .map(|i| ma_spans(i)[0].clone())
+        .skip(page * per)
+        .take(per)
+        .collect();
     let has_more = (page + 1) * per < TRACES;
     Json(json!({"pagination": {"total": TRACES, "page": page, "perPage": per, "hasMore": has_more}, "spans": roots})).into_response()
 }
 
-async fn ma_trace(State(s): State<Arc<Shared>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+async fn ma_trace(
+    State(s): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     if let Err(r) = gate(&s, &headers, "") {
         return r;
     }
     match (0..TRACES).find(|i| trace_id(*i) == id) {
         Some(i) => Json(json!({"traceId": id, "spans": ma_spans(i)})).into_response(),
-        None => (StatusCode::NOT_FOUND, Json(json!({"error": "Trace not found"}))).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": "Trace not found"})),
+        )
+            .into_response(),
     }
 }
