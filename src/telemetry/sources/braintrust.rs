@@ -62,7 +62,7 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Trace>, String> {
             error: r
                 .get("error")
                 .filter(|e| !e.is_null())
-                .map(|e| super::common::content_text(e)),
+                .map(super::common::content_text),
         };
         let is_root = span.parent_id.is_none();
         let t = set.trace(&root);

@@ -125,6 +125,7 @@ fn b64(input: &[u8]) -> String {
 }
 
 /// Counts the request, throttles when told, and checks the vendor's auth scheme.
+#[allow(clippy::result_large_err)] // the refusal is the handler's answer, returned at once
 fn gate(s: &Shared, headers: &HeaderMap, body: &str) -> Result<(), Response> {
     s.requests.fetch_add(1, Ordering::SeqCst);
     s.seen.lock().unwrap().push(format!("{headers:?} {body}"));
