@@ -11,6 +11,7 @@
 //! by the gateway before `/api` reaches the management router, so the body
 //! streams), and `worker::spawn` (started by `server.rs`).
 
+mod answers;
 pub mod ingests;
 pub mod model;
 mod pull;

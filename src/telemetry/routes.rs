@@ -3,74 +3,23 @@
 //! which authenticates the key and hands over its org as a [`Caller`]; an
 //! `org_id` in the path that is not the caller's is 404.
 
+use super::answers::{answer, body, check_kind, check_label, Answer, Refusal};
 use super::ingests::{self, NewIngest};
-use super::model::SourceKind;
 use super::tickets::{upload_path, Signer};
 use super::{pull, worker, Caller};
 use crate::state::AppState;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sluice_filters::{ApiError, ErrorCode, Format};
+use sluice_filters::{ApiError, ErrorCode};
 use std::collections::HashMap;
 use std::sync::Arc;
 
 type Shared = Arc<AppState>;
-
-/// An error answer; `retry_after` adds the header (a source's rate limit).
-pub struct Refusal {
-    pub error: ApiError,
-    pub retry_after: Option<u64>,
-}
-
-impl From<ApiError> for Refusal {
-    fn from(error: ApiError) -> Refusal {
-        Refusal {
-            error,
-            retry_after: None,
-        }
-    }
-}
-
-impl From<crate::error::Error> for Refusal {
-    fn from(e: crate::error::Error) -> Refusal {
-        Refusal::from(ApiError::from(e))
-    }
-}
-
-impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
-        let status =
-            StatusCode::from_u16(self.error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut r = (
-            status,
-            [(header::CONTENT_TYPE, "application/json")],
-            self.error.to_body(Format::OpenAi),
-        )
-            .into_response();
-        if let Some(s) = self.retry_after {
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(s));
-        }
-        r
-    }
-}
-
-type Answer = Result<Response, Refusal>;
-
-fn answer(status: StatusCode, v: &Value) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        v.to_string(),
-    )
-        .into_response()
-}
 
 pub fn routes() -> Router<Shared> {
     Router::new()
@@ -90,73 +39,6 @@ fn own(org_id: &str, caller: &Caller) -> Result<(), Refusal> {
     } else {
         Err(ApiError::new(ErrorCode::NotFound, "No such organization.").into())
     }
-}
-
-/// A JSON body into `T`: bad JSON is `invalid_json`, a wrong shape names the field.
-pub fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Refusal> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::invalid_json("the body is empty").into());
-    }
-    serde_json::from_slice(bytes).map_err(|e| {
-        use serde_json::error::Category;
-        match e.classify() {
-            Category::Data => {
-                let msg = e.to_string();
-                let field = msg.split('`').nth(1).map(str::to_string);
-                let text = msg.split(" at line").next().unwrap_or(&msg).to_string();
-                let err = ApiError::new(ErrorCode::InvalidParameter, text);
-                Refusal::from(match field {
-                    Some(f) if f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
-                        err.param(f)
-                    }
-                    _ => ApiError {
-                        code: ErrorCode::InvalidRequest,
-                        ..err
-                    },
-                })
-            }
-            _ => ApiError::invalid_json(e).into(),
-        }
-    })
-}
-
-/// The longest `source_label`.
-pub const LABEL_MAX: usize = 200;
-
-/// A label is 1 to 200 printable characters (no control characters), not blank.
-pub fn check_label(label: &str) -> Result<(), Refusal> {
-    let n = label.chars().count();
-    let why = if label.trim().is_empty() {
-        Some("source_label must not be empty".to_string())
-    } else if n > LABEL_MAX {
-        Some(format!(
-            "source_label is {n} characters; at most {LABEL_MAX}"
-        ))
-    } else if label
-        .chars()
-        .any(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}'))
-    {
-        Some("source_label must be printable text (no control characters)".into())
-    } else {
-        None
-    };
-    match why {
-        None => Ok(()),
-        Some(w) => Err(ApiError::invalid_parameter("source_label", w)
-            .with_status(422)
-            .into()),
-    }
-}
-
-pub fn check_kind(kind: &str) -> Result<SourceKind, Refusal> {
-    SourceKind::parse(kind).ok_or_else(|| {
-        let known: Vec<&str> = SourceKind::ALL.iter().map(|k| k.as_str()).collect();
-        ApiError::invalid_parameter(
-            "source_kind",
-            format!("source_kind must be one of {}", known.join(", ")),
-        )
-        .into()
-    })
 }
 
 #[derive(Deserialize)]

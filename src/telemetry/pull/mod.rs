@@ -17,9 +17,9 @@ mod mastra;
 mod postgres;
 mod posthog;
 
+use super::answers::{check_kind, check_label, Refusal};
 use super::ingests::{self, Ingest, NewIngest};
 use super::model::SourceKind;
-use super::routes::{check_kind, check_label, Refusal};
 use super::worker::{project_bytes, Verdict};
 use crate::state::AppState;
 use crate::upstream::egress;

@@ -9,7 +9,7 @@
 //! SDK's `ai.*` keys, `status`).
 
 use super::common::{content_text, decoded, int, messages, records, text, time_ms};
-use super::otlp::OtelSpan;
+use super::otel::OtelSpan;
 use crate::telemetry::model::{Span, Trace, TraceSet};
 use serde_json::{Map, Value};
 

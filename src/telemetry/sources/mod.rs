@@ -7,6 +7,7 @@ pub mod common;
 pub mod langfuse;
 pub mod langsmith;
 pub mod mastra;
+pub mod otel;
 pub mod otel_genai;
 pub mod otlp;
 pub mod phoenix;

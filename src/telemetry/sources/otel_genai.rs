@@ -8,12 +8,12 @@
 //! `gen_ai.completion.N.*`.
 
 use super::common::{content_text, decoded, float, int, messages, role, text};
-use super::otlp::{self, OtelSpan};
+use super::otel::{self, OtelSpan};
 use crate::telemetry::model::{Message, Span, Trace};
 use serde_json::{Map, Value};
 
 pub fn parse(bytes: &[u8]) -> Result<Vec<Trace>, String> {
-    Ok(otlp::project(otlp::read(bytes)?, &[convention]))
+    Ok(otel::project(otel::read(bytes)?, &[convention]))
 }
 
 fn indexed(a: &Map<String, Value>, prefix: &str, default_role: &str) -> Vec<Message> {

@@ -9,13 +9,13 @@
 //! JSON (`context.trace_id`, `attributes.llm.model_name`, ...).
 
 use super::common::{content_text, float, int, messages, records, role, tags, text, time_ms};
-use super::otlp::{self, OtelSpan};
+use super::otel::{self, OtelSpan};
 use crate::telemetry::model::{Message, Span, Trace, TraceSet};
 use serde_json::{Map, Value};
 
 pub fn parse(bytes: &[u8]) -> Result<Vec<Trace>, String> {
-    if let Ok(spans) = otlp::read(bytes) {
-        return Ok(otlp::project(spans, &[convention]));
+    if let Ok(spans) = otel::read(bytes) {
+        return Ok(otel::project(spans, &[convention]));
     }
     let recs = records(bytes, &["data", "spans"])?;
     let mut set = TraceSet::default();
@@ -25,7 +25,7 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Trace>, String> {
         let Some(s) = record_span(o) else { continue };
         n += 1;
         let trace_id = s.trace_id.clone();
-        let mut out = otlp::base_span(&s);
+        let mut out = otel::base_span(&s);
         convention(&s, &mut out);
         set.push(&trace_id, out);
     }
