@@ -140,9 +140,15 @@ async fn receive(state: &AppState, session: &mut Session) -> Result<serde_json::
     match stream_body(state, session, &ingest.object_key, cap).await {
         Ok(stored) => {
             let size = stored.size as i64;
-            let ok = ingests::end_upload(&state.db, &ingest.id, size, &stored.sha256)
-                .await
-                .map_err(ApiError::from)?;
+            let ok = match ingests::end_upload(&state.db, &ingest.id, size, &stored.sha256).await {
+                Ok(ok) => ok,
+                Err(e) => {
+                    // Not recorded, so not kept: the ticket stays usable.
+                    let _ = state.objects.delete(&ingest.object_key).await;
+                    let _ = ingests::reset_upload(&state.db, &ingest.id).await;
+                    return Err(ApiError::from(e));
+                }
+            };
             if !ok {
                 // Another PUT took the ticket over as stale while this one ran.
                 return Err(refuse(409, "This upload URL was used by another upload."));

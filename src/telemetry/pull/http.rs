@@ -143,3 +143,35 @@ pub async fn send_json(
             .map_err(|_| PullError::Source(format!("{what}: the answer is not JSON")));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    /// The connect-time guard: a name that resolves to a private address (as a
+    /// rebound DNS answer would, after the URL passed its check) is not connected to.
+    #[tokio::test]
+    async fn the_guarded_resolver_refuses_names_of_private_addresses() {
+        let r = PublicOnly
+            .resolve(Name::from_str("localhost").unwrap())
+            .await;
+        let e = r.err().expect("localhost is refused");
+        assert!(e.to_string().contains(egress::REFUSED), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_guarded_client_never_reaches_loopback() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let url = format!("http://localhost:{port}/");
+        let got = send_json(|| client(true, false).get(&url), "probe").await;
+        match got {
+            Err(PullError::Config(param, _)) => assert_eq!(param, "config.base_url"),
+            _ => panic!("the guarded client connected"),
+        }
+        // Nothing was accepted.
+        let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+        assert!(accepted.is_err());
+    }
+}

@@ -86,17 +86,22 @@ impl PullError {
     }
 }
 
-/// Replaces every secret (and any part of it longer than 3 characters between
-/// separators) in an error text.
+/// Replaces every secret in an error text, and the parts that are secrets alone:
+/// a URL's password, each half of a `public:secret` pair.
 pub fn scrub(text: &str, secrets: &[&str]) -> String {
     let mut out = text.to_string();
     let mut pieces: Vec<&str> = Vec::new();
     for s in secrets {
         pieces.push(s);
-        pieces.extend(
-            s.split([':', '@', '/', '?', '&', '='])
-                .filter(|p| p.len() > 3),
-        );
+        if let Some((_, rest)) = s.split_once("://") {
+            let authority = rest.split('/').next().unwrap_or("");
+            let userinfo = authority.rsplit_once('@').map(|(u, _)| u);
+            if let Some((_, password)) = userinfo.and_then(|u| u.split_once(':')) {
+                pieces.push(password);
+            }
+        } else {
+            pieces.extend(s.split(':').filter(|p| p.len() > 5));
+        }
     }
     pieces.sort_by_key(|p| std::cmp::Reverse(p.len()));
     for p in pieces {
@@ -381,4 +386,35 @@ async fn store_and_project(
     }
     let done = ingests::get(&state.db, &ingest.id).await?.unwrap_or(ingest);
     Ok((done, truncated))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scrub;
+
+    #[test]
+    fn error_texts_are_scrubbed_of_the_credential_and_its_parts() {
+        let t = scrub(
+            "failed for postgres://bob:hunter2secret@db.example:5432/app and pk-lf-1:sk-lf-2",
+            &[
+                "postgres://bob:hunter2secret@db.example:5432/app",
+                "pk-lf-1:sk-lf-2",
+            ],
+        );
+        for s in ["hunter2secret", "pk-lf-1", "sk-lf-2", "bob:"] {
+            assert!(!t.contains(s), "{t}");
+        }
+        let t = scrub(
+            "could not reach db.example for sk-lf-secret-2",
+            &["pk-lf-public-1:sk-lf-secret-2"],
+        );
+        assert_eq!(t, "could not reach db.example for [redacted]");
+        let t = scrub("login as bob failed", &["postgres://bob:pw-long-1@h/db"]);
+        assert_eq!(t, "login as bob failed");
+        let t = scrub(
+            "password pw-long-1 refused",
+            &["postgres://bob:pw-long-1@h/db"],
+        );
+        assert_eq!(t, "password [redacted] refused");
+    }
 }
