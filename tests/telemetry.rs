@@ -1005,6 +1005,14 @@ async fn a_postgres_pull_reads_the_named_table() {
         assert_error(st, &r, 400, "invalid_parameter");
         assert_eq!(r["error"]["param"], param, "{config}: {r}");
     }
+    // An HTTP source that does not answer (private addresses allowed here).
+    let (st, r) = e
+        .s
+        .post(&pull, Some(&e.key), &json!({"transport_kind": "braintrust", "source_kind": "braintrust", "source_label": "x",
+            "credential": "k", "config": {"base_url": "http://127.0.0.1:1", "project_id": "p"}}))
+        .await;
+    assert_error(st, &r, 400, "invalid_parameter");
+    assert_eq!(r["error"]["param"], "config.base_url", "{r}");
     let closed = url.replace(&url[url.rfind(':').unwrap()..url.rfind('/').unwrap()], ":1");
     let (st, r) = e
         .s

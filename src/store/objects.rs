@@ -59,11 +59,14 @@ impl Objects {
     /// the standard AWS variables and whose endpoint is `s3_endpoint` when set.
     pub fn open(url: &str, s3_endpoint: &str) -> anyhow::Result<Objects> {
         if let Some(dir) = url.strip_prefix("file://") {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {dir}"))?;
-            let fs = object_store::local::LocalFileSystem::new_with_prefix(dir)
-                .with_context(|| format!("opening the object store at {dir}"))?;
+            // Nothing is created until an object is put (folders appear as puts
+            // need them): a gateway that never takes an upload leaves no trace.
+            let abs = lexical_absolute(dir).with_context(|| format!("storage.objects: {dir}"))?;
+            let root = ObjectPath::from_absolute_path(&abs)
+                .with_context(|| format!("storage.objects: {}", abs.display()))?;
+            let fs: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new());
             return Ok(Objects {
-                store: Arc::new(fs),
+                store: Arc::new(object_store::prefix::PrefixStore::new(fs, root)),
                 part_size: FS_PART,
                 location: url.to_string(),
             });
@@ -175,6 +178,23 @@ impl Objects {
             Err(e) => Err(e),
         }
     }
+}
+
+/// `dir` made absolute with `.` and `..` resolved by their text (the folder need
+/// not exist yet, so it cannot be canonicalized).
+fn lexical_absolute(dir: &str) -> std::io::Result<std::path::PathBuf> {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for c in std::path::absolute(dir)?.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    Ok(out)
 }
 
 /// One streaming put: bytes go in with [`write`](Self::write), are counted and
@@ -322,6 +342,16 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(left, vec!["big".to_string()], "nothing of the refused put");
+
+        // A store's folder appears only with its first object.
+        let later = dir.path().join("later");
+        let spelled = format!("file://{}/a/../later", dir.path().display());
+        let lazy = Objects::open(&spelled, "").unwrap();
+        assert!(!later.exists());
+        lazy.put_bytes("x/y", Bytes::from_static(b"{}"))
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(later.join("x/y")).unwrap(), b"{}");
 
         // Small and empty objects.
         let s = objects.put_bytes("b/empty", Bytes::new()).await.unwrap();
