@@ -39,6 +39,7 @@ fn otlp_json_with_any_llm_convention() {
     assert_eq!(ts.len(), 2);
     let t = trace(&ts, "5b8efff798038103d269b633813fc60c");
     assert_eq!(t.spans.len(), 2);
+    assert_eq!(t.tags, ["service:support-bot"]);
     let root = span(t, "eee19b7ec3c1b174");
     assert_eq!(root.parent_id, None, "an empty parentSpanId is a root");
     let llm = span(t, "eee19b7ec3c1b173");

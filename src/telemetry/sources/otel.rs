@@ -17,7 +17,8 @@ pub struct OtelSpan {
     pub start: Option<i64>,
     pub end: Option<i64>,
     pub attrs: Map<String, Value>,
-    pub resource: Map<String, Value>,
+    /// The resource's `service.name`.
+    pub service: Option<String>,
     /// (event name, its attributes)
     pub events: Vec<(String, Map<String, Value>)>,
     pub error: Option<String>,
@@ -89,6 +90,10 @@ pub fn read(bytes: &[u8]) -> Result<Vec<OtelSpan>, String> {
         saw_otlp = true;
         for r in rs {
             let resource = attributes(r.get("resource").and_then(|x| x.get("attributes")));
+            let service = resource
+                .get("service.name")
+                .and_then(Value::as_str)
+                .map(str::to_string);
             let scopes = r
                 .get("scopeSpans")
                 .or_else(|| r.get("instrumentationLibrarySpans"))
@@ -100,7 +105,7 @@ pub fn read(bytes: &[u8]) -> Result<Vec<OtelSpan>, String> {
                     .into_iter()
                     .flatten()
                 {
-                    out.push(span(s, &resource));
+                    out.push(span(s, &service));
                 }
             }
         }
@@ -111,7 +116,7 @@ pub fn read(bytes: &[u8]) -> Result<Vec<OtelSpan>, String> {
     Ok(out)
 }
 
-fn span(s: &Value, resource: &Map<String, Value>) -> OtelSpan {
+fn span(s: &Value, service: &Option<String>) -> OtelSpan {
     let id = |k: &str| {
         s.get(k)
             .and_then(Value::as_str)
@@ -131,7 +136,7 @@ fn span(s: &Value, resource: &Map<String, Value>) -> OtelSpan {
         start: time_ms(s.get("startTimeUnixNano")),
         end: time_ms(s.get("endTimeUnixNano")),
         attrs: attributes(s.get("attributes")),
-        resource: resource.clone(),
+        service: service.clone(),
         events: s
             .get("events")
             .and_then(Value::as_array)
@@ -182,7 +187,19 @@ pub fn project(spans: Vec<OtelSpan>, conventions: &[fn(&OtelSpan, &mut Span)]) -
         for c in conventions {
             c(s, &mut out);
         }
-        set.push(&s.trace_id, out);
+        let t = set.trace(&s.trace_id);
+        // The service that recorded it, as OpenTelemetry users filter by it.
+        if let Some(name) = &s.service {
+            if t.tags.len() < 8
+                && !t
+                    .tags
+                    .iter()
+                    .any(|x| x.strip_prefix("service:") == Some(name))
+            {
+                t.tags.push(format!("service:{name}"));
+            }
+        }
+        t.spans.push(out);
     }
     set.finish()
 }

@@ -78,7 +78,7 @@ fn record_span(o: &Map<String, Value>) -> Option<OtelSpan> {
             start: time_ms(o.get("start_time")),
             end: time_ms(o.get("end_time")),
             attrs,
-            resource: Map::new(),
+            service: None,
             events: Vec::new(),
             error: status_error,
         });
@@ -98,7 +98,7 @@ fn record_span(o: &Map<String, Value>) -> Option<OtelSpan> {
         start: time_ms(o.get("start_time")),
         end: time_ms(o.get("end_time")),
         attrs,
-        resource: Map::new(),
+        service: None,
         events: Vec::new(),
         error: (o.get("status_code").and_then(Value::as_str) == Some("ERROR"))
             .then(|| text(o.get("status_message")).unwrap_or_else(|| "error".into())),
