@@ -5,7 +5,6 @@
 
 use super::http::send_json;
 use super::{Collected, PullError, Source};
-use serde_json::Value;
 use std::collections::HashSet;
 
 const PAGE: usize = 50;
@@ -86,6 +85,5 @@ pub async fn pull(
         }
         page += 1;
     }
-    let _ = Value::Null;
     Ok(())
 }
