@@ -232,15 +232,11 @@ impl Default for ObservabilityConfig {
 
 /// Config keys (sections or single keys) of features not built yet: accepted, and
 /// named in one warning line when the operator sets them, since they do nothing.
-const NOT_BUILT: [&str; 8] = [
+const NOT_BUILT: [&str; 4] = [
     "search",
     "tool_search",
-    "telemetry",
     "observability",
     "responses.prompt_capture_default",
-    "storage.objects",
-    "storage.s3_endpoint",
-    "storage.signing_secret_env",
 ];
 
 /// The key that seals BYOK secrets at rest (Debug redacts it).
@@ -747,6 +743,15 @@ impl Config {
         let credits = self.signup.credits_usd;
         if credits.is_nan() || credits < 0.0 {
             bail!("signup.credits_usd must not be negative");
+        }
+        parse_duration(&self.telemetry.ticket_ttl).context("telemetry.ticket_ttl")?;
+        if self.telemetry.max_upload_bytes == 0 {
+            bail!("telemetry.max_upload_bytes must be positive");
+        }
+        if !(self.storage.objects.starts_with("file://")
+            || self.storage.objects.starts_with("s3://"))
+        {
+            bail!("storage.objects must start with file:// or s3://");
         }
         let d = &self.billing.key_defaults;
         if d.daily_spend_cap_usd.is_some_and(|v| v.is_nan() || v < 0.0)

@@ -5,6 +5,8 @@
 //! - wiring: `server` starts every listener and background job; `config` is read once.
 //! - listeners: `proxy` (the gateway listener, a Pingora service), `api` (the
 //!   management API), `web` (the web app), `ops` (metrics, health, admin).
+//! - feature rooms: `telemetry` (trace intake: signed uploads, the projecting
+//!   worker, pulls).
 //! - the request flow: `inference` (one inference request, admit to settle) over
 //!   `downstream` (the client's body and answers).
 //! - the provider client: `upstream` (targets, calls, pooling, provider auth, the
@@ -27,6 +29,9 @@ pub mod api;
 pub mod ops;
 pub mod proxy;
 pub mod web;
+
+// Feature rooms.
+pub mod telemetry;
 
 // The request flow.
 pub mod downstream;

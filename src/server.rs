@@ -108,6 +108,8 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         crate::inference::idempotency::spawn_sweep(state.db.clone());
         state.responses.spawn_jobs();
         crate::upstream::prober::spawn_periodic(config.clone(), state.db.clone());
+        // Finalized telemetry uploads are verified and projected into traces.
+        crate::telemetry::worker::spawn(state.clone());
     });
     // Never dropped: the connections it drives are used by every service.
     std::mem::forget(state_rt);

@@ -26,6 +26,8 @@ pub struct AppState {
     pub leases: Option<Arc<LeasedCounters>>,
     /// The responses store (`store`, `previous_response_id`).
     pub responses: crate::responses::Keeper,
+    /// Uploaded files (telemetry exports; files and batch outputs next).
+    pub objects: crate::store::objects::Objects,
     /// This process's id: it owns the Idempotency-Keys it claims while it lives.
     pub instance_id: String,
     draining: AtomicBool,
@@ -103,6 +105,10 @@ impl AppState {
         let byok = Arc::new(crate::byok::ByokStore::load(&db, sealer).await?);
         let retention = crate::config::parse_duration(&config.responses.retention)?;
         let responses = crate::responses::Keeper::new(db.clone(), retention);
+        let objects = crate::store::objects::Objects::open(
+            &config.storage.objects,
+            &config.storage.s3_endpoint,
+        )?;
         Ok(Arc::new(AppState {
             config,
             db,
@@ -114,6 +120,7 @@ impl AppState {
             metrics: Metrics::new(),
             usage,
             responses,
+            objects,
             instance_id,
             draining: AtomicBool::new(false),
             gateway_up: AtomicBool::new(false),

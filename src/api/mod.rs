@@ -101,8 +101,35 @@ pub fn router(state: Shared) -> Router {
             "/api/gateway/keys/{api_key_id}/limits",
             get(usage::key_limits),
         )
+        .merge(
+            crate::telemetry::routes().route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                telemetry_caller,
+            )),
+        )
         .fallback(|uri: axum::http::Uri| async move { Failure(ApiError::not_found(uri.path())) })
         .with_state(state)
+}
+
+/// Authenticates a telemetry route with the key like every other route here, and
+/// hands the room its caller's org.
+async fn telemetry_caller(
+    axum::extract::State(state): axum::extract::State<Shared>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (mut parts, body) = req.into_parts();
+    match Authed::from_request_parts(&mut parts, &state).await {
+        Ok(Authed(c)) => {
+            parts.extensions.insert(crate::telemetry::Caller {
+                org_id: c.org.id.clone(),
+            });
+            next.run(axum::extract::Request::from_parts(parts, body))
+                .await
+        }
+        Err(f) => f.into_response(),
+    }
 }
 
 /// `POST /api/credits-overflow`: turns credits overflow on for the key's org (it

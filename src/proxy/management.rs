@@ -63,6 +63,15 @@ pub async fn dispatch(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json")
         .to_string();
-    send(session, status, &content_type, bytes, &[]).await?;
+    // A route that answers 429 says when to come back (a trace pull a source
+    // rate-limited).
+    let extra: Vec<(&'static str, String)> = parts
+        .headers
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| ("retry-after", v.to_string()))
+        .into_iter()
+        .collect();
+    send(session, status, &content_type, bytes, &extra).await?;
     Ok(status)
 }

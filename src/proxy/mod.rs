@@ -74,6 +74,16 @@ impl Gateway {
         }
         let method = session.req_header().method.clone();
         let result = match route {
+            // The signed telemetry upload streams its body to the object store; the
+            // management dispatch below would read it whole.
+            Route::Management
+                if crate::telemetry::upload::is_upload(
+                    &method,
+                    session.req_header().uri.path(),
+                ) =>
+            {
+                return Box::pin(crate::telemetry::upload::serve(&self.state, session)).await;
+            }
             Route::Management => {
                 // Boxed: the management future is large and rare on this listener;
                 // inline, its size would be copied on every inference request.

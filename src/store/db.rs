@@ -105,6 +105,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/postgres/0012_instances.sql"),
     ),
     (
+        20,
+        "telemetry ingests and traces",
+        include_str!("../../migrations/sqlite/0020_telemetry.sql"),
+        include_str!("../../migrations/postgres/0020_telemetry.sql"),
+    ),
+    (
         30,
         "accounts: users, members, web sessions, email links, origin attempts",
         include_str!("../../migrations/sqlite/0030_accounts.sql"),

@@ -5,6 +5,7 @@ pub mod counters;
 pub mod db;
 pub mod instances;
 pub mod journal;
+pub mod objects;
 pub mod usage;
 
 pub use counters::Counters;

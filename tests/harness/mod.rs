@@ -151,11 +151,17 @@ impl Sluice {
 
     /// Starts `serve` from a prepared command (a test that changes the working
     /// directory or the config file).
-    pub async fn spawn(mut cmd: Command, database_url: &str) -> Sluice {
+    pub async fn spawn(cmd: Command, database_url: &str) -> Sluice {
+        Sluice::spawn_with_stderr(cmd, database_url, Stdio::inherit()).await
+    }
+
+    /// Starts `serve` with its log (stderr) going to `stderr` (a test that reads
+    /// the log).
+    pub async fn spawn_with_stderr(mut cmd: Command, database_url: &str, stderr: Stdio) -> Sluice {
         let mut child = cmd
             .arg("serve")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn sluice");
         let stdout = child.stdout.take().expect("stdout");

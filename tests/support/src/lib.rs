@@ -36,6 +36,7 @@ pub mod smtp;
 mod sse;
 mod step;
 pub mod stripe;
+pub mod traces;
 mod wire;
 
 use std::{

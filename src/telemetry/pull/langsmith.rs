@@ -1,0 +1,79 @@
+//! LangSmith: `POST {base}/api/v1/runs/query` with `{session: [project id], limit,
+//! cursor, start_time}` → `{runs, cursors: {next}}`, authenticated by `x-api-key`;
+//! a `project_name` is looked up with `GET /api/v1/sessions?name=`.
+
+use super::http::send_json;
+use super::{Collected, PullError, Source};
+use serde_json::{json, Value};
+
+const PAGE: usize = 100;
+
+pub async fn pull(src: &Source<'_>, key: &str, out: &mut Collected) -> Result<(), PullError> {
+    let c = src.client();
+    let session = match (src.str("project_id"), src.str("project_name")) {
+        (Some(id), _) => id.to_string(),
+        (None, Some(name)) => {
+            let url = src.url("/api/v1/sessions");
+            let found = send_json(
+                || {
+                    c.get(&url)
+                        .query(&[("name", name)])
+                        .header("x-api-key", key)
+                },
+                "project lookup",
+            )
+            .await?;
+            found
+                .as_array()
+                .and_then(|s| s.first())
+                .and_then(|p| p["id"].as_str())
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    PullError::Config(
+                        "config.project_name",
+                        "no LangSmith project has that name".into(),
+                    )
+                })?
+        }
+        _ => {
+            return Err(PullError::Config(
+                "config.project_id",
+                "a langsmith pull needs config.project_id or config.project_name".into(),
+            ))
+        }
+    };
+    let since = src.since()?;
+    let url = src.url("/api/v1/runs/query");
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut body = json!({"session": [session], "limit": PAGE.min(out.limit - out.records)});
+        if let Some(cur) = &cursor {
+            body["cursor"] = json!(cur);
+        }
+        if let Some(s) = &since {
+            body["start_time"] = json!(s);
+        }
+        let page = send_json(
+            || c.post(&url).header("x-api-key", key).json(&body),
+            "query runs",
+        )
+        .await?;
+        let runs = page["runs"].as_array().cloned().unwrap_or_default();
+        for r in &runs {
+            if !out.push(r) {
+                return Ok(());
+            }
+        }
+        cursor = page["cursors"]
+            .get("next")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if runs.is_empty() || cursor.is_none() {
+            return Ok(());
+        }
+        if out.full() {
+            out.truncated = true;
+            return Ok(());
+        }
+    }
+}
