@@ -89,6 +89,7 @@ fn streams(c: &mut Criterion) {
         fallback_id: "x".into(),
         include_usage: false,
         stop_sequence: None,
+        search: None,
     };
     let mut g = c.benchmark_group("stream_chunk");
     g.throughput(Throughput::Elements(1));

@@ -38,6 +38,7 @@ fn meta() -> Meta {
         fallback_id: "gw_01abc".into(),
         include_usage: false,
         stop_sequence: None,
+        search: None,
     }
 }
 
@@ -584,6 +585,7 @@ fn render_maps_foreign_finishes_and_cuts() {
             cache_write_1h_tokens: 0,
             output_tokens: 2,
             reasoning_tokens: 0,
+            web_search_requests: 0,
             cost_micro_usd: None,
         }),
         ..Response::default()
@@ -792,6 +794,7 @@ fn stream_error_mid_answer_settles_as_a_cut() {
             cache_write_1h_tokens: 0,
             output_tokens: 2,
             reasoning_tokens: 0,
+            web_search_requests: 0,
             cost_micro_usd: None,
         },
         cut: true,

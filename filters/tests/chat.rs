@@ -34,6 +34,7 @@ fn meta(include_usage: bool) -> Meta {
         fallback_id: "gw_01abc".into(),
         include_usage,
         stop_sequence: None,
+        search: None,
     }
 }
 

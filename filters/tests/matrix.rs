@@ -141,6 +141,7 @@ fn meta() -> Meta {
         fallback_id: "gw_1".into(),
         include_usage: true,
         stop_sequence: None,
+        search: None,
     }
 }
 

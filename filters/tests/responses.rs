@@ -82,6 +82,7 @@ fn meta() -> Meta {
         fallback_id: "gen_0001".into(),
         include_usage: false,
         stop_sequence: None,
+        search: None,
     }
 }
 
@@ -466,6 +467,7 @@ fn answers_of_other_makers_encode_as_responses() {
             cache_write_1h_tokens: 0,
             output_tokens: 7,
             reasoning_tokens: 0,
+            web_search_requests: 0,
             cost_micro_usd: None,
         }),
     ];
@@ -477,6 +479,7 @@ fn answers_of_other_makers_encode_as_responses() {
             cache_write_1h_tokens: 0,
             output_tokens: 7,
             reasoning_tokens: 0,
+            web_search_requests: 0,
             cost_micro_usd: None,
         },
         false,
@@ -800,7 +803,6 @@ fn extras() -> impl Strategy<Value = Vec<Extra>> {
         ("truncation", r#""auto""#),
         ("top_logprobs", "3"),
         ("text.verbosity", r#""low""#),
-        ("tools.web_search", r#"{"type":"web_search"}"#),
         ("safety_identifier", r#""u-1""#),
     ];
     prop::sample::subsequence(candidates, 0..4).prop_map(|v| {

@@ -9,8 +9,12 @@
 
 mod request;
 mod response;
+pub mod search;
 mod stream;
 
 pub use request::*;
 pub use response::*;
+pub use search::{
+    SearchForm, SearchResult, ServerSearch, ToolSearch, ToolSearchKind, UrlCitation, WebSearch,
+};
 pub use stream::*;

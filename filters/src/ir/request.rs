@@ -1,5 +1,6 @@
 //! The canonical request.
 
+use super::search::{ToolSearch, WebSearch};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -251,6 +252,15 @@ pub struct Request {
     /// Prompt-cache breakpoints, in the order given.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cache_breaks: Vec<CacheBreak>,
+    /// Web search, in whichever of its spellings the client asked for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_search: Option<Box<WebSearch>>,
+    /// A tool search declaration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_search: Option<Box<ToolSearch>>,
+    /// Tools marked `defer_loading: true`: withheld until a search loads them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deferred: Vec<Tool>,
 }
 
 impl Request {
@@ -280,6 +290,12 @@ impl Request {
             }
         }
         self.messages.iter().any(|m| m.parts.iter().any(media))
+    }
+
+    /// Whether the gateway has more to do than translate: a web search, or a tool
+    /// search (declared, or deferred tools).
+    pub fn orchestrated(&self) -> bool {
+        self.web_search.is_some() || self.tool_search.is_some() || !self.deferred.is_empty()
     }
 
     /// The text of the last user turn (what a service-run web search looks up).
