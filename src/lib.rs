@@ -6,7 +6,8 @@
 //! - listeners: `proxy` (the gateway listener, a Pingora service), `api` (the
 //!   management API), `web` (the web app), `ops` (metrics, health, admin).
 //! - the request flow: `inference` (one inference request, admit to settle) over
-//!   `downstream` (the client's body and answers).
+//!   `downstream` (the client's body and answers); its feature rooms: `search`
+//!   (web search and tool search).
 //! - the provider client: `upstream` (targets, calls, pooling, provider auth, the
 //!   egress guard, the breaker).
 //! - the domain: `accounts` (orgs, keys), `catalog` (models, rungs), `byok` (org
@@ -31,6 +32,7 @@ pub mod web;
 // The request flow.
 pub mod downstream;
 pub mod inference;
+pub mod search;
 
 // The provider client.
 pub mod upstream;

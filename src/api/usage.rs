@@ -78,7 +78,8 @@ pub async fn events(
     let rows = sqlx::query(
         "SELECT id, key_id, route, model, rung, lane, input_tokens, cached_tokens, output_tokens, \
          reasoning_tokens, cost_micro_usd, status, error_class, incomplete, attempts, empty_attempts, \
-         latency_ms, created_at, cache_write_tokens FROM usage_events WHERE org_id = $1 AND id < $2 \
+         latency_ms, created_at, cache_write_tokens, web_search_requests FROM usage_events \
+         WHERE org_id = $1 AND id < $2 \
          ORDER BY id DESC LIMIT $3",
     )
     .bind(org)
@@ -105,6 +106,7 @@ pub async fn events(
                 "cache_write_tokens": r.get::<i64, _>("cache_write_tokens"),
                 "output_tokens": r.get::<i64, _>("output_tokens"),
                 "reasoning_tokens": r.get::<i64, _>("reasoning_tokens"),
+                "web_search_requests": r.get::<i64, _>("web_search_requests"),
                 "cost_usd": micro_to_usd(r.get::<i64, _>("cost_micro_usd")),
                 "status": r.get::<i64, _>("status"),
                 "error_class": r.get::<Option<String>, _>("error_class"),
@@ -158,6 +160,7 @@ pub async fn daily(
          CAST(SUM(cached_tokens) AS BIGINT) AS cached_tokens, \
          CAST(SUM(cache_write_tokens) AS BIGINT) AS cache_write_tokens, \
          CAST(SUM(output_tokens) AS BIGINT) AS output_tokens, \
+         CAST(SUM(web_search_requests) AS BIGINT) AS web_search_requests, \
          CAST(SUM(cost_micro_usd) AS BIGINT) AS cost FROM usage_events WHERE org_id = $1 \
          GROUP BY {column} ORDER BY {column}"
     );
@@ -182,6 +185,7 @@ pub async fn daily(
                 "cached_tokens": r.get::<i64, _>("cached_tokens"),
                 "cache_write_tokens": r.get::<i64, _>("cache_write_tokens"),
                 "output_tokens": r.get::<i64, _>("output_tokens"),
+                "web_search_requests": r.get::<i64, _>("web_search_requests"),
                 "cost_usd": micro_to_usd(r.get::<i64, _>("cost")),
             })
         })

@@ -400,6 +400,11 @@ impl Watch {
         !self.held.is_empty()
     }
 
+    /// The call ended (its finish was seen): its `tool_search` calls are whole.
+    pub fn finished(&self) -> bool {
+        self.turn.response().finish.is_some()
+    }
+
     /// What the call said, whole (its `tool_search` calls included).
     pub fn turn(self) -> Response {
         self.turn.finish()
