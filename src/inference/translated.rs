@@ -20,7 +20,7 @@ use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
 use sluice_filters::inbound::Inbound;
-use sluice_filters::ir::search::Watch;
+use sluice_filters::ir::watch::Watch;
 use sluice_filters::ir::{
     Event, FinishReason, Meta, RefusalReason, Response, StreamDecoder, StreamEncoder, Tail,
 };

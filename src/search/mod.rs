@@ -27,9 +27,8 @@ use crate::catalog::model::Price;
 use crate::config::Config;
 use crate::upstream::Upstreams;
 use sluice_filters::inbound::Inbound;
-use sluice_filters::ir::search::{
-    Watch, TOOL_SEARCH, TOOL_SEARCH_NO_DEFERRED, WEB_SEARCH_UNAVAILABLE,
-};
+use sluice_filters::ir::search::{TOOL_SEARCH, TOOL_SEARCH_NO_DEFERRED, WEB_SEARCH_UNAVAILABLE};
+use sluice_filters::ir::watch::Watch;
 use sluice_filters::ir::{
     Message, Part, Request, Response, Role, SearchForm, ServerSearch, StreamEncoder, Tool,
     ToolChoice, ToolSearchKind,

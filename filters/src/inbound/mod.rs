@@ -66,7 +66,7 @@ impl Inbound {
     /// (`meta.search`) is shown and cited.
     pub fn render(self, resp: &Response, meta: &Meta, tail: &Tail) -> Vec<u8> {
         if let Some(search) = &meta.search {
-            let cited = crate::ir::search::cited_response(resp, search);
+            let cited = crate::ir::cite::cited_response(resp, search);
             let meta = Meta {
                 search: None,
                 ..meta.clone()
@@ -90,7 +90,7 @@ impl Inbound {
             Inbound::Messages => Box::new(messages::Encoder::new(meta)),
         };
         match search {
-            Some(s) => Box::new(crate::ir::search::Cited::new(enc, s)),
+            Some(s) => Box::new(crate::ir::cite::Cited::new(enc, s)),
             None => enc,
         }
     }

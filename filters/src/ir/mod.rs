@@ -7,10 +7,12 @@
 //! format, either as a stream ([`StreamEncoder`]) or, folded by [`Collector`],
 //! as one [`Response`].
 
+pub mod cite;
 mod request;
 mod response;
 pub mod search;
 mod stream;
+pub mod watch;
 
 pub use request::*;
 pub use response::*;
