@@ -1477,3 +1477,51 @@ async fn native_tool_search_passes_the_declaration_and_deferred_tools_through() 
         tools
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reservation_holds_the_fee_and_every_round_a_tool_search_may_make() {
+    let searx = SearchVendor::searxng().await;
+    let e = start(&searxng(&searx)).await;
+    e.mock.set_default("g1", Step::Text("ok".into()));
+    // Enough for one call of 1,000 output tokens ($0.005), not for that plus a
+    // search's fee and results, nor for four calls.
+    let (_, thin) = e
+        .s
+        .org_with(json!({"name": "thin", "email_verified": true, "credits_usd": 0.008, "tier": 3}))
+        .await;
+    let post = |body: Value| {
+        let req =
+            e.s.http
+                .post(format!("{}/v1/chat/completions", e.s.gateway))
+                .bearer_auth(&thin)
+                .json(&body);
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let plain = chat("ws-gpt", false, json!({"max_tokens": 1000}));
+    let (st, v) = post(plain).await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = post(chat(
+        "ws-gpt",
+        false,
+        json!({"max_tokens": 1000, "web_search_options": {}}),
+    ))
+    .await;
+    assert_eq!(st, 429, "{v}");
+    assert_eq!(v["error"]["code"], "insufficient_quota");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("insufficient_credits"),
+        "{v}"
+    );
+    let mut rounds = chat_tools("ws-gpt", false);
+    rounds["max_tokens"] = json!(1000);
+    let (st, v) = post(rounds).await;
+    assert_eq!(st, 429, "{v}");
+    // Nothing was searched for a refused request.
+    assert!(searx.requests().is_empty());
+}

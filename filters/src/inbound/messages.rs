@@ -69,10 +69,13 @@ pub(crate) fn members(body: &[u8]) -> Result<Vec<Member<'_>>, ApiError> {
     }
 }
 
-/// Message text or content blocks: `"content": "..."` or `"content": [...]`.
+/// Message text or content blocks: `"content": "..."` or `"content": [...]`. A
+/// server tool result's content may be an object (a tool search's references, a
+/// web search's error): read, and refused where only text or blocks may go.
 enum Content<'a> {
     Text(String),
     Blocks(Vec<WireBlock<'a>>),
+    Object,
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
@@ -95,6 +98,10 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
                     out.push(b);
                 }
                 Ok(Content::Blocks(out))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Content::Object)
             }
         }
         d.deserialize_any(V(std::marker::PhantomData))
@@ -326,6 +333,10 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
 fn parse_system(raw: &RawValue, breaks: &mut Vec<CacheBreak>) -> Result<Vec<String>, ApiError> {
     let content: Content = field("system", raw, "a string or an array of text blocks")?;
     match content {
+        Content::Object => Err(invalid(
+            "system",
+            "`system` must be a string or an array of text blocks.",
+        )),
         Content::Text(s) => Ok(if s.is_empty() { Vec::new() } else { vec![s] }),
         Content::Blocks(blocks) => {
             let mut out = Vec::with_capacity(blocks.len());
@@ -491,6 +502,12 @@ fn push_message(
             return Ok(());
         }
         Some(Content::Blocks(b)) => b,
+        Some(Content::Object) => {
+            return Err(invalid(
+                format!("messages[{i}].content"),
+                "`content` must be a string or an array of content blocks.",
+            ))
+        }
     };
     if assistant {
         let mut parts = Vec::with_capacity(blocks.len());
@@ -623,6 +640,12 @@ fn user_block(at: At, b: WireBlock) -> Result<Part, ApiError> {
                         parts.push(result_block(At { k: Some(k), ..at }, inner)?);
                     }
                     parts
+                }
+                Some(Content::Object) => {
+                    return Err(invalid(
+                        at.param(".content"),
+                        "A tool result's `content` must be a string or an array of blocks.",
+                    ))
                 }
             };
             Ok(Part::ToolResult {
