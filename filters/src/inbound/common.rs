@@ -65,7 +65,8 @@ pub fn malformed(message: impl Into<String>) -> ApiError {
 }
 
 /// The request's web search, asked for in `form` (a request may spell it twice:
-/// the first spelling is kept, later ones add their options).
+/// the first spelling is kept, later ones add their options; a plugin always
+/// makes it the plugin's).
 pub fn want_web_search(r: &mut Request, form: SearchForm) -> &mut WebSearch {
     r.web_search
         .get_or_insert_with(|| Box::new(WebSearch::new(form)))
@@ -124,6 +125,8 @@ pub fn parse_plugins(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
             }
         };
         let ws = want_web_search(r, SearchForm::Plugin);
+        // The plugin is the gateway's spelling: no provider takes the body with it.
+        ws.form = SearchForm::Plugin;
         if max_results.is_some() {
             ws.max_results = max_results;
         }
