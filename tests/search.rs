@@ -36,6 +36,12 @@ async fn start(extra: &[(&str, String)]) -> Env {
         .env("OPENAI_API_KEY", "sk-platform-openai")
         .env("ANTHROPIC_API_KEY", "sk-ant-platform")
         .env("GEMINI_API_KEY", "gm-platform")
+        .env("SLUICE_PROVIDERS__BEDROCK__BASE_URL", &base)
+        .env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+        .env(
+            "AWS_SECRET_ACCESS_KEY",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        )
         .env("SLUICE_NETWORK__ALLOW_PRIVATE_UPSTREAMS", "true");
     for (k, v) in extra {
         opts = opts.env(k, v);
@@ -466,7 +472,7 @@ async fn responses_and_messages_show_the_search_and_cite_it_whole_and_streamed()
 async fn every_request_form_asks_for_web_search_and_only_the_web_plugin_is_served() {
     let searx = SearchVendor::searxng().await;
     let e = start(&searxng(&searx)).await;
-    for m in ["g1", "c1", "m1"] {
+    for m in ["g1", "c1", "m1", "amazon.nova-lite-v1:0"] {
         e.mock.set_default(m, Step::Text("ok".into()));
     }
     let forms = [
