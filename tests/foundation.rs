@@ -951,8 +951,9 @@ async fn contract_sections_of_features_not_built_yet_are_accepted_with_one_warni
     let file = dir.path().join("sluice.toml");
     std::fs::write(
         &file,
-        "[search]\nbackend = \"none\"\n[payments]\nprovider = \"none\"\n\
-         [observability]\nlog_format = \"text\"\n[network]\nallow_private_upstreams = false\n",
+        "[signup]\nenabled = true\n[payments]\nprovider = \"none\"\n\
+         [observability]\nlog_format = \"text\"\n[network]\nallow_private_upstreams = false\n\
+         [search]\nbackend = \"none\"\n",
     )
     .unwrap();
     let out = harness::command(&b, &fixture())
@@ -965,10 +966,13 @@ async fn contract_sections_of_features_not_built_yet_are_accepted_with_one_warni
     assert!(out.status.success(), "{err}");
     let warnings: Vec<&str> = err.lines().filter(|l| l.contains("not built")).collect();
     assert_eq!(warnings.len(), 1, "{err}");
-    for section in ["search", "payments", "observability"] {
+    for section in ["signup", "payments", "observability"] {
         assert!(warnings[0].contains(section), "{section}: {err}");
     }
-    assert!(!warnings[0].contains("network"), "{err}");
+    // Built sections are not named.
+    for built in ["network", "search"] {
+        assert!(!warnings[0].contains(built), "{built}: {err}");
+    }
 }
 
 #[tokio::test]
