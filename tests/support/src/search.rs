@@ -10,7 +10,7 @@
 //! let searx = SearchVendor::searxng().await;
 //! searx.script(vec![VendorStep::Status(500)]);
 //! // point `[search] url` at searx.base_url() ...
-//! assert_eq!(searx.requests()[0].query("q"), Some("latest rust release"));
+//! assert_eq!(searx.requests()[0].query("q").as_deref(), Some("latest rust release"));
 //! # }
 //! ```
 
