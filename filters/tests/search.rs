@@ -460,3 +460,31 @@ fn a_service_run_search_is_shown_and_cited_in_each_format() {
     assert_eq!(v["content"].as_array().unwrap().len(), 1);
     assert!(matches!(&resp.parts[0], Part::Text { .. }));
 }
+
+#[test]
+fn a_relayed_responses_answer_counts_the_providers_searches() {
+    use sluice_filters::relay::{whole, Owned};
+    let body = json!({"id":"resp_1","object":"response","status":"completed","output":[
+        {"type":"web_search_call","id":"ws_1","status":"completed","action":{"type":"search","query":"q"}}],
+        "usage":{"input_tokens":5,"output_tokens":5,"total_tokens":10}});
+    let events = openai_responses::decode(body.to_string().as_bytes()).unwrap();
+    let mut usage = last_usage(&events);
+    usage.cost_micro_usd = Some(30);
+    let owned = |count| Owned {
+        provider: br#""openai:o1""#,
+        usage: Some(usage),
+        receipt: b"{}",
+        ignored: None,
+        count_searches: count,
+    };
+    let out: Value =
+        serde_json::from_slice(&whole(body.to_string().as_bytes(), &owned(true))).unwrap();
+    assert_eq!(
+        out["usage"]["server_tool_use_details"]["web_search_requests"],
+        1
+    );
+    assert_eq!(out["usage"]["cost"], 0.00003);
+    let out: Value =
+        serde_json::from_slice(&whole(body.to_string().as_bytes(), &owned(false))).unwrap();
+    assert!(out["usage"].get("server_tool_use_details").is_none());
+}

@@ -74,6 +74,7 @@ fn owned<'a>(
         usage: usage.map(|u| tally.priced(u)),
         receipt,
         ignored: tally.ignored.as_deref(),
+        count_searches: planned.wire == sluice_filters::upstream::Wire::OpenAiResponses,
     }
 }
 
