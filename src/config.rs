@@ -64,7 +64,7 @@ pub struct NetworkConfig {
 // contract-conforming file loads; features not built yet ignore them, and
 // `Config::load` says so once (see `NOT_BUILT`).
 
-/// Service-run web search.
+/// Service-run web search (`src/search`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SearchConfig {
@@ -232,12 +232,7 @@ impl Default for ObservabilityConfig {
 
 /// Config keys (sections or single keys) of features not built yet: accepted, and
 /// named in one warning line when the operator sets them, since they do nothing.
-const NOT_BUILT: [&str; 4] = [
-    "search",
-    "tool_search",
-    "observability",
-    "responses.prompt_capture_default",
-];
+const NOT_BUILT: [&str; 1] = ["observability"];
 
 /// The key that seals BYOK secrets at rest (Debug redacts it).
 #[derive(Clone, Serialize, Deserialize)]
@@ -772,6 +767,22 @@ impl Config {
             || self.storage.database_url.starts_with("postgresql://"))
         {
             bail!("storage.database_url must start with sqlite: or postgres://");
+        }
+        let search = &self.search;
+        if !matches!(search.backend.as_str(), "none" | "searxng" | "brave") {
+            bail!("search.backend must be none, searxng or brave");
+        }
+        if search.backend == "searxng" && search.url.is_empty() {
+            bail!("search.url: the searxng backend needs its base URL");
+        }
+        if search.fee_usd.is_nan() || search.fee_usd < 0.0 {
+            bail!("search.fee_usd must not be negative");
+        }
+        if search.timeout_ms == 0 || search.results == 0 {
+            bail!("search.timeout_ms and search.results must be positive");
+        }
+        if self.tool_search.max_results == 0 {
+            bail!("tool_search.max_results must be positive");
         }
         Ok(())
     }

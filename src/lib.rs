@@ -8,7 +8,8 @@
 //! - feature rooms: `telemetry` (trace intake: signed uploads, the projecting
 //!   worker, pulls).
 //! - the request flow: `inference` (one inference request, admit to settle) over
-//!   `downstream` (the client's body and answers).
+//!   `downstream` (the client's body and answers); its feature rooms: `search`
+//!   (web search and tool search).
 //! - the provider client: `upstream` (targets, calls, pooling, provider auth, the
 //!   egress guard, the breaker).
 //! - the domain: `accounts` (orgs, keys), `catalog` (models, rungs), `byok` (org
@@ -36,6 +37,7 @@ pub mod telemetry;
 // The request flow.
 pub mod downstream;
 pub mod inference;
+pub mod search;
 
 // Features, each a room the flow reaches through one door.
 pub mod responses;

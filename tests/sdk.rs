@@ -79,6 +79,54 @@ async fn openai_node_sdk_works_by_changing_only_base_url_and_key() {
     }
 }
 
+/// Web search (against a fake SearXNG) and tool search with the openai and
+/// anthropic SDKs, in each format, whole and streamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_search_and_tool_search_work_with_the_official_sdks() {
+    if !required() {
+        return;
+    }
+    let searx = sluice_mock::search::SearchVendor::searxng().await;
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let base = mock.base_url();
+    let s = Sluice::start(
+        &b,
+        Opts::default()
+            .catalog(repo_path("tests/fixtures/search.toml"))
+            .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
+            .env("SLUICE_PROVIDERS__ANTHROPIC__BASE_URL", &base)
+            .env("OPENAI_API_KEY", "sk-platform-openai")
+            .env("ANTHROPIC_API_KEY", "sk-ant-platform")
+            .env("SLUICE_SEARCH__BACKEND", "searxng")
+            .env("SLUICE_SEARCH__URL", searx.base_url()),
+    )
+    .await;
+    let (_, _, key) = s.org_and_key().await;
+    let dir = repo_path("tests/sdk");
+    let gw = s.gateway.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("python3")
+            .arg("search.py")
+            .current_dir(dir)
+            .env("SLUICE_BASE_URL", gw)
+            .env("SLUICE_KEY", key)
+            .env("SLUICE_MOCK_URL", base)
+            .output()
+            .expect("run the SDK script")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "python3 search.py failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The gateway searched once per web search call of the script.
+    assert_eq!(searx.requests().len(), 6);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_responses_and_anthropic_messages_sdks_work_against_rungs_of_another_maker() {
     if required() {

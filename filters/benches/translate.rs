@@ -91,6 +91,7 @@ fn streams(c: &mut Criterion) {
         stop_sequence: None,
         prompt_estimate: 0,
         echo: String::new(),
+        search: None,
     };
     let mut g = c.benchmark_group("stream_chunk");
     g.throughput(Throughput::Elements(1));

@@ -28,11 +28,23 @@ pub struct Owned<'a> {
     /// The receipt object, as JSON.
     pub receipt: &'a [u8],
     pub ignored: Option<&'a str>,
+    /// The answer is a responses object: the web searches the provider ran are
+    /// counted in `usage.server_tool_use_details` (messages answers count them in
+    /// Anthropic's own `usage.server_tool_use`).
+    pub count_searches: bool,
 }
 
 impl Owned<'_> {
     fn cost(&self) -> Option<Vec<u8>> {
         serde_json::to_vec(&self.usage?.cost_usd()?).ok()
+    }
+
+    /// `usage.server_tool_use_details` of a responses answer whose provider
+    /// searched.
+    fn searches(&self) -> Option<Vec<u8>> {
+        let n = self.usage?.web_search_requests;
+        (self.count_searches && n > 0)
+            .then(|| format!(r#"{{"web_search_requests":{n}}}"#).into_bytes())
     }
 
     /// `object` with the members a finished answer carries.
@@ -53,6 +65,11 @@ pub fn whole(body: &[u8], owned: &Owned) -> Vec<u8> {
     if let Some(cost) = owned.cost() {
         if let Some(priced) = set_nested(&out, &["usage"], "cost", &cost) {
             out = priced;
+        }
+    }
+    if let Some(n) = owned.searches() {
+        if let Some(counted) = set_nested(&out, &["usage"], "server_tool_use_details", &n) {
+            out = counted;
         }
     }
     owned.finals(&out)
@@ -166,6 +183,12 @@ impl Relay {
                 out = priced;
             }
         }
+        if let Some(n) = owned.searches() {
+            let path = ["response", "usage"];
+            if let Some(counted) = set_nested(&out, &path, "server_tool_use_details", &n) {
+                out = counted;
+            }
+        }
         if let Some(r) = set_nested(&out, &["response"], RECEIPT_MEMBER, owned.receipt) {
             out = r;
         }
@@ -271,6 +294,7 @@ mod tests {
             usage,
             receipt: br#"{"attempts":"anthropic:ok","overhead_us":7}"#,
             ignored: Some("top_k"),
+            count_searches: false,
         }
     }
 

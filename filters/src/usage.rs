@@ -18,6 +18,9 @@ pub struct Usage {
     pub output_tokens: u64,
     /// The part of `output_tokens` spent on hidden reasoning.
     pub reasoning_tokens: u64,
+    /// Web searches run for the answer: the gateway's own, or the provider's.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub web_search_requests: u64,
     /// What the call cost, in micro-USD (`usage.cost` in USD on every answer);
     /// `None` until the gateway prices it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,6 +62,10 @@ pub fn usage_json(u: &Usage) -> serde_json::Value {
     // Only when the provider wrote to its cache (OpenAI never does).
     if u.cache_write_tokens > 0 {
         v["prompt_tokens_details"]["cache_write_tokens"] = u.cache_write_tokens.into();
+    }
+    if u.web_search_requests > 0 {
+        v["server_tool_use_details"] =
+            serde_json::json!({"web_search_requests": u.web_search_requests});
     }
     if let Some(cost) = u.cost_usd() {
         v["cost"] = serde_json::Value::from(cost);

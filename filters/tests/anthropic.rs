@@ -40,6 +40,7 @@ fn meta() -> Meta {
         stop_sequence: None,
         prompt_estimate: 0,
         echo: String::new(),
+        search: None,
     }
 }
 
@@ -586,6 +587,7 @@ fn render_maps_foreign_finishes_and_cuts() {
             cache_write_1h_tokens: 0,
             output_tokens: 2,
             reasoning_tokens: 0,
+            web_search_requests: 0,
             cost_micro_usd: None,
         }),
         ..Response::default()
@@ -794,6 +796,7 @@ fn stream_error_mid_answer_settles_as_a_cut() {
             cache_write_1h_tokens: 0,
             output_tokens: 2,
             reasoning_tokens: 0,
+            web_search_requests: 0,
             cost_micro_usd: None,
         },
         cut: true,

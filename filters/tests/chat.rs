@@ -36,6 +36,7 @@ fn meta(include_usage: bool) -> Meta {
         stop_sequence: None,
         prompt_estimate: 0,
         echo: String::new(),
+        search: None,
     }
 }
 

@@ -143,6 +143,7 @@ fn meta() -> Meta {
         stop_sequence: None,
         prompt_estimate: 0,
         echo: String::new(),
+        search: None,
     }
 }
 

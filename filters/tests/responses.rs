@@ -84,6 +84,7 @@ fn meta() -> Meta {
         stop_sequence: None,
         prompt_estimate: 0,
         echo: String::new(),
+        search: None,
     }
 }
 
@@ -468,6 +469,7 @@ fn answers_of_other_makers_encode_as_responses() {
             cache_write_1h_tokens: 0,
             output_tokens: 7,
             reasoning_tokens: 0,
+            web_search_requests: 0,
             cost_micro_usd: None,
         }),
     ];
@@ -479,6 +481,7 @@ fn answers_of_other_makers_encode_as_responses() {
             cache_write_1h_tokens: 0,
             output_tokens: 7,
             reasoning_tokens: 0,
+            web_search_requests: 0,
             cost_micro_usd: None,
         },
         false,
@@ -802,7 +805,6 @@ fn extras() -> impl Strategy<Value = Vec<Extra>> {
         ("truncation", r#""auto""#),
         ("top_logprobs", "3"),
         ("text.verbosity", r#""low""#),
-        ("tools.web_search", r#"{"type":"web_search"}"#),
         ("safety_identifier", r#""u-1""#),
     ];
     prop::sample::subsequence(candidates, 0..4).prop_map(|v| {

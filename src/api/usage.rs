@@ -137,7 +137,7 @@ pub async fn events_page(state: &Shared, reader: Reader<'_>, q: &Scope) -> Resul
     let sql = format!(
         "SELECT e.id, e.key_id, e.route, e.model, e.rung, e.lane, e.input_tokens, e.cached_tokens, \
          e.output_tokens, e.reasoning_tokens, e.cost_micro_usd, e.status, e.error_class, e.incomplete, \
-         e.attempts, e.empty_attempts, e.latency_ms, e.created_at, e.cache_write_tokens \
+         e.attempts, e.empty_attempts, e.latency_ms, e.created_at, e.cache_write_tokens, e.web_search_requests \
          FROM usage_events e WHERE e.org_id = $1 AND e.id < $2{} ORDER BY e.id DESC LIMIT $3",
         scope_filter(&reader, 4)
     );
@@ -168,8 +168,10 @@ pub async fn events_page(state: &Shared, reader: Reader<'_>, q: &Scope) -> Resul
                 "input_tokens": r.get::<i64, _>("input_tokens"),
                 "cached_tokens": r.get::<i64, _>("cached_tokens"),
                 "cache_write_tokens": r.get::<i64, _>("cache_write_tokens"),
+                "web_search_requests": r.get::<i64, _>("web_search_requests"),
                 "output_tokens": r.get::<i64, _>("output_tokens"),
                 "reasoning_tokens": r.get::<i64, _>("reasoning_tokens"),
+                "web_search_requests": r.get::<i64, _>("web_search_requests"),
                 "cost_usd": micro_to_usd(r.get::<i64, _>("cost_micro_usd")),
                 "status": r.get::<i64, _>("status"),
                 "error_class": r.get::<Option<String>, _>("error_class"),
@@ -232,6 +234,7 @@ pub async fn daily_rollup(state: &Shared, reader: Reader<'_>, q: &Scope) -> Resu
          CAST(SUM(e.input_tokens) AS BIGINT) AS input_tokens, \
          CAST(SUM(e.cached_tokens) AS BIGINT) AS cached_tokens, \
          CAST(SUM(e.cache_write_tokens) AS BIGINT) AS cache_write_tokens, \
+         CAST(SUM(e.web_search_requests) AS BIGINT) AS web_search_requests, \
          CAST(SUM(e.output_tokens) AS BIGINT) AS output_tokens, \
          CAST(SUM(e.cost_micro_usd) AS BIGINT) AS cost, MAX(u.email) AS email \
          FROM usage_events e LEFT JOIN api_keys k ON k.id = e.key_id \
@@ -262,7 +265,9 @@ pub async fn daily_rollup(state: &Shared, reader: Reader<'_>, q: &Scope) -> Resu
                 "input_tokens": r.get::<i64, _>("input_tokens"),
                 "cached_tokens": r.get::<i64, _>("cached_tokens"),
                 "cache_write_tokens": r.get::<i64, _>("cache_write_tokens"),
+                "web_search_requests": r.get::<i64, _>("web_search_requests"),
                 "output_tokens": r.get::<i64, _>("output_tokens"),
+                "web_search_requests": r.get::<i64, _>("web_search_requests"),
                 "cost_usd": micro_to_usd(r.get::<i64, _>("cost")),
             });
             if group == "member" {

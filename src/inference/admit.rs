@@ -84,6 +84,8 @@ pub struct Asked {
     pub name: String,
     /// The `[1m]` suffix asked for the 1M-token window.
     pub long_context: bool,
+    /// The `:online` suffix asked for web search.
+    pub online: bool,
     pub model: Arc<Model>,
 }
 
@@ -113,6 +115,7 @@ pub fn model(
     };
     let wanted = split_suffixes(&name);
     let long_context = wanted.long_context;
+    let online = wanted.online;
     let catalog = state.catalog.snapshot();
     let model = catalog
         .lookup(Some(&org.id), wanted.slug)
@@ -151,6 +154,7 @@ pub fn model(
     Ok(Asked {
         name,
         long_context,
+        online,
         model,
     })
 }

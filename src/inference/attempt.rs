@@ -31,6 +31,9 @@ pub enum Attempt {
     /// The request cannot be served by any rung (e.g. output over the limit).
     Terminal(ApiError),
     ClientGone,
+    /// The model called `tool_search` (tool search the gateway serves): the call
+    /// is billed and a search round follows.
+    Round(Box<crate::search::Turn>),
 }
 
 impl Attempt {
@@ -44,6 +47,7 @@ impl Attempt {
             Attempt::Failed(f) => f.label(),
             Attempt::Terminal(_) => "terminal".to_string(),
             Attempt::ClientGone => "client_gone".to_string(),
+            Attempt::Round(_) => "tool_search".to_string(),
         }
     }
 }

@@ -9,6 +9,7 @@ mod embeddings;
 pub mod idempotency;
 mod native_chat;
 mod plan;
+mod rounds;
 mod settle;
 mod tally;
 mod translated;
@@ -38,6 +39,8 @@ pub struct Engine {
     pub state: Arc<AppState>,
     upstreams: Upstreams,
     breaker: Breaker,
+    /// Web search and tool search (`[search]`, `[tool_search]`).
+    searcher: crate::search::Searcher,
 }
 
 impl Engine {
@@ -45,10 +48,12 @@ impl Engine {
         let upstreams = Upstreams::new(&state.config);
         let b = &state.config.breaker;
         let breaker = Breaker::new(b.failure_threshold, Duration::from_millis(b.cooldown_ms));
+        let searcher = crate::search::Searcher::new(&state.config);
         Engine {
             state,
             upstreams,
             breaker,
+            searcher,
         }
     }
 
@@ -121,6 +126,12 @@ impl Engine {
                     .any(|i| i == "reasoning.encrypted_content");
                 tally.hide_encrypted = inbound == Inbound::Responses && !asked_encrypted;
                 let keep_reasoning = keeping.is_some() && !asked_encrypted;
+                if asked.online {
+                    sluice_filters::inbound::common::want_web_search(
+                        &mut req,
+                        sluice_filters::ir::SearchForm::Online,
+                    );
+                }
                 if inbound != Inbound::Messages {
                     if let Some(k) = idempotency::key_of(session)? {
                         // Rare paths are boxed: inline, their database futures would
@@ -146,7 +157,10 @@ impl Engine {
                         }
                     }
                 }
-                let worst = admit::worst_case(model, &req, body.len());
+                let mut worst = admit::worst_case(model, &req, body.len());
+                if req.orchestrated() {
+                    worst = self.searcher.hold(worst, &req, &model.spec.price);
+                }
                 admission = match admit::admit_lanes(state, &mut rungs, |p| ask(worst, p)).await {
                     Ok(a) => a,
                     Err(e) => {
@@ -160,7 +174,7 @@ impl Engine {
                 if admission.free {
                     tally.platform_price = Default::default();
                 }
-                let parsed = ParsedRequest {
+                let mut parsed = ParsedRequest {
                     inbound,
                     stream: req.stream,
                     req,
@@ -170,8 +184,26 @@ impl Engine {
                     org_id: org.id.clone(),
                     cacheable: body.len() >= CACHEABLE_BYTES,
                     keep_reasoning,
+                    prep: Default::default(),
                 };
-                let serve = Box::pin(waterfall::serve(self, session, &mut tally, model, parsed));
+                if parsed.req.orchestrated() {
+                    // Web search and tool search: the one service-run search runs
+                    // here, before the first attempt (never again on fail-over).
+                    let prepare = Box::pin(self.searcher.prepare(
+                        &self.upstreams,
+                        &mut parsed.req,
+                        inbound,
+                        &parsed.rungs,
+                        tally.deadline,
+                    ));
+                    parsed.prep = prepare.await;
+                    tally.orch = parsed.prep.spent(!admission.free);
+                    if let Some(us) = tally.orch.as_ref().and_then(|o| o.search_us) {
+                        // The vendor's time is not the gateway's overhead.
+                        tally.upstream_wait += Duration::from_micros(us);
+                    }
+                }
+                let serve = Box::pin(rounds::serve(self, session, &mut tally, model, parsed));
                 serve.await
             }
             None => {

@@ -41,6 +41,10 @@ pub struct ParsedRequest<'a> {
     /// encrypted reasoning, so the gateway asks a reasoning rung for it (and the
     /// client's answer goes without it).
     pub keep_reasoning: bool,
+    /// What web search and tool search decided for the request (empty for the
+    /// rest): the canonical path for every rung, request-level drops, the
+    /// service-run search, the tool search rounds.
+    pub prep: crate::search::Prepared,
 }
 
 /// Providers cache prompt prefixes of about 1,024 tokens and more; a shorter
@@ -160,7 +164,8 @@ pub(super) fn plan(
             PlannedRung {
                 target: target.clone(),
                 wire: *wire,
-                native: facts[p.index].native,
+                // The gateway rewrites an orchestrated request or its answer.
+                native: facts[p.index].native && !parsed.prep.canonical(),
                 dropped: p.dropped,
                 headers,
                 lane: *lane,
@@ -242,7 +247,10 @@ impl PlannedRung {
             } else {
                 native::render(self.wire, object, &t.model_id, parsed.stream)
             };
-            (body, disclosure(&self.dropped, &[]))
+            (
+                body,
+                disclosure(&self.dropped, &[], parsed.prep.disclosed()),
+            )
         } else {
             let stripped;
             let req = if repaired {
@@ -254,7 +262,11 @@ impl PlannedRung {
             let rendered = self
                 .wire
                 .render(&t.provider, req, &t.model_id, parsed.stream);
-            (rendered.body, disclosure(&self.dropped, &rendered.dropped))
+            let request_level = parsed.prep.disclosed();
+            (
+                rendered.body,
+                disclosure(&self.dropped, &rendered.dropped, request_level),
+            )
         };
         let routing = match self.wire {
             Wire::OpenAiChat | Wire::OpenAiResponses if self.cache_key_routing => {
@@ -279,9 +291,9 @@ impl PlannedRung {
 
 /// The `x-service-ignored-parameters` value: every dropped field, comma-separated,
 /// in first-seen order without repeats.
-fn disclosure(a: &[String], b: &[String]) -> Option<String> {
+fn disclosure(a: &[String], b: &[String], c: &[String]) -> Option<String> {
     let mut names: Vec<&str> = Vec::new();
-    for n in a.iter().chain(b) {
+    for n in a.iter().chain(b).chain(c) {
         if !names.contains(&n.as_str()) {
             names.push(n);
         }

@@ -38,8 +38,8 @@ pub async fn settle(
     outcome: Outcome,
 ) -> u16 {
     let list = &who.model.spec.price;
-    let platform = tally.lane == Lane::Platform;
-    let used = if tally.billable {
+    let platform = tally.platform_served();
+    let mut used = if tally.billable {
         gate::Used {
             billed_micro_usd: billed_cost(tally),
             list_micro_usd: i64::try_from(crate::billing::cost_micro_usd(list, &tally.usage))
@@ -53,12 +53,31 @@ pub async fn settle(
             ..gate::Used::default()
         }
     };
+    if let Some(o) = &tally.orch {
+        // Earlier tool search rounds were model calls too.
+        used.billed_micro_usd = billed_cost(tally);
+        used.list_micro_usd += o.rounds_list;
+        used.tokens += o.rounds_tokens;
+    }
     gate::settle(state.counters.as_ref(), admission.hold, used).await;
     let free = admission.free;
     let format = who.inbound.map_or(Format::OpenAi, Inbound::format);
     let (status, error_class) = match outcome {
         Outcome::Written(s) => (s, None),
         Outcome::ClientGone => (499, Some(ErrorCode::RequestCancelled.as_str().to_string())),
+        // The round loop answers every round; one reaching here is a bug, said so.
+        Outcome::Round(_) => {
+            let e = sluice_filters::ApiError::internal();
+            let write = Box::pin(send(
+                session,
+                e.status,
+                "application/json",
+                Bytes::from(e.to_body(format)),
+                &[],
+            ));
+            let _ = write.await;
+            (e.status, Some(e.code.as_str().to_string()))
+        }
         Outcome::Error(e) => {
             let class = Some(e.code.as_str().to_string());
             if tally.header_sent {
@@ -104,12 +123,16 @@ pub async fn settle(
 }
 
 /// What the request is billed: its usage at list price when a rung served it;
-/// failed and empty attempts cost nothing.
+/// failed and empty attempts cost nothing. Earlier tool search rounds and the
+/// search fee (`Tally::billed_extra`) come on top.
 fn billed_cost(tally: &Tally) -> i64 {
+    let extra = tally.billed_extra();
     if !tally.billable {
-        return 0;
+        return extra;
     }
-    i64::try_from(crate::billing::cost_micro_usd(&tally.price, &tally.usage)).unwrap_or(i64::MAX)
+    i64::try_from(crate::billing::cost_micro_usd(&tally.price, &tally.usage))
+        .unwrap_or(i64::MAX)
+        .saturating_add(extra)
 }
 
 fn record(
@@ -129,7 +152,7 @@ fn record(
     m.overhead
         .with_label_values(&[label])
         .observe(tally.overhead_us() as f64 / 1e6);
-    let u = tally.usage;
+    let u = tally.total_usage();
     for (kind, n) in [
         ("input", u.input_tokens),
         ("cached", u.cached_tokens),
@@ -147,12 +170,17 @@ fn record(
         route: label.into(),
         model: model.spec.slug.clone(),
         rung: tally.rung.clone(),
-        lane: tally.lane.as_str().into(),
+        lane: if tally.platform_served() {
+            Lane::Platform.as_str().into()
+        } else {
+            tally.lane.as_str().into()
+        },
         input_tokens: u.input_tokens,
         cached_tokens: u.cached_tokens,
         cache_write_tokens: u.cache_write_tokens,
         output_tokens: u.output_tokens,
         reasoning_tokens: u.reasoning_tokens,
+        web_search_requests: u.web_search_requests,
         cost_micro_usd: billed_cost(tally),
         status,
         error_class,

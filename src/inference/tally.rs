@@ -25,6 +25,8 @@ pub enum Outcome {
     /// Nothing committed: answer with this error (in-band if the header went out).
     Error(ApiError),
     ClientGone,
+    /// The model called `tool_search`: a search round follows, then another call.
+    Round(Box<crate::search::Turn>),
 }
 
 pub struct Tally {
@@ -73,6 +75,8 @@ pub struct Tally {
     /// a cut stream whose provider never reported its count bills this.
     pub prompt_estimate: u64,
     pub tape_cap: usize,
+    /// What web search and tool search add (none on the common request).
+    pub orch: Option<Box<crate::search::Spent>>,
 }
 
 /// An answer as the client received it: status, the headers worth replaying, and
@@ -109,6 +113,7 @@ impl Tally {
             hide_encrypted: false,
             prompt_estimate: 0,
             tape_cap: usize::MAX,
+            orch: None,
         }
     }
 
@@ -182,9 +187,71 @@ impl Tally {
         u
     }
 
-    /// `usage` with its cost at this model's price.
+    /// `usage` with its cost at this model's price; an orchestrated request's
+    /// answer reports what all of it used (earlier rounds, searches, the fee).
     pub fn priced(&self, usage: Usage) -> Usage {
-        crate::billing::priced(&self.price, usage)
+        let mut u = crate::billing::priced(&self.price, usage);
+        if let Some(o) = &self.orch {
+            o.add_to(&mut u, self.lane == crate::byok::Lane::Platform);
+        }
+        u
+    }
+
+    /// A search round's model call is banked: billed at its rung's price, its
+    /// usage kept for the request's total, and this call's count started over.
+    pub fn bank_round(&mut self, list: &Price) {
+        let u = std::mem::take(&mut self.usage);
+        let billed = crate::billing::cost_micro_usd(&self.price, &u);
+        let listed = crate::billing::cost_micro_usd(list, &u);
+        let tokens = crate::billing::gate::weighted_tokens(list, &u);
+        let platform = self.lane == crate::byok::Lane::Platform;
+        let o = self.orch.get_or_insert_with(Box::default);
+        o.bank(
+            &u,
+            i64::try_from(billed).unwrap_or(i64::MAX),
+            i64::try_from(listed).unwrap_or(i64::MAX),
+            tokens,
+            platform,
+        );
+        self.billable = false;
+    }
+
+    /// The stream an earlier round began, for this call to continue.
+    pub fn take_resume(&mut self) -> Option<Box<dyn sluice_filters::ir::StreamEncoder>> {
+        self.orch.as_mut().and_then(|o| o.take_stream())
+    }
+
+    /// What the request is billed beyond this call's usage at its price: earlier
+    /// rounds (model calls the provider billed, whatever came after), and the
+    /// search fee when an answer was served.
+    pub fn billed_extra(&self) -> i64 {
+        self.orch.as_ref().map_or(0, |o| {
+            let fee = if self.billable {
+                o.fee(self.lane == crate::byok::Lane::Platform)
+            } else {
+                0
+            };
+            o.rounds_billed + i64::try_from(fee).unwrap_or(i64::MAX)
+        })
+    }
+
+    /// A platform rung served a model call of the request (this one, or an
+    /// earlier round's): the request draws credits.
+    pub fn platform_served(&self) -> bool {
+        self.lane == crate::byok::Lane::Platform
+            || self.orch.as_ref().is_some_and(|o| o.rounds_platform)
+    }
+
+    /// All the request used: this call's usage and earlier rounds', with the web
+    /// searches the gateway ran.
+    pub fn total_usage(&self) -> Usage {
+        let mut u = self.usage;
+        if let Some(o) = &self.orch {
+            let cost = u.cost_micro_usd;
+            o.add_to(&mut u, false);
+            u.cost_micro_usd = cost;
+        }
+        u
     }
 
     pub fn attempt(&mut self, provider: &str, outcome: &str) {
@@ -222,14 +289,25 @@ impl Tally {
         if self.replay_repaired || self.history_repaired {
             let _ = h.insert_header("x-gateway-replay-repair", "encrypted_reasoning_stripped");
         }
+        if let Some(us) = self.search_us() {
+            let _ = h.insert_header("x-gateway-search-us", http::HeaderValue::from(us));
+        }
+    }
+
+    /// The service-run web search's time, when one ran.
+    fn search_us(&self) -> Option<u64> {
+        self.orch.as_ref().and_then(|o| o.search_us)
     }
 
     /// The receipt as a JSON member for a stream's final chunk.
     pub fn receipt_json(&self, provider: &str, outcome: &str) -> Vec<u8> {
-        serde_json::to_vec(&serde_json::json!({
+        let mut v = serde_json::json!({
             "attempts": self.attempts_with(provider, outcome),
             "overhead_us": self.overhead_us(),
-        }))
-        .unwrap_or_default()
+        });
+        if let Some(us) = self.search_us() {
+            v["search_us"] = us.into();
+        }
+        serde_json::to_vec(&v).unwrap_or_default()
     }
 }

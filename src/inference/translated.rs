@@ -20,6 +20,7 @@ use bytes::Bytes;
 use pingora::proxy::Session;
 use pingora::time::fast_timeout::fast_timeout;
 use sluice_filters::inbound::Inbound;
+use sluice_filters::ir::watch::Watch;
 use sluice_filters::ir::{
     Event, FinishReason, Meta, RefusalReason, Response, StreamDecoder, StreamEncoder, Tail,
 };
@@ -62,6 +63,7 @@ fn meta(tally: &Tally, planned: &PlannedRung, parsed: &ParsedRequest) -> Meta {
             Inbound::Responses => sluice_filters::inbound::responses::echo(&parsed.object),
             _ => String::new(),
         },
+        search: parsed.prep.search(),
     }
 }
 
@@ -77,6 +79,7 @@ fn owned<'a>(
         usage: usage.map(|u| tally.priced(u)),
         receipt,
         ignored: tally.ignored.as_deref(),
+        count_searches: planned.wire == sluice_filters::upstream::Wire::OpenAiResponses,
     }
 }
 
@@ -112,9 +115,14 @@ async fn plain(
         Ok(x) => x,
         Err(a) => return a,
     };
-    let Ok(events) = planned.wire.decode(&buf) else {
+    let Ok(mut events) = planned.wire.decode(&buf) else {
         return Attempt::Failed(Failure::BadAnswer);
     };
+    // Tool search the gateway serves: `tool_search` calls are the gateway's.
+    let mut watch = parsed.prep.watch();
+    if let Some(w) = watch.as_mut() {
+        w.filter(&mut events);
+    }
     let mut resp = Response::from_events(&events);
     if resp.error.is_some() {
         return Attempt::Failed(Failure::ErrorEvent);
@@ -123,6 +131,10 @@ async fn plain(
     // is a refusal even when some text preceded it.
     if let Some((reason, _)) = resp.refusal {
         return Attempt::Refused(reason);
+    }
+    if let Some(w) = watch.filter(Watch::round) {
+        call.finish().await;
+        return round(tally, w, None);
     }
     // An answer filtered before any content is a refusal, not an empty turn.
     if !resp.has_content() && resp.finish == Some(FinishReason::ContentFilter) {
@@ -156,6 +168,17 @@ async fn plain(
     Attempt::Served(200)
 }
 
+/// A model call that asked for a tool search round: billed with its usage, and
+/// handed to the round loop (with the stream it began, if any).
+fn round(tally: &mut Tally, watch: Watch, encoder: Option<Box<dyn StreamEncoder>>) -> Attempt {
+    let response = watch.turn();
+    tally.usage = response.usage.unwrap_or_default();
+    tally
+        .first_token
+        .get_or_insert_with(|| tally.started.elapsed());
+    Attempt::Round(Box::new(crate::search::Turn { response, encoder }))
+}
+
 /// What the pre-commit phase found in a batch of events.
 enum Seen {
     Nothing,
@@ -165,8 +188,9 @@ enum Seen {
 
 /// How a committed stream reaches the client.
 enum Output {
-    /// Decoded events encoded in the client's format.
-    Encode(Box<dyn StreamEncoder>),
+    /// Decoded events encoded in the client's format (the encoder made at the
+    /// commit: a stream an earlier tool search round began is continued).
+    Encode(Option<Box<dyn StreamEncoder>>),
     /// The provider's own frames, relayed (a native rung), and the rewritten frames
     /// not yet written.
     Relay(Box<Relay>, Vec<u8>),
@@ -184,6 +208,8 @@ struct Flow {
     content_chars: usize,
     /// The first content went to the client.
     committed: bool,
+    /// Tool search the gateway serves: what the model's `tool_search` calls are.
+    watch: Option<Watch>,
 }
 
 impl Flow {
@@ -205,6 +231,11 @@ impl Flow {
                 .frame(frame.name.as_deref(), &frame.data, &mut self.events);
             if read.is_err() && !self.committed {
                 return Err(Failure::BadAnswer);
+            }
+            if let Some(w) = self.watch.as_mut() {
+                let mut fresh = self.events.split_off(before);
+                w.filter(&mut fresh);
+                self.events.append(&mut fresh);
             }
             if let Output::Relay(relay, relayed) = &mut self.output {
                 for ev in &self.events[before..] {
@@ -270,7 +301,7 @@ impl Flow {
     /// the provider reported an error mid-stream (settled as a cut).
     fn encode(&mut self, out: &mut Vec<u8>) -> bool {
         let held = std::mem::take(&mut self.held);
-        if let Output::Encode(enc) = &mut self.output {
+        if let Output::Encode(Some(enc)) = &mut self.output {
             for ev in &held {
                 enc.event(ev, out);
             }
@@ -288,7 +319,7 @@ impl Flow {
                 _ => {}
             }
             self.track(&ev);
-            if let Output::Encode(enc) = &mut self.output {
+            if let Output::Encode(Some(enc)) = &mut self.output {
                 enc.event(&ev, out);
             }
         }
@@ -330,7 +361,7 @@ async fn stream(
         };
         Output::Relay(Box::new(Relay::new(kind)), Vec::new())
     } else {
-        Output::Encode(parsed.inbound.encoder(meta(tally, planned, parsed)))
+        Output::Encode(None)
     };
     let mut flow = Flow {
         output,
@@ -342,6 +373,7 @@ async fn stream(
         finish_seen: false,
         content_chars: 0,
         committed: false,
+        watch: parsed.prep.watch(),
     };
     let early = engine.state.config.limits.early_header_ms;
     let max = engine.state.config.limits.max_response_bytes;
@@ -361,11 +393,14 @@ async fn stream(
             Before::Piece(b) => b,
             Before::Over(a) => return a,
             Before::End => {
+                if let Some(w) = flow.watch.take().filter(|w| w.round() && w.finished()) {
+                    return round(tally, w, None);
+                }
                 return if flow.finish_seen {
                     Attempt::Empty(flow.usage)
                 } else {
                     Attempt::Failed(Failure::DiedBeforeOutput)
-                }
+                };
             }
         };
         received += chunk.len();
@@ -380,12 +415,29 @@ async fn stream(
         match flow.precommit() {
             Seen::Fail(a) => return a,
             Seen::Content => break,
-            Seen::Nothing if flow.decoder.done() => return Attempt::Empty(flow.usage),
+            Seen::Nothing if flow.decoder.done() => {
+                if let Some(w) = flow.watch.take().filter(Watch::round) {
+                    // Read to the end so the connection can be reused.
+                    while let Ok(Ok(Some(_))) =
+                        fast_timeout(Duration::from_millis(50), call.read()).await
+                    {
+                    }
+                    call.finish().await;
+                    return round(tally, w, None);
+                }
+                return Attempt::Empty(flow.usage);
+            }
             Seen::Nothing => {}
         }
     }
     // Commit.
     flow.committed = true;
+    if let Output::Encode(slot @ None) = &mut flow.output {
+        *slot = Some(match tally.take_resume() {
+            Some(enc) => enc,
+            None => parsed.inbound.encoder(meta(tally, planned, parsed)),
+        });
+    }
     tally.first_token = Some(tally.started.elapsed());
     if !tally.header_sent {
         let Some(h) = sse_header(tally, &t.provider, "ok") else {
@@ -456,6 +508,28 @@ async fn stream(
         while let Ok(Ok(Some(_))) = fast_timeout(Duration::from_millis(50), call.read()).await {}
         call.finish().await;
     }
+    // A `tool_search` call after text already went out: the stream goes on with
+    // the next model call (a call cut short settles as a cut instead).
+    if let Some(w) = flow
+        .watch
+        .take()
+        .filter(|w| w.round() && (whole || w.finished()))
+    {
+        tally.tape_body(&out);
+        if !out.is_empty()
+            && session
+                .write_response_body(Some(Bytes::from(out)), false)
+                .await
+                .is_err()
+        {
+            return Attempt::ClientGone;
+        }
+        let encoder = match std::mem::replace(&mut flow.output, Output::Encode(None)) {
+            Output::Encode(enc) => enc,
+            Output::Relay(..) => None,
+        };
+        return round(tally, w, encoder);
+    }
     // A stream that ended after its finish is whole even without the end marker.
     let cut = !whole && !flow.finish_seen;
     let usage = if cut || flow.usage.is_none() {
@@ -466,7 +540,8 @@ async fn stream(
     tally.incomplete = cut;
     tally.usage = usage;
     match &mut flow.output {
-        Output::Encode(enc) => enc.end(&tail(tally, planned, usage, cut), &mut out),
+        Output::Encode(Some(enc)) => enc.end(&tail(tally, planned, usage, cut), &mut out),
+        Output::Encode(None) => {}
         Output::Relay(relay, _) => {
             let receipt = tally.receipt_json(&t.provider, "ok");
             let owned = owned(tally, planned, Some(usage), &receipt);

@@ -34,9 +34,9 @@ pub async fn serve(
     session: &mut Session,
     tally: &mut Tally,
     model: &Model,
-    parsed: ParsedRequest<'_>,
+    parsed: &ParsedRequest<'_>,
 ) -> Outcome {
-    let mut chain = match plan(engine, model, &parsed) {
+    let mut chain = match plan(engine, model, parsed) {
         Ok(l) => l,
         Err(e) => return Outcome::Error(e),
     };
@@ -102,7 +102,7 @@ pub async fn serve(
         };
         tally.lane = planned.lane;
         for try_no in 0..2 {
-            let result = attempt(engine, session, tally, planned, &parsed).await;
+            let result = attempt(engine, session, tally, planned, parsed).await;
             let outcome = result.label();
             engine
                 .state
@@ -121,6 +121,14 @@ pub async fn serve(
                         let _ = c.put_marker(k, &target.rung_id, AFFINITY_TTL, false).await;
                     }
                     return Outcome::Written(status);
+                }
+                Attempt::Round(turn) => {
+                    // A model call that asked for a tool search round: served and
+                    // billed; the round loop calls the model again.
+                    engine.breaker.success(&target.breaker_key);
+                    tally.rung = Some(target.rung_id.clone());
+                    tally.billable = true;
+                    return Outcome::Round(turn);
                 }
                 Attempt::Refused(reason) => {
                     engine.breaker.success(&target.breaker_key);
@@ -194,7 +202,7 @@ pub async fn serve(
     if let Some(u) = empty {
         tally.usage = u;
         // Boxed: rare, and inline it would nearly double every request's state.
-        let answer = Box::pin(empty_completion(session, tally, model, &parsed));
+        let answer = Box::pin(empty_completion(session, tally, model, parsed));
         return answer.await;
     }
     if let Some(e) = rejected {
@@ -272,6 +280,7 @@ async fn empty_completion(
             Inbound::Responses => sluice_filters::inbound::responses::echo(&parsed.object),
             _ => String::new(),
         },
+        search: parsed.prep.search(),
     };
     let tail = Tail {
         usage: tally.priced(Usage::default()),
@@ -280,7 +289,11 @@ async fn empty_completion(
         ignored: tally.ignored.clone(),
     };
     let body = if parsed.stream {
-        let mut enc = parsed.inbound.encoder(meta);
+        // A stream an earlier tool search round began ends in its own terms.
+        let mut enc = match tally.take_resume() {
+            Some(enc) => enc,
+            None => parsed.inbound.encoder(meta),
+        };
         let mut out = Vec::new();
         enc.event(
             &Event::Start {

@@ -122,6 +122,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0031_payments.sql"),
         include_str!("../../migrations/postgres/0031_payments.sql"),
     ),
+    (
+        40,
+        "web searches in usage events",
+        include_str!("../../migrations/sqlite/0040_web_search_requests.sql"),
+        include_str!("../../migrations/postgres/0040_web_search_requests.sql"),
+    ),
 ];
 
 impl Db {

@@ -47,6 +47,9 @@ pub struct UsageEvent {
     pub cache_write_tokens: u64,
     pub output_tokens: u64,
     pub reasoning_tokens: u64,
+    /// Web searches run for the request (the gateway's, or the provider's).
+    #[serde(default)]
+    pub web_search_requests: u64,
     pub cost_micro_usd: i64,
     pub status: u16,
     pub error_class: Option<String>,
@@ -410,12 +413,12 @@ type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q
 
 /// The multi-row insert of `n` events; only ids not stored yet go in.
 fn insert_sql(engine: Engine, n: usize, returning: bool) -> String {
-    const COLS: usize = 23;
+    const COLS: usize = 24;
     let mut sql = String::from(
         "INSERT INTO usage_events (id, org_id, key_id, route, model, rung, lane, input_tokens, \
          cached_tokens, output_tokens, reasoning_tokens, cost_micro_usd, status, error_class, \
          incomplete, attempts, empty_attempts, latency_ms, free, weighted_tokens, \
-         list_micro_usd, created_at, cache_write_tokens) VALUES ",
+         list_micro_usd, created_at, cache_write_tokens, web_search_requests) VALUES ",
     );
     for i in 0..n {
         if i > 0 {
@@ -477,7 +480,8 @@ fn bind_events<'q>(mut q: AnyQuery<'q>, events: &[UsageEvent], now: i64) -> AnyQ
             .bind(e.weighted_tokens)
             .bind(e.list_micro_usd)
             .bind(if e.at_ms > 0 { e.at_ms } else { now })
-            .bind(e.cache_write_tokens as i64);
+            .bind(e.cache_write_tokens as i64)
+            .bind(sat(e.web_search_requests));
     }
     q
 }

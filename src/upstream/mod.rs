@@ -13,6 +13,7 @@ mod head;
 mod pool;
 pub mod prober;
 mod target;
+pub mod vendor;
 
 pub use target::Target;
 
@@ -559,6 +560,8 @@ impl Upstreams {
         {
             match t.provider.as_str() {
                 "azure" => head.field("api-key", Val::Str(c)),
+                // Brave Search (a web search vendor, `upstream::vendor`).
+                "brave" => head.field("X-Subscription-Token", Val::Str(c)),
                 "anthropic" => head.field("x-api-key", Val::Str(c)),
                 "google" => head.field("x-goog-api-key", Val::Str(c)),
                 _ => head.field("Authorization", Val::Bearer(c)),
@@ -566,6 +569,9 @@ impl Upstreams {
         }
         if t.provider == "anthropic" {
             head.field("anthropic-version", Val::Str(ANTHROPIC_VERSION));
+        }
+        if method == "GET" {
+            head.field("Accept", Val::Str("application/json"));
         }
         for (name, value) in extra {
             head.field(name, Val::Str(value));

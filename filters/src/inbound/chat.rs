@@ -18,7 +18,8 @@ use super::common::{
 use crate::error::{ApiError, Format};
 use crate::ir::{
     Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response, ResponseFormat,
-    Role, StreamEncoder, Tail, Tool, ToolChoice, IGNORED_MEMBER,
+    Role, SearchForm, StreamEncoder, Tail, Tool, ToolChoice, ToolSearch, ToolSearchKind,
+    UrlCitation, IGNORED_MEMBER,
 };
 use crate::json::Member;
 use crate::sse::data_frame;
@@ -31,16 +32,19 @@ use std::fmt;
 
 /// Top-level fields an OpenAI rung understands and the canonical form does not
 /// model: kept verbatim, forwarded to OpenAI rungs only.
-const EXTRA_FIELDS: [&str; 8] = [
+const EXTRA_FIELDS: [&str; 7] = [
     "metadata",
     "service_tier",
     "store",
     "logprobs",
     "top_logprobs",
     "verbosity",
-    "web_search_options",
     "safety_identifier",
 ];
+
+/// The chat declaration of tool search (the vendor prefix neutralised as
+/// `service`).
+const TOOL_SEARCH_TYPE: &str = "service:tool_search";
 
 /// Parameters for a function that declares none.
 const EMPTY_PARAMETERS: &str = r#"{"type":"object","properties":{}}"#;
@@ -218,6 +222,8 @@ pub fn parse_members(top: &[Member<'_>]) -> Result<Request, ApiError> {
                 }
             }
             "response_format" => r.response_format = parse_format(v)?,
+            "web_search_options" => parse_web_search_options(v, &mut r)?,
+            "plugins" => super::common::parse_plugins(v, &mut r)?,
             "reasoning_effort" => {
                 if let Some(effort) = opt::<String>(Some(v), "reasoning_effort", "a string")? {
                     r.reasoning = Some(Reasoning {
@@ -277,7 +283,27 @@ pub fn parse_members(top: &[Member<'_>]) -> Result<Request, ApiError> {
         .param("messages")
     })?;
     parse_messages(messages, &mut r)?;
+    super::common::check_tool_search(&r)?;
     Ok(r)
+}
+
+/// `web_search_options`: web search, its object kept for OpenAI's search models.
+fn parse_web_search_options(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
+    if is_null(v) {
+        return Ok(());
+    }
+    let fields = members(v, "web_search_options")?;
+    let size: Option<String> = opt(
+        get(&fields, "search_context_size"),
+        "web_search_options.search_context_size",
+        "a string",
+    )?;
+    let ws = super::common::want_web_search(r, SearchForm::ChatOptions);
+    ws.raw = Some(v.to_owned());
+    if size.is_some() {
+        ws.context_size = size;
+    }
+    Ok(())
 }
 
 fn parse_stop(v: &RawValue) -> Result<Vec<String>, ApiError> {
@@ -370,6 +396,24 @@ fn parse_tools(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
         let fields = members(t, p)?;
         let kind: String =
             opt(get(&fields, "type"), p.key("type"), "a string")?.unwrap_or_default();
+        if kind == TOOL_SEARCH_TYPE {
+            let max_results: Option<u32> = opt(
+                get(&fields, "max_results"),
+                p.key("max_results"),
+                "an integer from 1 to 50",
+            )?;
+            if max_results.is_some_and(|n| !(1..=50).contains(&n)) {
+                return Err(invalid(
+                    format!("{p}.max_results"),
+                    "`max_results` must be an integer from 1 to 50.",
+                ));
+            }
+            r.tool_search = Some(Box::new(ToolSearch {
+                kind: ToolSearchKind::Bm25,
+                max_results,
+            }));
+            continue;
+        }
         if kind != "function" {
             return Err(unsupported(
                 format!("{p}.type"),
@@ -413,12 +457,21 @@ fn parse_tools(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
             p.key("function").key("strict"),
             "a boolean",
         )?;
-        r.tools.push(Tool {
+        let deferred = super::common::defer_loading(
+            get(&fields, "defer_loading"),
+            format!("{p}.defer_loading"),
+        )?;
+        let tool = Tool {
             name,
             description,
             parameters,
             strict,
-        });
+        };
+        if deferred {
+            r.deferred.push(tool);
+        } else {
+            r.tools.push(tool);
+        }
     }
     Ok(())
 }
@@ -735,6 +788,23 @@ fn receipt(tail: &Tail) -> Option<Value> {
     serde_json::from_str(&tail.receipt).ok()
 }
 
+/// `url_citation` annotations in the chat format.
+fn annotations(citations: &[UrlCitation]) -> Value {
+    citations
+        .iter()
+        .map(|c| {
+            let mut cite = json!({
+                "url": c.url, "title": c.title,
+                "start_index": c.start_index, "end_index": c.end_index,
+            });
+            if let Some(content) = &c.content {
+                cite["content"] = Value::from(content.as_str());
+            }
+            json!({"type": "url_citation", "url_citation": cite})
+        })
+        .collect()
+}
+
 /// A whole `chat.completion`.
 pub fn render(resp: &Response, meta: &Meta, tail: &Tail) -> Vec<u8> {
     let mut text = String::new();
@@ -765,6 +835,9 @@ pub fn render(resp: &Response, meta: &Meta, tail: &Tail) -> Vec<u8> {
     }
     if !calls.is_empty() {
         message["tool_calls"] = Value::from(calls);
+    }
+    if !resp.citations.is_empty() {
+        message["annotations"] = annotations(&resp.citations);
     }
     let usage = resp
         .usage
@@ -797,6 +870,8 @@ pub struct Encoder {
     finish: Option<FinishReason>,
     /// Stream index of each tool call, by canonical call index.
     calls: Vec<u32>,
+    /// Citations, sent in one `delta.annotations` chunk before the finish.
+    citations: Vec<UrlCitation>,
 }
 
 impl Encoder {
@@ -808,6 +883,7 @@ impl Encoder {
             started: false,
             finish: None,
             calls: Vec::new(),
+            citations: Vec::new(),
         }
     }
 
@@ -882,11 +958,16 @@ impl StreamEncoder for Encoder {
                 );
             }
             Event::Finish { reason, .. } => self.finish = Some(*reason),
+            Event::Citation(c) => self.citations.push((**c).clone()),
             _ => {}
         }
     }
 
     fn end(&mut self, tail: &Tail, out: &mut Vec<u8>) {
+        if !self.citations.is_empty() {
+            let delta = json!({"annotations": annotations(&self.citations)});
+            self.write(out, delta);
+        }
         let fin = if !self.started {
             self.started = true;
             // An empty answer: the role chunk itself carries the finish.

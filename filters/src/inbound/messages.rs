@@ -24,7 +24,8 @@ use crate::error::{ApiError, ErrorCode, Format};
 use crate::inbound::common::{check_description, invalid, malformed, refused_everywhere};
 use crate::ir::{
     CacheBreak, Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response,
-    ResponseFormat, Role, StreamEncoder, Tail, Tool, ToolChoice,
+    ResponseFormat, Role, SearchForm, SearchResult, ServerSearch, StreamEncoder, Tail, Tool,
+    ToolChoice, ToolSearch, ToolSearchKind, UrlCitation,
 };
 use crate::json::{Member, Members};
 use crate::usage::Usage;
@@ -78,10 +79,13 @@ pub(crate) fn members(body: &[u8]) -> Result<Vec<Member<'_>>, ApiError> {
     }
 }
 
-/// Message text or content blocks: `"content": "..."` or `"content": [...]`.
+/// Message text or content blocks: `"content": "..."` or `"content": [...]`. A
+/// server tool result's content may be an object (a tool search's references, a
+/// web search's error): read, and refused where only text or blocks may go.
 enum Content<'a> {
     Text(String),
     Blocks(Vec<WireBlock<'a>>),
+    Object,
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
@@ -104,6 +108,10 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
                     out.push(b);
                 }
                 Ok(Content::Blocks(out))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Content::Object)
             }
         }
         d.deserialize_any(V(std::marker::PhantomData))
@@ -194,6 +202,8 @@ struct WireTool<'a> {
     strict: Option<bool>,
     #[serde(default)]
     cache_control: Option<IgnoredAny>,
+    #[serde(default, borrow)]
+    defer_loading: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -283,6 +293,7 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
             "metadata" => {
                 req.user = field::<WireMetadata>(&key, raw, "an object")?.user_id;
             }
+            "plugins" => crate::inbound::common::parse_plugins(raw, &mut req)?,
             k => {
                 if let Some(e) = refused_everywhere(k) {
                     return Err(e);
@@ -334,12 +345,17 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     if let Some(raw) = slots.output_config {
         parse_output_config(raw, &mut req)?;
     }
+    crate::inbound::common::check_tool_search(&req)?;
     Ok(req)
 }
 
 fn parse_system(raw: &RawValue, breaks: &mut Vec<CacheBreak>) -> Result<Vec<String>, ApiError> {
     let content: Content = field("system", raw, "a string or an array of text blocks")?;
     match content {
+        Content::Object => Err(invalid(
+            "system",
+            "`system` must be a string or an array of text blocks.",
+        )),
         Content::Text(s) => Ok(if s.is_empty() { Vec::new() } else { vec![s] }),
         Content::Blocks(blocks) => {
             let mut out = Vec::with_capacity(blocks.len());
@@ -505,6 +521,12 @@ fn push_message(
             return Ok(());
         }
         Some(Content::Blocks(b)) => b,
+        Some(Content::Object) => {
+            return Err(invalid(
+                format!("messages[{i}].content"),
+                "`content` must be a string or an array of content blocks.",
+            ))
+        }
     };
     if assistant {
         let mut parts = Vec::with_capacity(blocks.len());
@@ -606,7 +628,9 @@ fn assistant_block(at: At, b: WireBlock) -> Result<Option<Part>, ApiError> {
             id: None,
         },
         // What a search turn left in history: nothing canonical to carry.
-        "server_tool_use" | "web_search_tool_result" => return Ok(None),
+        "server_tool_use" | "web_search_tool_result" | "tool_search_tool_result" => {
+            return Ok(None)
+        }
         k @ ("image" | "document" | "tool_result") => return Err(wrong_turn(at, k, "assistant")),
         _ => return Err(unknown_block(at, &b.kind)),
     };
@@ -635,6 +659,12 @@ fn user_block(at: At, b: WireBlock) -> Result<Part, ApiError> {
                         parts.push(result_block(At { k: Some(k), ..at }, inner)?);
                     }
                     parts
+                }
+                Some(Content::Object) => {
+                    return Err(invalid(
+                        at.param(".content"),
+                        "A tool result's `content` must be a string or an array of blocks.",
+                    ))
                 }
             };
             Ok(Part::ToolResult {
@@ -682,10 +712,20 @@ fn parse_tools(raw: &RawValue, req: &mut Request) -> Result<(), ApiError> {
         let t: WireTool = serde_json::from_str(item.get())
             .map_err(|_| invalid(format!("tools[{i}]"), "The tool is malformed."))?;
         if let Some(kind) = t.kind.as_deref().filter(|k| *k != "custom") {
-            req.extras.push(Extra {
-                name: format!("{SERVER_TOOL_PREFIX}{kind}"),
-                value: item.to_owned(),
-            });
+            if kind.starts_with("web_search_") {
+                let ws = crate::inbound::common::want_web_search(req, SearchForm::MessagesTool);
+                ws.raw = Some(item.to_owned());
+            } else if let Some(search) = tool_search_kind(kind) {
+                req.tool_search = Some(Box::new(ToolSearch {
+                    kind: search,
+                    max_results: None,
+                }));
+            } else {
+                req.extras.push(Extra {
+                    name: format!("{SERVER_TOOL_PREFIX}{kind}"),
+                    value: item.to_owned(),
+                });
+            }
             continue;
         }
         let name = t
@@ -701,17 +741,37 @@ fn parse_tools(raw: &RawValue, req: &mut Request) -> Result<(), ApiError> {
         if let Some(d) = &t.description {
             check_description(format!("tools[{i}].description"), d)?;
         }
-        req.tools.push(Tool {
+        let tool = Tool {
             name,
             description: t.description,
             parameters: schema.to_owned(),
             strict: t.strict,
-        });
+        };
+        if crate::inbound::common::defer_loading(
+            t.defer_loading,
+            format!("tools[{i}].defer_loading"),
+        )? {
+            req.deferred.push(tool);
+            continue;
+        }
+        req.tools.push(tool);
         if t.cache_control.is_some() {
             req.cache_breaks.push(CacheBreak::Tool(req.tools.len() - 1));
         }
     }
     Ok(())
+}
+
+/// The tool search of a messages server tool type (`tool_search_tool_bm25_…`,
+/// `tool_search_tool_regex_…`).
+fn tool_search_kind(kind: &str) -> Option<ToolSearchKind> {
+    if kind.starts_with("tool_search_tool_bm25") {
+        Some(ToolSearchKind::Bm25)
+    } else if kind.starts_with("tool_search_tool_regex") {
+        Some(ToolSearchKind::Regex)
+    } else {
+        None
+    }
 }
 
 fn parse_tool_choice(raw: &RawValue, req: &mut Request) -> Result<(), ApiError> {
@@ -849,6 +909,8 @@ impl Serialize for Input<'_> {
 enum OutBlock<'a> {
     Text {
         text: &'a str,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        citations: Vec<CitationOut<'a>>,
     },
     Thinking {
         thinking: &'a str,
@@ -862,6 +924,165 @@ enum OutBlock<'a> {
         name: &'a str,
         input: Input<'a>,
     },
+    ServerToolUse {
+        id: String,
+        name: &'static str,
+        input: Query<'a>,
+    },
+    WebSearchToolResult {
+        tool_use_id: String,
+        content: Vec<ResultOut<'a>>,
+    },
+}
+
+/// A web search's input.
+#[derive(Serialize)]
+struct Query<'a> {
+    query: &'a str,
+}
+
+/// One result of a `web_search_tool_result` block.
+#[derive(Serialize)]
+struct ResultOut<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    url: &'a str,
+    title: &'a str,
+    /// Anthropic's opaque copy of the page for later turns; a search the gateway
+    /// ran gives the snippet it found.
+    encrypted_content: &'a str,
+    page_age: Option<&'a str>,
+}
+
+/// A text block's citation of a web search result.
+#[derive(Serialize)]
+struct CitationOut<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    url: &'a str,
+    title: &'a str,
+    /// Where the source sits among the results, opaque to the client.
+    encrypted_index: String,
+    cited_text: &'a str,
+}
+
+impl<'a> CitationOut<'a> {
+    fn of(c: &'a UrlCitation, span: &'a str) -> Self {
+        CitationOut {
+            kind: "web_search_result_location",
+            url: &c.url,
+            title: &c.title,
+            encrypted_index: format!("{}:{}", c.start_index, c.end_index),
+            cited_text: c.content.as_deref().unwrap_or(span),
+        }
+    }
+}
+
+/// The id of a search's `server_tool_use` block.
+fn search_id(s: &ServerSearch) -> String {
+    if s.id.starts_with("srvtoolu_") {
+        s.id.clone()
+    } else {
+        format!("srvtoolu_{}", s.id)
+    }
+}
+
+/// The two blocks that show a search run on the server side.
+fn search_blocks(s: &ServerSearch) -> [OutBlock<'_>; 2] {
+    let id = search_id(s);
+    [
+        OutBlock::ServerToolUse {
+            id: id.clone(),
+            name: "web_search",
+            input: Query { query: &s.query },
+        },
+        OutBlock::WebSearchToolResult {
+            tool_use_id: id,
+            content: s.results.iter().map(result_out).collect(),
+        },
+    ]
+}
+
+fn result_out(r: &SearchResult) -> ResultOut<'_> {
+    ResultOut {
+        kind: "web_search_result",
+        url: &r.url,
+        title: &r.title,
+        encrypted_content: &r.snippet,
+        page_age: r.page_age.as_deref(),
+    }
+}
+
+/// `text` (starting `offset` characters into the answer) as text blocks: the
+/// spans its citations cover become blocks of their own that carry them.
+fn text_blocks<'a>(
+    text: &'a str,
+    offset: u32,
+    citations: &'a [UrlCitation],
+    out: &mut Vec<OutBlock<'a>>,
+) {
+    let len = text.chars().count() as u32;
+    let mut mine: Vec<&UrlCitation> = citations
+        .iter()
+        .filter(|c| c.start_index >= offset && c.start_index < offset + len)
+        .collect();
+    if mine.is_empty() {
+        out.push(OutBlock::Text {
+            text,
+            citations: Vec::new(),
+        });
+        return;
+    }
+    mine.sort_by_key(|c| (c.start_index, c.end_index));
+    // Byte offset of every character boundary (and the end).
+    let bounds: Vec<usize> = text
+        .char_indices()
+        .map(|(b, _)| b)
+        .chain([text.len()])
+        .collect();
+    let at = |ch: u32| bounds[(ch.saturating_sub(offset)).min(len) as usize];
+    let mut done = 0usize;
+    let mut i = 0;
+    while i < mine.len() {
+        let (start, end) = (
+            at(mine[i].start_index),
+            at(mine[i].end_index.max(mine[i].start_index)),
+        );
+        let start = start.max(done);
+        let end = end.max(start);
+        if start > done {
+            out.push(OutBlock::Text {
+                text: &text[done..start],
+                citations: Vec::new(),
+            });
+        }
+        let span = &text[start..end];
+        let mut cites = Vec::new();
+        // Citations of the same span share its block.
+        while i < mine.len() && at(mine[i].start_index).max(done) == start {
+            cites.push(CitationOut::of(mine[i], span));
+            i += 1;
+        }
+        if !span.is_empty() {
+            out.push(OutBlock::Text {
+                text: span,
+                citations: cites,
+            });
+        }
+        done = end;
+    }
+    if done < text.len() {
+        out.push(OutBlock::Text {
+            text: &text[done..],
+            citations: Vec::new(),
+        });
+    }
+}
+
+/// The count of web searches in the Messages API's names.
+#[derive(Serialize)]
+struct ServerToolUse {
+    web_search_requests: u64,
 }
 
 /// Usage in the Messages API's names.
@@ -871,6 +1092,8 @@ struct OutUsage {
     cache_creation_input_tokens: u64,
     cache_read_input_tokens: u64,
     output_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server_tool_use: Option<ServerToolUse>,
     /// What the call cost, in USD.
     #[serde(skip_serializing_if = "Option::is_none")]
     cost: Option<f64>,
@@ -884,6 +1107,9 @@ impl From<Usage> for OutUsage {
             cache_creation_input_tokens: u.cache_write_tokens,
             cache_read_input_tokens: u.cached_tokens,
             output_tokens: u.output_tokens,
+            server_tool_use: (u.web_search_requests > 0).then_some(ServerToolUse {
+                web_search_requests: u.web_search_requests,
+            }),
             cost: u.cost_usd(),
         }
     }
@@ -912,7 +1138,10 @@ struct OutMessage<'a> {
 /// reasoning) gets an empty one, as a stream would show it.
 fn out_block(p: &Part) -> Option<OutBlock<'_>> {
     Some(match p {
-        Part::Text { text } if !text.is_empty() => OutBlock::Text { text },
+        Part::Text { text } if !text.is_empty() => OutBlock::Text {
+            text,
+            citations: Vec::new(),
+        },
         Part::Thinking { text, signature } => OutBlock::Thinking {
             thinking: text,
             signature: signature.as_deref().unwrap_or(""),
@@ -998,10 +1227,23 @@ fn receipt(tail: &Tail) -> Option<&RawValue> {
 /// One whole `message` object.
 pub fn render(resp: &Response, meta: &Meta, tail: &Tail) -> Vec<u8> {
     let id = message_id(resp.id.as_deref(), meta);
-    let mut content: Vec<OutBlock> = resp.parts.iter().filter_map(out_block).collect();
+    let mut content: Vec<OutBlock> = resp.searches.iter().flat_map(search_blocks).collect();
+    let mut offset = 0u32;
+    for p in &resp.parts {
+        match p {
+            Part::Text { text } if !resp.citations.is_empty() => {
+                text_blocks(text, offset, &resp.citations, &mut content);
+                offset += text.chars().count() as u32;
+            }
+            p => content.extend(out_block(p)),
+        }
+    }
     let refusal_text = resp.refusal.as_ref().and_then(|(_, t)| t.as_deref());
     if let Some(text) = refusal_text.filter(|t| !t.is_empty()) {
-        content.push(OutBlock::Text { text });
+        content.push(OutBlock::Text {
+            text,
+            citations: Vec::new(),
+        });
     }
     let tool_calls = resp
         .parts
@@ -1075,6 +1317,11 @@ pub(crate) fn put_usage(out: &mut Vec<u8>, u: Usage) {
     put_num(out, u.cache_read_input_tokens);
     out.extend_from_slice(b",\"output_tokens\":");
     put_num(out, u.output_tokens);
+    if let Some(s) = u.server_tool_use {
+        out.extend_from_slice(b",\"server_tool_use\":{\"web_search_requests\":");
+        put_num(out, s.web_search_requests);
+        out.push(b'}');
+    }
     if let Some(cost) = u.cost {
         out.extend_from_slice(b",\"cost\":");
         let _ = serde_json::to_writer(&mut *out, &cost);
@@ -1116,6 +1363,8 @@ pub struct Encoder {
     refused: bool,
     /// The open thinking block got its signature: more thinking opens another.
     signed: bool,
+    /// The index of the last text block: citations go there.
+    last_text: Option<u32>,
 }
 
 impl Encoder {
@@ -1134,7 +1383,59 @@ impl Encoder {
             stop_sequence: None,
             refused: false,
             signed: false,
+            last_text: None,
         }
+    }
+
+    /// A search run on the server side: its `server_tool_use` block (the query as
+    /// input JSON) and its `web_search_tool_result` block.
+    fn search(&mut self, s: &ServerSearch, out: &mut Vec<u8>) {
+        self.ensure_started(out);
+        self.close(out);
+        let [call, result] = search_blocks(s);
+        let query = serde_json::to_string(&Query { query: &s.query }).unwrap_or_default();
+        for (block, delta) in [(call, Some(query)), (result, None)] {
+            let index = self.next;
+            self.next += 1;
+            open_frame(out, "content_block_start");
+            out.extend_from_slice(b"{\"type\":\"content_block_start\",\"index\":");
+            put_num(out, index.into());
+            out.extend_from_slice(b",\"content_block\":");
+            let start = match block {
+                // The input streams as JSON, like a tool call's.
+                OutBlock::ServerToolUse { id, name, .. } => {
+                    serde_json::json!({"type": "server_tool_use", "id": id, "name": name, "input": {}})
+                        .to_string()
+                }
+                other => serde_json::to_string(&other).unwrap_or_default(),
+            };
+            out.extend_from_slice(start.as_bytes());
+            out.push(b'}');
+            close_frame(out);
+            if let Some(json) = delta {
+                Self::delta(out, index, "input_json_delta", "partial_json", &json);
+            }
+            stop_frame(out, index);
+        }
+    }
+
+    /// A citation of the text block being written (or the last one).
+    fn cite(&mut self, c: &UrlCitation, out: &mut Vec<u8>) {
+        let index = match self.open {
+            Some((Block::Text, index)) => index,
+            _ => match self.last_text {
+                Some(index) => index,
+                None => return,
+            },
+        };
+        let citation = CitationOut::of(c, "");
+        open_frame(out, "content_block_delta");
+        out.extend_from_slice(b"{\"type\":\"content_block_delta\",\"index\":");
+        put_num(out, index.into());
+        out.extend_from_slice(b",\"delta\":{\"type\":\"citations_delta\",\"citation\":");
+        let _ = serde_json::to_writer(&mut *out, &citation);
+        out.extend_from_slice(b"}}");
+        close_frame(out);
     }
 
     fn ensure_started(&mut self, out: &mut Vec<u8>) {
@@ -1217,6 +1518,7 @@ impl Encoder {
         let index = self.open(Block::Text, out, |o| {
             o.extend_from_slice(br#"{"type":"text","text":""}"#)
         });
+        self.last_text = Some(index);
         Self::delta(out, index, "text_delta", "text", text);
     }
 
@@ -1313,6 +1615,8 @@ impl StreamEncoder for Encoder {
             }
             // The gateway ends a failed stream itself (`error_frame`, or a cut).
             Event::Error { .. } => {}
+            Event::ServerSearch(s) => self.search(s, out),
+            Event::Citation(c) => self.cite(c, out),
         }
     }
 

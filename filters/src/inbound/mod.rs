@@ -63,8 +63,17 @@ impl Inbound {
         }
     }
 
-    /// Renders a whole answer in this format.
+    /// Renders a whole answer in this format; a search the gateway ran for it
+    /// (`meta.search`) is shown and cited.
     pub fn render(self, resp: &Response, meta: &Meta, tail: &Tail) -> Vec<u8> {
+        if let Some(search) = &meta.search {
+            let cited = crate::ir::cite::cited_response(resp, search);
+            let meta = Meta {
+                search: None,
+                ..meta.clone()
+            };
+            return self.render(&cited, &meta, tail);
+        }
         match self {
             Inbound::Chat => chat::render(resp, meta, tail),
             Inbound::Responses => responses::render(resp, meta, tail),
@@ -72,12 +81,18 @@ impl Inbound {
         }
     }
 
-    /// A stream encoder in this format.
-    pub fn encoder(self, meta: Meta) -> Box<dyn StreamEncoder> {
-        match self {
+    /// A stream encoder in this format; a search the gateway ran for the answer
+    /// (`meta.search`) is shown and cited.
+    pub fn encoder(self, mut meta: Meta) -> Box<dyn StreamEncoder> {
+        let search = meta.search.take();
+        let enc: Box<dyn StreamEncoder> = match self {
             Inbound::Chat => Box::new(chat::Encoder::new(meta)),
             Inbound::Responses => Box::new(responses::Encoder::new(meta)),
             Inbound::Messages => Box::new(messages::Encoder::new(meta)),
+        };
+        match search {
+            Some(s) => Box::new(crate::ir::cite::Cited::new(enc, s)),
+            None => enc,
         }
     }
 

@@ -13,7 +13,8 @@ use super::common::{
 use crate::error::{ApiError, ErrorCode, Format};
 use crate::ir::{
     Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response, ResponseFormat,
-    Role, StreamEncoder, Tail, Tool, ToolChoice,
+    Role, SearchForm, ServerSearch, StreamEncoder, Tail, Tool, ToolChoice, ToolSearch,
+    ToolSearchKind, UrlCitation,
 };
 use crate::json::{append_member, Member, Members, RawObject};
 use crate::usage::Usage;
@@ -147,6 +148,7 @@ struct Top<'a> {
     user: Option<&'a RawValue>,
     prompt_cache_key: Option<&'a RawValue>,
     stream: Option<&'a RawValue>,
+    plugins: Option<&'a RawValue>,
     extras: Vec<(&'static str, &'a RawValue)>,
 }
 
@@ -171,6 +173,7 @@ impl<'a> Top<'a> {
                 "user" => &mut t.user,
                 "prompt_cache_key" => &mut t.prompt_cache_key,
                 "stream" => &mut t.stream,
+                "plugins" => &mut t.plugins,
                 "previous_response_id" => {
                     previous_response(v)?;
                     continue;
@@ -262,6 +265,10 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     r.include = opt(t.include, "include", "an array of strings")?.unwrap_or_default();
     r.user = opt(t.user, "user", "a string")?;
     r.prompt_cache_key = opt(t.prompt_cache_key, "prompt_cache_key", "a string")?;
+    if let Some(p) = t.plugins {
+        super::common::parse_plugins(p, &mut r)?;
+    }
+    super::common::check_tool_search(&r)?;
     for (name, v) in t.extras {
         if name == "top_logprobs" {
             let n: Option<u8> = opt(Some(v), name, "an integer between 0 and 20")?;
@@ -344,6 +351,8 @@ fn parse_item(param: Path, item: &RawValue, r: &mut Request) -> Result<(), ApiEr
         Some("function_call") => function_call_item(param, item, r),
         Some("function_call_output") => function_output_item(param, item, r),
         Some("reasoning") => reasoning_item(param, item, r),
+        // A search an earlier answer showed: nothing for the model to read again.
+        Some("web_search_call") => Ok(()),
         Some(other) => Err(unsupported(
             param.key("type").to_string(),
             format!("Input items of type `{other}` are not supported."),
@@ -604,6 +613,9 @@ struct ToolIn<'a> {
     #[serde(borrow)]
     parameters: Option<&'a RawValue>,
     strict: Option<bool>,
+    #[serde(borrow, default)]
+    defer_loading: Option<&'a RawValue>,
+    search_context_size: Option<String>,
 }
 
 fn parse_tools(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
@@ -630,18 +642,35 @@ fn parse_tools(v: &RawValue, r: &mut Request) -> Result<(), ApiError> {
                     None => RawValue::from_string(EMPTY_PARAMETERS.to_string())
                         .map_err(|_| ApiError::internal())?,
                 };
-                r.tools.push(Tool {
+                let deferred = super::common::defer_loading(
+                    t.defer_loading,
+                    param.key("defer_loading").to_string(),
+                )?;
+                let tool = Tool {
                     name,
                     description: t.description,
                     parameters,
                     strict: t.strict,
-                });
+                };
+                if deferred {
+                    r.deferred.push(tool);
+                } else {
+                    r.tools.push(tool);
+                }
             }
-            // Web search is served later (natively or by the service): kept whole.
-            k if k.starts_with("web_search") => r.extras.push(Extra {
-                name: "tools.web_search".into(),
-                value: raw.to_owned(),
-            }),
+            // Web search (`web_search`, `web_search_preview`, dated versions): the
+            // provider's own search, or the gateway's.
+            k if k.starts_with("web_search") => {
+                let ws = super::common::want_web_search(r, SearchForm::ResponsesTool);
+                ws.raw = Some(raw.to_owned());
+                ws.context_size = t.search_context_size;
+            }
+            "tool_search" => {
+                r.tool_search = Some(Box::new(ToolSearch {
+                    kind: ToolSearchKind::Bm25,
+                    max_results: None,
+                }))
+            }
             k => {
                 return Err(unsupported(
                     param.key("type").to_string(),
@@ -812,12 +841,36 @@ struct SummaryText {
     text: String,
 }
 
+/// A `url_citation` annotation of an output text, indexes within that text.
+#[derive(Clone, Serialize)]
+struct Annotation {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    start_index: u32,
+    end_index: u32,
+    url: String,
+    title: String,
+}
+
+impl Annotation {
+    /// `c` moved to a text that starts `offset` characters into the answer.
+    fn of(c: &UrlCitation, offset: u32) -> Self {
+        Annotation {
+            kind: "url_citation",
+            start_index: c.start_index.saturating_sub(offset),
+            end_index: c.end_index.saturating_sub(offset),
+            url: c.url.clone(),
+            title: c.title.clone(),
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct OutputText {
     #[serde(rename = "type")]
     kind: &'static str,
     text: String,
-    annotations: [(); 0],
+    annotations: Vec<Annotation>,
     logprobs: [(); 0],
 }
 
@@ -826,10 +879,18 @@ impl OutputText {
         OutputText {
             kind: "output_text",
             text,
-            annotations: [],
+            annotations: Vec::new(),
             logprobs: [],
         }
     }
+}
+
+/// What a `web_search_call` did.
+#[derive(Serialize)]
+struct SearchAction {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    query: String,
 }
 
 /// One output item of the answer.
@@ -855,9 +916,31 @@ enum OutItem {
         arguments: String,
         status: &'static str,
     },
+    /// A search run on the server side (the gateway's, or the provider's).
+    WebSearchCall {
+        id: String,
+        status: &'static str,
+        action: SearchAction,
+    },
 }
 
 impl OutItem {
+    fn web_search(s: &ServerSearch, status: &'static str) -> Self {
+        let id = if s.id.starts_with("ws_") {
+            s.id.clone()
+        } else {
+            format!("ws_{}", s.id)
+        };
+        OutItem::WebSearchCall {
+            id,
+            status,
+            action: SearchAction {
+                kind: "search",
+                query: s.query.clone(),
+            },
+        }
+    }
+
     fn reasoning(id: String) -> Self {
         OutItem::Reasoning {
             id,
@@ -876,17 +959,10 @@ impl OutItem {
         }
     }
 
-    fn with_text(mut self, text: String) -> Self {
-        if let OutItem::Message { content, .. } = &mut self {
-            content.push(OutputText::new(text));
-        }
-        self
-    }
-
     fn set_status(&mut self, to: &'static str) {
         match self {
             OutItem::Message { status, .. } | OutItem::FunctionCall { status, .. } => *status = to,
-            OutItem::Reasoning { .. } => {}
+            OutItem::Reasoning { .. } | OutItem::WebSearchCall { .. } => {}
         }
     }
 
@@ -987,9 +1063,17 @@ struct UsageOut {
     output_tokens: u64,
     output_tokens_details: ReasoningDetails,
     total_tokens: u64,
+    /// Web searches run for the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server_tool_use_details: Option<SearchCount>,
     /// What the call cost, in USD.
     #[serde(skip_serializing_if = "Option::is_none")]
     cost: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct SearchCount {
+    web_search_requests: u64,
 }
 
 impl From<&Usage> for UsageOut {
@@ -1005,6 +1089,9 @@ impl From<&Usage> for UsageOut {
                 reasoning_tokens: u.reasoning_tokens,
             },
             total_tokens: u.total(),
+            server_tool_use_details: (u.web_search_requests > 0).then_some(SearchCount {
+                web_search_requests: u.web_search_requests,
+            }),
             cost: u.cost_usd(),
         }
     }
@@ -1152,11 +1239,38 @@ fn write_response(out: &mut Vec<u8>, obj: &ResponseObj, tail: Option<&Tail>) {
     }
 }
 
-/// The output items of a whole answer, in order: visible reasoning and the
-/// encrypted content that follows it share one reasoning item.
-fn items_of(parts: &[Part], ids: &Ids) -> Vec<OutItem> {
-    let mut items: Vec<OutItem> = Vec::new();
-    for p in parts {
+/// The output items of a whole answer, in order: the searches run for it, then its
+/// parts (visible reasoning and the encrypted content that follows it share one
+/// reasoning item); each message's text carries the citations of its span.
+fn items_of(resp: &Response, ids: &Ids) -> Vec<OutItem> {
+    let mut items: Vec<OutItem> = resp
+        .searches
+        .iter()
+        .map(|s| OutItem::web_search(s, "completed"))
+        .collect();
+    // Characters of answer text before the part being read.
+    let mut offset = 0u32;
+    for p in &resp.parts {
+        if let Part::Text { text } = p {
+            let len = text.chars().count() as u32;
+            if !text.is_empty() {
+                let n = items.len();
+                let mut out = OutputText::new(text.clone());
+                out.annotations = resp
+                    .citations
+                    .iter()
+                    .filter(|c| c.start_index >= offset && c.start_index < offset + len)
+                    .map(|c| Annotation::of(c, offset))
+                    .collect();
+                let mut item = OutItem::message(ids.item("msg", n), "completed");
+                if let OutItem::Message { content, .. } = &mut item {
+                    content.push(out);
+                }
+                items.push(item);
+            }
+            offset += len;
+            continue;
+        }
         let n = items.len();
         match p {
             Part::Thinking { text, .. } if text.is_empty() => {}
@@ -1176,9 +1290,7 @@ fn items_of(parts: &[Part], ids: &Ids) -> Vec<OutItem> {
                     it.set_encrypted(data, id.as_deref());
                 }
             }
-            Part::Text { text } if text.is_empty() => {}
-            Part::Text { text } => items
-                .push(OutItem::message(ids.item("msg", n), "completed").with_text(text.clone())),
+            Part::Text { .. } => {}
             Part::ToolCall {
                 id,
                 name,
@@ -1200,7 +1312,7 @@ fn items_of(parts: &[Part], ids: &Ids) -> Vec<OutItem> {
 /// One whole answer as a `response` object.
 pub fn render(resp: &Response, meta: &Meta, tail: &Tail) -> Vec<u8> {
     let ids = Ids::new(resp.id.as_deref(), &meta.fallback_id);
-    let mut items = items_of(&resp.parts, &ids);
+    let mut items = items_of(resp, &ids);
     let outcome = Outcome::of(resp.finish, tail.cut);
     if let (Outcome::Incomplete(_), Some(last)) = (outcome, items.last_mut()) {
         last.set_status("incomplete");
@@ -1304,6 +1416,21 @@ struct ArgsDelta<'a> {
 }
 
 #[derive(Serialize)]
+struct ItemRef<'a> {
+    item_id: &'a str,
+    output_index: usize,
+}
+
+#[derive(Serialize)]
+struct AnnotationAdded<'a> {
+    item_id: &'a str,
+    output_index: usize,
+    content_index: usize,
+    annotation_index: usize,
+    annotation: &'a Annotation,
+}
+
+#[derive(Serialize)]
 struct ArgsDone<'a> {
     item_id: &'a str,
     output_index: usize,
@@ -1357,6 +1484,11 @@ pub struct Encoder {
     /// Output index of each tool call, by its canonical index.
     calls: Vec<(u32, usize)>,
     finish: Option<FinishReason>,
+    /// Each message item's output index and where its text starts in the
+    /// answer's text (characters): citations are placed by it.
+    texts: Vec<(usize, u32)>,
+    /// Characters of answer text so far.
+    chars: u32,
 }
 
 /// The id of the output item at `index`.
@@ -1364,7 +1496,8 @@ fn item_id(items: &[OutItem], index: usize) -> &str {
     match items.get(index) {
         Some(OutItem::Reasoning { id, .. })
         | Some(OutItem::Message { id, .. })
-        | Some(OutItem::FunctionCall { id, .. }) => id,
+        | Some(OutItem::FunctionCall { id, .. })
+        | Some(OutItem::WebSearchCall { id, .. }) => id,
         None => "",
     }
 }
@@ -1380,7 +1513,73 @@ impl Encoder {
             open: None,
             calls: Vec::new(),
             finish: None,
+            texts: Vec::new(),
+            chars: 0,
         }
+    }
+
+    /// A search shown as a `web_search_call` item, whole: added, its three
+    /// progress events, done.
+    fn search(&mut self, s: &ServerSearch, out: &mut Vec<u8>) {
+        self.close(out, "completed");
+        let index = self.items.len();
+        self.items.push(OutItem::web_search(s, "in_progress"));
+        self.added(index, out);
+        for name in [
+            "response.web_search_call.in_progress",
+            "response.web_search_call.searching",
+            "response.web_search_call.completed",
+        ] {
+            let ev = ItemRef {
+                item_id: item_id(&self.items, index),
+                output_index: index,
+            };
+            frame(out, &mut self.seq, name, ev);
+        }
+        if let Some(OutItem::WebSearchCall { status, .. }) = self.items.get_mut(index) {
+            *status = "completed";
+        }
+        if let Some(item) = self.items.get(index) {
+            let ev = ItemEvent {
+                output_index: index,
+                item,
+            };
+            frame(out, &mut self.seq, "response.output_item.done", ev);
+        }
+    }
+
+    /// A citation, on the message whose text holds its start.
+    fn cite(&mut self, c: &UrlCitation, out: &mut Vec<u8>) {
+        let Some(&(index, start)) = self
+            .texts
+            .iter()
+            .rev()
+            .find(|(_, start)| *start <= c.start_index)
+            .or(self.texts.first())
+        else {
+            return;
+        };
+        let annotation = Annotation::of(c, start);
+        let Some(OutItem::Message { id, content, .. }) = self.items.get_mut(index) else {
+            return;
+        };
+        let Some(part) = content.first_mut() else {
+            return;
+        };
+        part.annotations.push(annotation);
+        let ev = AnnotationAdded {
+            item_id: id,
+            output_index: index,
+            content_index: 0,
+            annotation_index: part.annotations.len() - 1,
+            annotation: &part.annotations[part.annotations.len() - 1],
+        };
+        frame(
+            out,
+            &mut self.seq,
+            "response.output_text.annotation.added",
+            ev,
+        );
     }
 
     fn ids(&self) -> &str {
@@ -1443,6 +1642,7 @@ impl Encoder {
                     OutItem::message(ids.item("msg", i), "in_progress")
                 });
                 // The item is announced without content, then its one text part.
+                self.texts.push((i, self.chars));
                 self.added(i, out);
                 if let Some(OutItem::Message { id, content, .. }) = self.items.get_mut(i) {
                     content.push(OutputText::new(String::new()));
@@ -1464,6 +1664,7 @@ impl Encoder {
                 part.text.push_str(text);
             }
         }
+        self.chars += text.chars().count() as u32;
         let ev = TextDelta {
             item_id: item_id(&self.items, index),
             output_index: index,
@@ -1587,6 +1788,8 @@ impl Encoder {
                 };
                 frame(out, seq, "response.function_call_arguments.done", ev);
             }
+            // Written whole when it was added.
+            OutItem::WebSearchCall { .. } => return,
             OutItem::Reasoning { id, summary, .. } => {
                 // Written whole now that its id is final.
                 let ev = ItemEvent {
@@ -1661,6 +1864,8 @@ impl StreamEncoder for Encoder {
             Event::ToolCallStart { index, id, name } => self.tool_start(*index, id, name, out),
             Event::ToolCallArgs { index, arguments } => self.tool_args(*index, arguments, out),
             Event::Finish { reason, .. } => self.finish = Some(*reason),
+            Event::ServerSearch(s) => self.search(s, out),
+            Event::Citation(c) => self.cite(c, out),
             // Usage comes whole with the tail; signatures have no place in this
             // format; refusals and errors are settled by the gateway.
             Event::Usage(_)

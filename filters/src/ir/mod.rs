@@ -7,10 +7,16 @@
 //! format, either as a stream ([`StreamEncoder`]) or, folded by [`Collector`],
 //! as one [`Response`].
 
+pub mod cite;
 mod request;
 mod response;
+pub mod search;
 mod stream;
+pub mod watch;
 
 pub use request::*;
 pub use response::*;
+pub use search::{
+    SearchForm, SearchResult, ServerSearch, ToolSearch, ToolSearchKind, UrlCitation, WebSearch,
+};
 pub use stream::*;

@@ -1,5 +1,6 @@
 //! The canonical request.
 
+use super::search::{ToolSearch, WebSearch};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -274,6 +275,15 @@ pub struct Request {
     /// gets them without those keys.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replayed_answer_keys: bool,
+    /// Web search, in whichever of its spellings the client asked for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_search: Option<Box<WebSearch>>,
+    /// A tool search declaration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_search: Option<Box<ToolSearch>>,
+    /// Tools marked `defer_loading: true`: withheld until a search loads them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deferred: Vec<Tool>,
 }
 
 impl Request {
@@ -324,6 +334,12 @@ impl Request {
         }
         r.messages.retain(|m| !m.parts.is_empty());
         r
+    }
+
+    /// Whether the gateway has more to do than translate: a web search, or a tool
+    /// search (declared, or deferred tools).
+    pub fn orchestrated(&self) -> bool {
+        self.web_search.is_some() || self.tool_search.is_some() || !self.deferred.is_empty()
     }
 
     /// The text of the last user turn (what a service-run web search looks up).

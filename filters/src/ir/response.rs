@@ -1,6 +1,7 @@
 //! A whole answer, folded from its events.
 
 use super::request::Part;
+use super::search::{ServerSearch, UrlCitation};
 use super::stream::{Event, FinishReason, RefusalReason};
 use crate::usage::Usage;
 
@@ -20,6 +21,10 @@ pub struct Response {
     pub usage: Option<Usage>,
     pub refusal: Option<(RefusalReason, Option<String>)>,
     pub error: Option<String>,
+    /// Sources the text cites (`url_citation`), in order.
+    pub citations: Vec<UrlCitation>,
+    /// Searches run on the server side for the answer.
+    pub searches: Vec<ServerSearch>,
 }
 
 impl Response {
@@ -117,6 +122,8 @@ impl Collector {
             }
             Event::Usage(u) => r.usage = Some(*u),
             Event::Error { message } => r.error = Some(message.clone()),
+            Event::Citation(c) => r.citations.push((**c).clone()),
+            Event::ServerSearch(s) => r.searches.push((**s).clone()),
         }
     }
 

@@ -1,8 +1,10 @@
 //! Canonical answer events, and the two traits every format implements around
 //! them: a decoder per upstream wire, an encoder per inbound format.
 
+use super::search::{ServerSearch, UrlCitation};
 use crate::usage::Usage;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Why the model stopped, in canonical terms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +113,10 @@ pub enum Event {
     Usage(Usage),
     /// An in-band error from the provider.
     Error { message: String },
+    /// The answer's text cites a source (`url_citation`).
+    Citation(Box<UrlCitation>),
+    /// A search ran on the server side (the provider's, or the gateway's).
+    ServerSearch(Box<ServerSearch>),
 }
 
 impl Event {
@@ -184,6 +190,9 @@ pub struct Meta {
     /// The gateway's own count of the prompt's tokens: what a stream reports as
     /// its input before the provider's count arrives (messages `message_start`).
     pub prompt_estimate: u64,
+    /// A search the gateway ran for the request: shown in the answer (messages
+    /// server tool blocks, a responses `web_search_call`) and cited by it.
+    pub search: Option<Arc<ServerSearch>>,
 }
 
 /// How a stream ends, told to the encoder by the gateway.

@@ -171,7 +171,19 @@ struct OutTool<'a> {
     strict: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cache_control: Option<CacheControl>,
+    /// Withheld until Claude's own tool search loads it.
+    #[serde(skip_serializing_if = "is_false")]
+    defer_loading: bool,
 }
+
+/// Anthropic's web search server tool, as the gateway declares it.
+const WEB_SEARCH_TOOL: &str = r#"{"type":"web_search_20250305","name":"web_search"}"#;
+
+/// Anthropic's tool search server tools.
+const TOOL_SEARCH_BM25: &str =
+    r#"{"type":"tool_search_tool_bm25_20251119","name":"tool_search_tool_bm25"}"#;
+const TOOL_SEARCH_REGEX: &str =
+    r#"{"type":"tool_search_tool_regex_20251119","name":"tool_search_tool_regex"}"#;
 
 #[derive(Serialize)]
 struct OutChoice<'a> {
@@ -441,11 +453,17 @@ fn render_tools(req: &Request) -> Option<Vec<u8>> {
         .extras
         .iter()
         .filter(|e| e.name.starts_with(SERVER_TOOL_PREFIX));
-    if req.tools.is_empty() && servers.clone().next().is_none() {
+    let searches = req.web_search.is_some() || req.tool_search.is_some();
+    if req.tools.is_empty() && servers.clone().next().is_none() && !searches {
         return None;
     }
     let mut out = vec![b'['];
-    for (i, t) in req.tools.iter().enumerate() {
+    let deferred = req
+        .tool_search
+        .as_ref()
+        .map_or(&[][..], |_| &req.deferred[..]);
+    let tools = req.tools.iter().map(|t| (t, false));
+    for (i, (t, deferred)) in tools.chain(deferred.iter().map(|t| (t, true))).enumerate() {
         if out.len() > 1 {
             out.push(b',');
         }
@@ -458,14 +476,32 @@ fn render_tools(req: &Request) -> Option<Vec<u8>> {
                 .cache_breaks
                 .contains(&CacheBreak::Tool(i))
                 .then_some(EPHEMERAL),
+            defer_loading: deferred,
         };
         let _ = serde_json::to_writer(&mut out, &tool);
     }
-    for e in servers {
+    let mut put = |json: &[u8]| {
         if out.len() > 1 {
             out.push(b',');
         }
-        out.extend_from_slice(e.value.get().as_bytes());
+        out.extend_from_slice(json);
+    };
+    for e in servers {
+        put(e.value.get().as_bytes());
+    }
+    // Claude's own searches, when the request asks for them here: a messages
+    // client's own server tool as it sent it, else the gateway's declaration.
+    if let Some(ws) = &req.web_search {
+        match (&ws.raw, ws.form) {
+            (Some(raw), crate::ir::SearchForm::MessagesTool) => put(raw.get().as_bytes()),
+            _ => put(WEB_SEARCH_TOOL.as_bytes()),
+        }
+    }
+    if let Some(ts) = &req.tool_search {
+        put(match ts.kind {
+            crate::ir::ToolSearchKind::Bm25 => TOOL_SEARCH_BM25.as_bytes(),
+            crate::ir::ToolSearchKind::Regex => TOOL_SEARCH_REGEX.as_bytes(),
+        });
     }
     out.push(b']');
     Some(out)
@@ -677,6 +713,15 @@ struct WireUsage {
     /// The split of the writes by lifetime.
     #[serde(default)]
     cache_creation: Option<CacheCreation>,
+    /// Server tools Claude ran (its web searches).
+    #[serde(default)]
+    server_tool_use: Option<ServerToolUse>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+struct ServerToolUse {
+    #[serde(default)]
+    web_search_requests: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize)]
@@ -704,6 +749,9 @@ impl WireUsage {
         if o.cache_creation.is_some() {
             self.cache_creation = o.cache_creation;
         }
+        if o.server_tool_use.is_some() {
+            self.server_tool_use = o.server_tool_use;
+        }
     }
 
     fn canonical(&self) -> Usage {
@@ -725,6 +773,10 @@ impl WireUsage {
             output_tokens: self.output_tokens.unwrap_or(0),
             // Anthropic counts thinking inside output_tokens without a split.
             reasoning_tokens: 0,
+            web_search_requests: self
+                .server_tool_use
+                .and_then(|s| s.web_search_requests)
+                .unwrap_or(0),
             cost_micro_usd: None,
         }
     }
@@ -757,6 +809,88 @@ struct WireBlock<'a> {
     name: Option<String>,
     #[serde(default, borrow)]
     input: Option<&'a RawValue>,
+    /// A text block's sources.
+    #[serde(default)]
+    citations: Option<Vec<WireCitation>>,
+    /// A server tool result's call.
+    #[serde(default)]
+    tool_use_id: Option<String>,
+    /// A web search result block's results (or its error object).
+    #[serde(default, borrow)]
+    content: Option<&'a RawValue>,
+}
+
+/// A text block's citation of a search result.
+#[derive(Clone, Deserialize)]
+struct WireCitation {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    cited_text: Option<String>,
+}
+
+impl WireCitation {
+    /// The citation over the answer's characters `start..end`.
+    fn event(&self, start: u32, end: u32) -> Option<Event> {
+        let url = self.url.clone()?;
+        (self.kind == "web_search_result_location").then(|| {
+            Event::Citation(Box::new(crate::ir::UrlCitation {
+                url,
+                title: self.title.clone().unwrap_or_default(),
+                content: self.cited_text.clone(),
+                start_index: start,
+                end_index: end,
+            }))
+        })
+    }
+}
+
+/// One `web_search_result` of a `web_search_tool_result` block.
+#[derive(Deserialize)]
+struct WireResult {
+    #[serde(default)]
+    url: String,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    page_age: Option<String>,
+}
+
+/// The query of a `web_search` server tool call's input.
+fn query_of(input: &str) -> String {
+    #[derive(Deserialize)]
+    struct Q {
+        #[serde(default)]
+        query: String,
+    }
+    serde_json::from_str::<Q>(input)
+        .map(|q| q.query)
+        .unwrap_or_default()
+}
+
+/// A finished web search: its call's id and query, and the results the
+/// `web_search_tool_result` block holds (an error object holds none).
+fn search_event(id: String, query: String, content: Option<&RawValue>) -> Event {
+    let results: Vec<WireResult> = content
+        .and_then(|c| serde_json::from_str(c.get()).ok())
+        .unwrap_or_default();
+    Event::ServerSearch(Box::new(crate::ir::ServerSearch {
+        id,
+        query,
+        results: results
+            .into_iter()
+            .map(|r| crate::ir::SearchResult {
+                title: r.title,
+                url: r.url,
+                snippet: String::new(),
+                page_age: r.page_age,
+            })
+            .collect(),
+    }))
 }
 
 /// A whole answer (a `message`, or an `error` object), or a stream's
@@ -863,12 +997,34 @@ pub fn decode(body: &[u8]) -> Result<Vec<Event>, DecodeError> {
         model: m.model,
     });
     let mut calls = 0u32;
+    // Characters of answer text so far: a text block's citations cover its span.
+    let mut chars = 0u32;
+    // Web search calls whose result block has not come yet: (id, query).
+    let mut searching: Vec<(String, String)> = Vec::new();
     for b in m.content {
         match b.kind.as_ref() {
             "text" => {
+                let start = chars;
                 if let Some(text) = b.text.filter(|t| !t.is_empty()) {
+                    chars += text.chars().count() as u32;
                     out.push(Event::Text { text });
                 }
+                for c in b.citations.iter().flatten() {
+                    out.extend(c.event(start, chars));
+                }
+            }
+            "server_tool_use" if b.name.as_deref() == Some("web_search") => {
+                let query = b.input.map(|i| query_of(i.get())).unwrap_or_default();
+                searching.push((b.id.unwrap_or_default(), query));
+            }
+            "web_search_tool_result" => {
+                let id = b.tool_use_id.unwrap_or_default();
+                let query = searching
+                    .iter()
+                    .find(|(i, _)| *i == id)
+                    .map(|(_, q)| q.clone())
+                    .unwrap_or_default();
+                out.push(search_event(id, query, b.content));
             }
             "thinking" => thinking_events(b.thinking, b.signature, &mut out),
             "redacted_thinking" => {
@@ -948,6 +1104,8 @@ struct Delta {
     stop_reason: Option<String>,
     #[serde(default)]
     stop_sequence: Option<String>,
+    #[serde(default)]
+    citation: Option<WireCitation>,
 }
 
 /// What a stream's content block is, by its index.
@@ -957,8 +1115,18 @@ enum Kind {
     Thinking,
     /// A tool_use block and its call index (tool_use blocks counted from 0).
     Tool(u32),
-    /// Server tool blocks and unknown kinds: their deltas are skipped.
+    /// A `web_search` server tool call, by its place in `searches`.
+    Search(usize),
+    /// Other server tool blocks and unknown kinds: their deltas are skipped.
     Other,
+}
+
+/// A text block's citations, held until the block ends (its span is known
+/// then).
+struct Cited {
+    index: u32,
+    start: u32,
+    citations: Vec<WireCitation>,
 }
 
 /// Decodes the Messages SSE stream.
@@ -968,6 +1136,12 @@ pub struct Decoder {
     blocks: Vec<Kind>,
     calls: u32,
     usage: WireUsage,
+    /// Characters of answer text so far.
+    chars: u32,
+    /// The open text block, where its citations gather.
+    cited: Option<Cited>,
+    /// Web search calls: id and the input JSON streamed so far.
+    searches: Vec<(String, String)>,
 }
 
 impl Decoder {
@@ -978,10 +1152,35 @@ impl Decoder {
     fn block_start(&mut self, index: Option<u32>, b: WireBlock, out: &mut Vec<Event>) {
         let kind = match b.kind.as_ref() {
             "text" => {
+                self.cited = Some(Cited {
+                    index: index.unwrap_or(0),
+                    start: self.chars,
+                    citations: b.citations.clone().unwrap_or_default(),
+                });
                 if let Some(text) = b.text.filter(|t| !t.is_empty()) {
+                    self.chars += text.chars().count() as u32;
                     out.push(Event::Text { text });
                 }
                 Kind::Text
+            }
+            "server_tool_use" if b.name.as_deref() == Some("web_search") => {
+                let input = b.input.map(|i| i.get()).filter(|i| *i != "{}");
+                self.searches.push((
+                    b.id.unwrap_or_default(),
+                    input.unwrap_or_default().to_string(),
+                ));
+                Kind::Search(self.searches.len() - 1)
+            }
+            "web_search_tool_result" => {
+                let id = b.tool_use_id.unwrap_or_default();
+                let query = self
+                    .searches
+                    .iter()
+                    .find(|(i, _)| *i == id)
+                    .map(|(_, input)| query_of(input))
+                    .unwrap_or_default();
+                out.push(search_event(id, query, b.content));
+                Kind::Other
             }
             "thinking" => {
                 thinking_events(b.thinking, b.signature, out);
@@ -1012,14 +1211,39 @@ impl Decoder {
         self.blocks[at] = kind;
     }
 
-    fn block_delta(&self, index: Option<u32>, d: Delta, out: &mut Vec<Event>) {
+    /// A text block ended: its citations cover the text it held.
+    fn block_stop(&mut self, index: Option<u32>, out: &mut Vec<Event>) {
+        if let Some(c) = self.cited.take() {
+            if Some(c.index) != index {
+                self.cited = Some(c);
+                return;
+            }
+            for cite in &c.citations {
+                out.extend(cite.event(c.start, self.chars));
+            }
+        }
+    }
+
+    fn block_delta(&mut self, index: Option<u32>, d: Delta, out: &mut Vec<Event>) {
         let kind = index
             .and_then(|i| self.blocks.get(i as usize).copied())
             .unwrap_or(Kind::Other);
         match (d.kind.as_deref(), kind) {
             (Some("text_delta"), _) => {
                 if let Some(text) = d.text.filter(|t| !t.is_empty()) {
+                    self.chars += text.chars().count() as u32;
                     out.push(Event::Text { text });
+                }
+            }
+            (Some("citations_delta"), _) => {
+                if let (Some(c), Some(cited)) = (d.citation, self.cited.as_mut()) {
+                    cited.citations.push(c);
+                }
+            }
+            (Some("input_json_delta"), Kind::Search(at)) => {
+                if let (Some(json), Some((_, input))) = (d.partial_json, self.searches.get_mut(at))
+                {
+                    input.push_str(&json);
                 }
             }
             (Some("thinking_delta"), _) => {
@@ -1092,6 +1316,7 @@ impl StreamDecoder for Decoder {
                 let usage = ev.usage.is_some().then(|| self.usage.canonical());
                 finish_events(stop.as_deref(), sequence, usage, out);
             }
+            "content_block_stop" => self.block_stop(ev.index, out),
             "message_stop" => self.done = true,
             "error" => {
                 if let Some(e) = &ev.error {

@@ -359,6 +359,9 @@ fn disclose_unsupported(req: &Request, dropped: &mut Vec<String>) {
         ("parallel_tool_calls", req.parallel_tool_calls.is_some()),
         ("user", req.user.is_some()),
         ("include", !req.include.is_empty()),
+        // Bedrock's Converse has no search of its own.
+        ("web_search", req.web_search.is_some()),
+        ("tool_search", req.tool_search.is_some()),
     ];
     for (name, set) in unsupported {
         if set {
@@ -806,6 +809,7 @@ impl WireUsage {
             output_tokens: self.output_tokens,
             reasoning_tokens: 0,
             cache_write_1h_tokens: 0,
+            web_search_requests: 0,
             cost_micro_usd: None,
         }
     }

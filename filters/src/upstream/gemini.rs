@@ -159,9 +159,14 @@ struct FnResult<'a> {
 }
 
 #[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Tools<'a> {
-    function_declarations: Vec<FunctionDecl<'a>>,
+#[serde(untagged)]
+enum Tools<'a> {
+    #[serde(rename_all = "camelCase")]
+    Functions {
+        function_declarations: Vec<FunctionDecl<'a>>,
+    },
+    /// Grounding with Google Search: Gemini's own web search.
+    Search { google_search: Empty },
 }
 
 #[derive(Serialize)]
@@ -275,26 +280,36 @@ fn disclose_unsupported(req: &Request, dropped: &mut Vec<String>) {
     if !req.include.is_empty() {
         drop("include");
     }
+    // Gemini has no search over deferred tools.
+    if req.tool_search.is_some() {
+        drop("tool_search");
+    }
     for e in &req.extras {
         drop(&e.name);
     }
 }
 
 fn tools(req: &Request) -> Vec<Tools<'_>> {
-    if req.tools.is_empty() {
-        return Vec::new();
+    let mut out = Vec::new();
+    if !req.tools.is_empty() {
+        out.push(Tools::Functions {
+            function_declarations: req
+                .tools
+                .iter()
+                .map(|t| FunctionDecl {
+                    name: &t.name,
+                    description: t.description.as_deref(),
+                    parameters_json_schema: &t.parameters,
+                })
+                .collect(),
+        });
     }
-    vec![Tools {
-        function_declarations: req
-            .tools
-            .iter()
-            .map(|t| FunctionDecl {
-                name: &t.name,
-                description: t.description.as_deref(),
-                parameters_json_schema: &t.parameters,
-            })
-            .collect(),
-    }]
+    if req.web_search.is_some() {
+        out.push(Tools::Search {
+            google_search: Empty {},
+        });
+    }
+    out
 }
 
 fn tool_config(req: &Request) -> Option<ToolConfig<'_>> {
@@ -616,6 +631,53 @@ struct Candidate<'a> {
     finish_reason: Option<String>,
     #[serde(default)]
     finish_message: Option<String>,
+    #[serde(default)]
+    grounding_metadata: Option<Grounding>,
+}
+
+/// What grounding with Google Search found and where the answer relies on it.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Grounding {
+    #[serde(default)]
+    web_search_queries: Vec<String>,
+    #[serde(default)]
+    grounding_chunks: Vec<GroundingChunk>,
+    #[serde(default)]
+    grounding_supports: Vec<Support>,
+}
+
+#[derive(Deserialize, Default)]
+struct GroundingChunk {
+    #[serde(default)]
+    web: Option<WebChunk>,
+}
+
+#[derive(Deserialize, Default)]
+struct WebChunk {
+    #[serde(default)]
+    uri: String,
+    #[serde(default)]
+    title: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Support {
+    #[serde(default)]
+    segment: Option<Segment>,
+    #[serde(default)]
+    grounding_chunk_indices: Vec<usize>,
+}
+
+/// A span of the answer's text, in UTF-8 bytes.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Segment {
+    #[serde(default)]
+    start_index: usize,
+    #[serde(default)]
+    end_index: usize,
 }
 
 #[derive(Deserialize)]
@@ -685,6 +747,7 @@ impl UsageMetadata {
                 .saturating_add(self.thoughts_token_count),
             reasoning_tokens: self.thoughts_token_count,
             cache_write_1h_tokens: 0,
+            web_search_requests: 0,
             cost_micro_usd: None,
         }
     }
@@ -732,11 +795,62 @@ pub struct Decoder {
     content: bool,
     done: bool,
     usage: Option<Usage>,
+    /// The answer's text so far: grounding spans are in its bytes, citations in
+    /// its characters.
+    text: String,
+    /// Google searches Gemini ran.
+    searches: u64,
 }
 
 impl Decoder {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Grounding as the searches Gemini ran (the sources with the first) and the
+    /// citations of the spans that rely on them.
+    fn grounding(&mut self, g: Grounding, out: &mut Vec<Event>) {
+        let sources: Vec<crate::ir::SearchResult> = g
+            .grounding_chunks
+            .iter()
+            .filter_map(|c| c.web.as_ref())
+            .map(|w| crate::ir::SearchResult {
+                title: w.title.clone(),
+                url: w.uri.clone(),
+                snippet: String::new(),
+                page_age: None,
+            })
+            .collect();
+        for (i, q) in g.web_search_queries.iter().enumerate() {
+            self.searches += 1;
+            out.push(Event::ServerSearch(Box::new(crate::ir::ServerSearch {
+                id: format!("gs_{}", self.searches),
+                query: q.clone(),
+                results: if i == 0 { sources.clone() } else { Vec::new() },
+            })));
+        }
+        let chars = |byte: usize| {
+            let mut b = byte.min(self.text.len());
+            while !self.text.is_char_boundary(b) {
+                b -= 1;
+            }
+            self.text[..b].chars().count() as u32
+        };
+        for s in &g.grounding_supports {
+            let Some(seg) = &s.segment else { continue };
+            let (start, end) = (chars(seg.start_index), chars(seg.end_index));
+            for &i in &s.grounding_chunk_indices {
+                if let Some(src) = sources.get(i) {
+                    out.push(Event::Citation(Box::new(crate::ir::UrlCitation {
+                        url: src.url.clone(),
+                        title: src.title.clone(),
+                        content: None,
+                        start_index: start,
+                        end_index: end,
+                    })));
+                }
+            }
+        }
     }
 
     fn chunk(&mut self, c: Chunk<'_>, out: &mut Vec<Event>) {
@@ -764,6 +878,9 @@ impl Decoder {
                     self.part(p, out);
                 }
             }
+            if let Some(g) = cand.grounding_metadata {
+                self.grounding(g, out);
+            }
             if let Some(reason) = cand.finish_reason {
                 self.finish(&reason, cand.finish_message, out);
                 finished = true;
@@ -789,7 +906,8 @@ impl Decoder {
         }
         if finished || (was_done && c.usage_metadata.is_some()) {
             self.done = true;
-            if let Some(u) = self.usage {
+            if let Some(mut u) = self.usage {
+                u.web_search_requests = self.searches;
                 out.push(Event::Usage(u));
             }
         }
@@ -814,6 +932,7 @@ impl Decoder {
         }
         if let Some(t) = text {
             self.content = true;
+            self.text.push_str(&t);
             out.push(Event::Text {
                 text: t.into_owned(),
             });

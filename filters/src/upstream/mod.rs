@@ -75,6 +75,24 @@ impl Wire {
         )
     }
 
+    /// Whether a rung of this wire can run its provider's own web search (OpenAI's
+    /// search models and responses `web_search`, Claude's `web_search` server
+    /// tool, Gemini's Google Search grounding).
+    pub fn searches_natively(self) -> bool {
+        !matches!(self, Wire::Bedrock)
+    }
+
+    /// Whether a rung of this wire can run its provider's own tool search over
+    /// deferred tools (Claude's tool search tools, the responses `tool_search`,
+    /// OpenRouter's server tool).
+    pub fn tool_search_natively(self, provider: &str) -> bool {
+        match self {
+            Wire::Anthropic | Wire::OpenAiResponses => true,
+            Wire::OpenAiChat => provider == "openrouter",
+            Wire::Gemini | Wire::Bedrock => false,
+        }
+    }
+
     /// Renders the canonical request for a rung of this wire served by `provider`.
     pub fn render(self, provider: &str, req: &Request, model_id: &str, stream: bool) -> Rendered {
         match self {

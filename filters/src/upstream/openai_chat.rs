@@ -114,6 +114,7 @@ impl WireUsage {
                 .and_then(|d| d.reasoning_tokens)
                 .unwrap_or(0),
             cache_write_1h_tokens: 0,
+            web_search_requests: 0,
             cost_micro_usd: None,
         }
     }
@@ -277,16 +278,49 @@ mod tests {
 // The canonical side: a client of another format on an OpenAI-wire rung.
 
 /// Extras a chat rung understands (the rest are another maker's: dropped).
-const CHAT_EXTRAS: [&str; 8] = [
+const CHAT_EXTRAS: [&str; 7] = [
     "metadata",
     "service_tier",
     "store",
     "logprobs",
     "top_logprobs",
     "verbosity",
-    "web_search_options",
     "safety_identifier",
 ];
+
+/// A function tool in the chat format; a deferred one is marked so.
+fn tool_json(t: &crate::ir::Tool, deferred: bool) -> serde_json::Value {
+    use serde_json::{json, Value};
+    let mut f = json!({"name": t.name,
+        "parameters": serde_json::from_str::<Value>(t.parameters.get()).unwrap_or(json!({}))});
+    if let Some(d) = &t.description {
+        f["description"] = json!(d);
+    }
+    if let Some(s) = t.strict {
+        f["strict"] = json!(s);
+    }
+    let mut tool = json!({"type": "function", "function": f});
+    if deferred {
+        tool["defer_loading"] = json!(true);
+    }
+    tool
+}
+
+/// The search options of a rung whose own search runs (OpenAI's search models):
+/// a chat client's own object as it sent it, else one made from the request.
+fn web_search_options(ws: &crate::ir::WebSearch) -> serde_json::Value {
+    use serde_json::{json, Value};
+    if let (Some(raw), crate::ir::SearchForm::ChatOptions) = (&ws.raw, ws.form) {
+        if let Ok(v) = serde_json::from_str::<Value>(raw.get()) {
+            return v;
+        }
+    }
+    let mut o = json!({});
+    if let Some(size) = &ws.context_size {
+        o["search_context_size"] = json!(size);
+    }
+    o
+}
 
 fn part_json(p: &Part) -> Option<serde_json::Value> {
     use serde_json::json;
@@ -423,23 +457,22 @@ pub fn render(req: &Request, model_id: &str, stream: bool) -> Rendered {
     let mut o = Map::new();
     o.insert("model".into(), json!(model_id));
     o.insert("messages".into(), Value::from(messages));
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                let mut f = json!({"name": t.name,
-                    "parameters": serde_json::from_str::<Value>(t.parameters.get()).unwrap_or(json!({}))});
-                if let Some(d) = &t.description {
-                    f["description"] = json!(d);
-                }
-                if let Some(s) = t.strict {
-                    f["strict"] = json!(s);
-                }
-                json!({"type": "function", "function": f})
-            })
-            .collect();
+    if !req.tools.is_empty() || req.tool_search.is_some() {
+        let mut tools: Vec<Value> = req.tools.iter().map(|t| tool_json(t, false)).collect();
+        // A rung whose own tool search runs (OpenRouter's server tool) gets the
+        // declaration and the deferred tools.
+        if let Some(ts) = &req.tool_search {
+            tools.extend(req.deferred.iter().map(|t| tool_json(t, true)));
+            let mut decl = json!({"type": "openrouter:tool_search"});
+            if let Some(n) = ts.max_results {
+                decl["max_results"] = json!(n);
+            }
+            tools.push(decl);
+        }
         o.insert("tools".into(), Value::from(tools));
+    }
+    if let Some(ws) = &req.web_search {
+        o.insert("web_search_options".into(), web_search_options(ws));
     }
     if let Some(tc) = &req.tool_choice {
         o.insert(
@@ -565,8 +598,49 @@ struct WireFn {
     arguments: Option<String>,
 }
 
+/// A `url_citation` annotation (OpenAI's search models; OpenRouter adds
+/// `content`).
+#[derive(Deserialize)]
+struct WireAnnotation {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    url_citation: Option<WireUrlCitation>,
+}
+
+#[derive(Deserialize)]
+struct WireUrlCitation {
+    url: String,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    start_index: Option<u32>,
+    #[serde(default)]
+    end_index: Option<u32>,
+}
+
+/// Citation events for a message's (or delta's) annotations.
+fn citations(list: &Option<Vec<WireAnnotation>>, out: &mut Vec<Event>) {
+    for a in list.iter().flatten() {
+        let (Some("url_citation"), Some(c)) = (a.kind.as_deref(), &a.url_citation) else {
+            continue;
+        };
+        out.push(Event::Citation(Box::new(crate::ir::UrlCitation {
+            url: c.url.clone(),
+            title: c.title.clone().unwrap_or_default(),
+            content: c.content.clone(),
+            start_index: c.start_index.unwrap_or(0),
+            end_index: c.end_index.unwrap_or(0),
+        })));
+    }
+}
+
 #[derive(Deserialize)]
 struct WireMsg {
+    #[serde(default)]
+    annotations: Option<Vec<WireAnnotation>>,
     #[serde(default)]
     content: Option<serde_json::Value>,
     #[serde(default)]
@@ -648,6 +722,7 @@ pub fn decode(body: &[u8]) -> Result<Vec<Event>, DecodeError> {
             if !text.is_empty() {
                 out.push(Event::Text { text });
             }
+            citations(&m.annotations, &mut out);
             for (i, call) in m.tool_calls.iter().flatten().enumerate() {
                 let f = call.function.as_ref();
                 out.push(Event::ToolCallStart {
@@ -732,6 +807,7 @@ impl StreamDecoder for Decoder {
                 if !text.is_empty() {
                     out.push(Event::Text { text });
                 }
+                citations(&d.annotations, out);
                 for (n, call) in d.tool_calls.iter().flatten().enumerate() {
                     let index = call.index.unwrap_or(n as u32);
                     let f = call.function.as_ref();

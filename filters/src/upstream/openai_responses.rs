@@ -111,9 +111,31 @@ enum ToolOut<'a> {
         description: Option<&'a str>,
         parameters: &'a RawValue,
         strict: bool,
+        /// Withheld until the provider's own tool search loads it.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        defer_loading: bool,
     },
     /// A hosted tool the client declared, forwarded whole.
     Raw(&'a RawValue),
+    /// A hosted tool the gateway declares (`web_search`, `tool_search`).
+    Hosted {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        search_context_size: Option<&'a str>,
+    },
+}
+
+fn function_out(t: &crate::ir::Tool, deferred: bool) -> ToolOut<'_> {
+    ToolOut::Function {
+        kind: "function",
+        name: &t.name,
+        description: t.description.as_deref(),
+        parameters: &t.parameters,
+        // An omitted `strict` means strict on this API, unlike elsewhere.
+        strict: t.strict.unwrap_or(false),
+        defer_loading: deferred,
+    }
 }
 
 #[derive(Serialize)]
@@ -350,24 +372,29 @@ pub fn render(req: &Request, model_id: &str, stream: bool) -> Rendered {
             Role::Assistant => assistant_items(m, &mut input),
         }
     }
-    let mut tools: Vec<ToolOut> = req
-        .tools
-        .iter()
-        .map(|t| ToolOut::Function {
-            kind: "function",
-            name: &t.name,
-            description: t.description.as_deref(),
-            parameters: &t.parameters,
-            // An omitted `strict` means strict on this API, unlike elsewhere.
-            strict: t.strict.unwrap_or(false),
-        })
-        .collect();
+    let mut tools: Vec<ToolOut> = req.tools.iter().map(|t| function_out(t, false)).collect();
+    // The provider's own searches, when the request asks for them here.
+    if let Some(ws) = &req.web_search {
+        tools.push(match (&ws.raw, ws.form) {
+            (Some(raw), crate::ir::SearchForm::ResponsesTool) => ToolOut::Raw(raw),
+            _ => ToolOut::Hosted {
+                kind: "web_search",
+                search_context_size: ws.context_size.as_deref(),
+            },
+        });
+    }
+    if req.tool_search.is_some() {
+        tools.extend(req.deferred.iter().map(|t| function_out(t, true)));
+        tools.push(ToolOut::Hosted {
+            kind: "tool_search",
+            search_context_size: None,
+        });
+    }
     let mut verbosity = None;
     let mut top_level = Vec::new();
     let mut dropped = Vec::new();
     for e in &req.extras {
         match e.name.as_str() {
-            "tools.web_search" => tools.push(ToolOut::Raw(&e.value)),
             // The chat format's spelling of the same control.
             "text.verbosity" | "verbosity" => verbosity = Some(&*e.value),
             n if FORWARDED.contains(&n) => top_level.push(e),
@@ -490,6 +517,7 @@ impl WireUsage {
                 .and_then(|d| d.reasoning_tokens)
                 .unwrap_or(0),
             cache_write_1h_tokens: 0,
+            web_search_requests: 0,
             cost_micro_usd: None,
         }
     }
@@ -524,12 +552,65 @@ struct TextIn {
     text: String,
 }
 
+/// An output text's annotation; `url_citation` is the one the canonical form
+/// carries.
+#[derive(Deserialize)]
+struct AnnotationIn {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    url: String,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    start_index: u32,
+    #[serde(default)]
+    end_index: u32,
+}
+
+impl AnnotationIn {
+    /// The citation, its span moved to the answer's text (`offset` characters
+    /// before this output text).
+    fn citation(&self, offset: u32) -> Option<Event> {
+        (self.kind == "url_citation").then(|| {
+            Event::Citation(Box::new(crate::ir::UrlCitation {
+                url: self.url.clone(),
+                title: self.title.clone().unwrap_or_default(),
+                content: None,
+                start_index: self.start_index + offset,
+                end_index: self.end_index + offset,
+            }))
+        })
+    }
+}
+
+/// What a `web_search_call` did.
+#[derive(Deserialize)]
+struct ActionIn {
+    #[serde(default)]
+    query: Option<String>,
+}
+
+/// A `web_search_call` item as a server search (OpenAI shows no results).
+fn server_search(id: &Option<String>, action: &Option<ActionIn>) -> Event {
+    Event::ServerSearch(Box::new(crate::ir::ServerSearch {
+        id: id.clone().unwrap_or_default(),
+        query: action
+            .as_ref()
+            .and_then(|a| a.query.clone())
+            .unwrap_or_default(),
+        results: Vec::new(),
+    }))
+}
+
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum ContentIn {
     OutputText {
         #[serde(default)]
         text: String,
+        #[serde(default)]
+        annotations: Vec<AnnotationIn>,
     },
     Refusal {
         #[serde(default)]
@@ -566,7 +647,15 @@ enum ItemIn {
         #[serde(default)]
         encrypted_content: Option<String>,
     },
-    /// Hosted tool calls and anything newer: nothing the canonical form carries.
+    /// The provider's own web search.
+    WebSearchCall {
+        #[serde(default)]
+        id: Option<String>,
+        #[serde(default)]
+        action: Option<ActionIn>,
+    },
+    /// Other hosted tool calls and anything newer: nothing the canonical form
+    /// carries.
     #[serde(other)]
     Other,
 }
@@ -617,8 +706,9 @@ impl WireError {
     }
 }
 
-/// The closing events of an answer: its error, finish and usage.
-fn settle(r: &WireResponse, has_calls: bool, out: &mut Vec<Event>) {
+/// The closing events of an answer: its error, finish and usage (with the web
+/// searches the provider ran).
+fn settle(r: &WireResponse, has_calls: bool, searches: u64, out: &mut Vec<Event>) {
     if let Some(e) = &r.error {
         out.push(e.event());
     }
@@ -650,7 +740,9 @@ fn settle(r: &WireResponse, has_calls: bool, out: &mut Vec<Event>) {
         stop_sequence: None,
     });
     if let Some(u) = &r.usage {
-        out.push(Event::Usage(u.to_usage()));
+        let mut u = u.to_usage();
+        u.web_search_requests = searches;
+        out.push(Event::Usage(u));
     }
 }
 
@@ -676,6 +768,9 @@ pub fn decode(body: &[u8]) -> Result<Vec<Event>, DecodeError> {
         model: r.model.clone(),
     });
     let mut calls = 0u32;
+    let mut searches = 0u64;
+    // Characters of answer text before the output text being read.
+    let mut offset = 0u32;
     for item in &r.output {
         match item {
             ItemIn::Reasoning {
@@ -698,8 +793,10 @@ pub fn decode(body: &[u8]) -> Result<Vec<Event>, DecodeError> {
             ItemIn::Message { content } => {
                 for c in content {
                     match c {
-                        ContentIn::OutputText { text } => {
-                            out.push(Event::Text { text: text.clone() })
+                        ContentIn::OutputText { text, annotations } => {
+                            out.push(Event::Text { text: text.clone() });
+                            out.extend(annotations.iter().filter_map(|a| a.citation(offset)));
+                            offset += text.chars().count() as u32;
                         }
                         ContentIn::Refusal { refusal } => out.push(Event::Refusal {
                             reason: RefusalReason::ContentPolicy,
@@ -727,10 +824,14 @@ pub fn decode(body: &[u8]) -> Result<Vec<Event>, DecodeError> {
                 }
                 calls += 1;
             }
+            ItemIn::WebSearchCall { id, action } => {
+                searches += 1;
+                out.push(server_search(id, action));
+            }
             ItemIn::Other => {}
         }
     }
-    settle(&r, calls > 0, &mut out);
+    settle(&r, calls > 0, searches, &mut out);
     Ok(out)
 }
 
@@ -778,6 +879,8 @@ struct Frame<'a> {
     code: Option<String>,
     #[serde(default)]
     message: Option<String>,
+    #[serde(default)]
+    annotation: Option<AnnotationIn>,
     /// Some providers nest the `error` event's members.
     #[serde(default)]
     error: Option<WireError>,
@@ -826,9 +929,26 @@ pub struct Decoder {
     /// only repeats it).
     streamed: Vec<String>,
     refusal: String,
+    /// Where each message item's text starts in the answer's text (characters),
+    /// by item id: a citation's span is moved there.
+    texts: Vec<(String, u32)>,
+    /// Characters of answer text so far.
+    chars: u32,
+    /// Web searches the provider ran.
+    searches: u64,
 }
 
 impl Decoder {
+    /// Counts streamed text, noting where each item's text starts.
+    fn text_seen(&mut self, item_id: Option<&str>, text: &str) {
+        if let Some(id) = item_id {
+            if !self.texts.iter().any(|(i, _)| i == id) {
+                self.texts.push((id.to_string(), self.chars));
+            }
+        }
+        self.chars += text.chars().count() as u32;
+    }
+
     pub fn new() -> Self {
         Self::default()
     }
@@ -928,6 +1048,10 @@ impl Decoder {
                 Some(_) => {}
                 None => self.start_call(f, item, out)?,
             },
+            ItemIn::WebSearchCall { id, action } => {
+                self.searches += 1;
+                out.push(server_search(&id, &action));
+            }
             // Text went out with its deltas (or its `.done`).
             ItemIn::Message { .. } | ItemIn::Other => {}
         }
@@ -940,7 +1064,7 @@ impl Decoder {
             return Ok(());
         };
         let r: WireResponse = parse(raw.get())?;
-        settle(&r, !self.calls.is_empty(), out);
+        settle(&r, !self.calls.is_empty(), self.searches, out);
         Ok(())
     }
 }
@@ -950,8 +1074,9 @@ fn parse<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, DecodeError> {
 }
 
 /// The stream events the decoder acts on.
-const HANDLED: [&str; 17] = [
+const HANDLED: [&str; 18] = [
     "response.created",
+    "response.output_text.annotation.added",
     "response.in_progress",
     "response.output_item.added",
     "response.output_item.done",
@@ -1023,13 +1148,23 @@ impl StreamDecoder for Decoder {
                         text: d.to_string(),
                     });
                     self.mark(item_id);
+                    self.text_seen(item_id, d);
                 }
             }
             "response.output_text.done" if !self.streamed(item_id) => {
                 if let Some(t) = f.text.filter(|t| !t.is_empty()) {
+                    self.text_seen(item_id, &t);
                     out.push(Event::Text { text: t });
                 }
                 self.mark(item_id);
+            }
+            "response.output_text.annotation.added" => {
+                let offset = self
+                    .texts
+                    .iter()
+                    .find(|(i, _)| Some(i.as_str()) == item_id)
+                    .map_or(0, |(_, start)| *start);
+                out.extend(f.annotation.as_ref().and_then(|a| a.citation(offset)));
             }
             "response.refusal.delta" => {
                 if let Some(d) = f.delta.as_deref() {

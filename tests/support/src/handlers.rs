@@ -252,6 +252,7 @@ async fn generate<W: Wire>(m: &Inner, w: W, path_model: Option<String>, req: Req
         .as_deref()
         .or(path_model.as_deref())
         .unwrap_or("unknown");
+    let step = step::declared(step, &wire::declared_tools(&body));
     let plan = match step::resolve(step, model, parsed.has_tools, m.chunks()) {
         Ok(plan) => plan,
         Err(failure) => return failed(failure, |s, msg| w.error_body(s, msg)),

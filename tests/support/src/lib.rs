@@ -3,7 +3,8 @@
 //!
 //! It speaks the real wire formats of OpenAI (chat completions, responses,
 //! embeddings, Azure deployment paths), Anthropic messages, Gemini and Bedrock
-//! Converse (JSON and the binary converse-stream), and
+//! Converse (JSON and the binary converse-stream), and (module [`search`]) the
+//! web search vendors SearXNG and Brave, and
 //! plays scripted faults per model: error statuses, delays, cut streams,
 //! in-band error events, refusals, tool calls, dropped connections.
 //!
@@ -32,6 +33,7 @@ mod handlers;
 pub mod oauth;
 mod openai;
 mod responses;
+pub mod search;
 pub mod smtp;
 mod sse;
 mod step;

@@ -99,6 +99,11 @@ pub enum Step {
     /// Non-streaming: the normal answer pretty-printed (as OpenAI sends it);
     /// streams: a normal answer. JSON `{"kind":"pretty"}`.
     Pretty,
+    /// A call of tool `name` only if the request declares a tool of that name
+    /// (in any wire's tools); otherwise the text `sluice-mock: no tool named
+    /// <name> was declared`, so a test sees which tools reached the model.
+    /// JSON `{"kind":"call_if_declared","name":"tool_search","arguments":{"query":"x"}}`.
+    CallIfDeclared { name: String, arguments: String },
 }
 
 /// Serde form of [`Step`].
@@ -156,6 +161,10 @@ enum StepSpec {
         n: usize,
     },
     Pretty,
+    CallIfDeclared {
+        name: String,
+        arguments: Value,
+    },
 }
 
 fn millis(d: Duration) -> u64 {
@@ -205,6 +214,13 @@ impl From<StepSpec> for Step {
             StepSpec::StallAfter { n } => Step::StallAfter(n),
             StepSpec::MalformedAfter { n } => Step::MalformedAfter(n),
             StepSpec::Pretty => Step::Pretty,
+            StepSpec::CallIfDeclared { name, arguments } => Step::CallIfDeclared {
+                name,
+                arguments: match arguments {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                },
+            },
         }
     }
 }
@@ -246,6 +262,10 @@ impl From<Step> for StepSpec {
             Step::StallAfter(n) => StepSpec::StallAfter { n },
             Step::MalformedAfter(n) => StepSpec::MalformedAfter { n },
             Step::Pretty => StepSpec::Pretty,
+            Step::CallIfDeclared { name, arguments } => StepSpec::CallIfDeclared {
+                name,
+                arguments: Value::String(arguments),
+            },
         }
     }
 }
@@ -408,6 +428,20 @@ pub(crate) enum Failure {
     Close,
 }
 
+/// A [`Step::CallIfDeclared`] as the step it is for this request: the call when
+/// the request declares the tool, else a text saying it did not.
+pub(crate) fn declared(step: Step, tools: &[String]) -> Step {
+    match step {
+        Step::CallIfDeclared { name, arguments } if tools.contains(&name) => {
+            Step::ToolCall { name, arguments }
+        }
+        Step::CallIfDeclared { name, .. } => {
+            Step::Text(format!("sluice-mock: no tool named {name} was declared"))
+        }
+        other => other,
+    }
+}
+
 /// Turns a step into the plan for a generation request, or the failure that
 /// replaces the answer.
 pub(crate) fn resolve(
@@ -466,6 +500,13 @@ pub(crate) fn resolve(
             }
         }
         Step::Chunks(n) => answer_chunks = n,
+        // Read by `declared` before a step is resolved.
+        Step::CallIfDeclared { name, arguments } => {
+            content = Some(Content::ToolCall {
+                name,
+                arguments: Pieces::split(arguments, chunks),
+            });
+        }
         Step::SlowChunks { n, every } => {
             answer_chunks = n;
             plan.every = every;
@@ -538,6 +579,10 @@ mod tests {
             Step::StallAfter(2),
             Step::MalformedAfter(1),
             Step::Pretty,
+            Step::CallIfDeclared {
+                name: "tool_search".into(),
+                arguments: "{\"query\":\"x\"}".into(),
+            },
         ];
         let json = serde_json::to_string(&steps).unwrap();
         let back: Vec<Step> = serde_json::from_str(&json).unwrap();

@@ -139,3 +139,35 @@ pub(crate) fn non_empty(list: &Option<Vec<serde::de::IgnoredAny>>) -> bool {
 pub(crate) fn scripted_message(status: u16) -> String {
     format!("sluice-mock: scripted error (status {status})")
 }
+
+/// The names of the tools a generation request declares, in any wire's shape:
+/// chat `tools[].function.name`, responses and messages `tools[].name`, Gemini
+/// `tools[].functionDeclarations[].name`, Bedrock `toolConfig.tools[].toolSpec.name`.
+pub(crate) fn declared_tools(body: &[u8]) -> Vec<String> {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut push = |n: Option<&Value>| {
+        if let Some(n) = n.and_then(Value::as_str) {
+            out.push(n.to_owned());
+        }
+    };
+    let tools = v
+        .get("tools")
+        .or_else(|| v.get("toolConfig").and_then(|t| t.get("tools")));
+    for t in tools.and_then(Value::as_array).into_iter().flatten() {
+        push(t.get("function").and_then(|f| f.get("name")));
+        push(t.get("name"));
+        push(t.get("toolSpec").and_then(|s| s.get("name")));
+        for d in t
+            .get("functionDeclarations")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            push(d.get("name"));
+        }
+    }
+    out
+}
