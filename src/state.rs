@@ -19,7 +19,9 @@ pub struct AppState {
     pub catalog: Arc<CatalogStore>,
     /// Org connections (secrets opened) and waterfall overrides.
     pub byok: Arc<crate::byok::ByokStore>,
-    pub metrics: Metrics,
+    pub metrics: &'static Metrics,
+    /// Access lines and spans (and their exporter).
+    pub tracer: crate::trace::Tracer,
     pub usage: UsageSink,
     /// The responses store (`store`, `previous_response_id`).
     pub responses: crate::responses::Keeper,
@@ -74,6 +76,8 @@ impl AppState {
         let byok = Arc::new(crate::byok::ByokStore::load(&db, sealer).await?);
         let retention = crate::config::parse_duration(&config.responses.retention)?;
         let responses = crate::responses::Keeper::new(db.clone(), retention);
+        let instance_id = crate::store::new_id("inst");
+        let tracer = crate::trace::Tracer::new(&config.observability, &instance_id)?;
         Ok(Arc::new(AppState {
             config,
             db,
@@ -81,10 +85,11 @@ impl AppState {
             directory,
             catalog,
             byok,
-            metrics: Metrics::new(),
+            metrics: crate::metrics::global(),
+            tracer,
             usage,
             responses,
-            instance_id: crate::store::new_id("inst"),
+            instance_id,
             draining: AtomicBool::new(false),
             gateway_up: AtomicBool::new(false),
         }))

@@ -73,6 +73,9 @@ pub struct Tally {
     /// a cut stream whose provider never reported its count bills this.
     pub prompt_estimate: u64,
     pub tape_cap: usize,
+    /// The attempt spans and the `traceparent` providers get (empty when the
+    /// request is neither traced nor carries one).
+    pub trace: crate::trace::Attempts,
 }
 
 /// An answer as the client received it: status, the headers worth replaying, and
@@ -109,6 +112,7 @@ impl Tally {
             hide_encrypted: false,
             prompt_estimate: 0,
             tape_cap: usize::MAX,
+            trace: Default::default(),
         }
     }
 
