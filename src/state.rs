@@ -4,7 +4,7 @@ use crate::accounts::Directory;
 use crate::catalog::CatalogStore;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::store::counters::{MemoryCounters, RedisCounters, SeededCounters};
+use crate::store::counters::{MemoryCounters, MeteredCounters, RedisCounters, SeededCounters};
 use crate::store::usage::{spawn_writer, UsageSink};
 use crate::store::{Counters, Db};
 use anyhow::Context as _;
@@ -46,7 +46,8 @@ impl AppState {
             memory.spawn_sweeper();
             memory
         } else {
-            Arc::new(RedisCounters::connect(&config.storage.redis_url).await?)
+            let redis = Arc::new(RedisCounters::connect(&config.storage.redis_url).await?);
+            Arc::new(MeteredCounters::new(redis))
         };
         // Usage a previous run spooled goes in first, so the ledger is whole.
         let spool = std::path::PathBuf::from(&config.storage.usage_spool);

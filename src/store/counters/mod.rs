@@ -4,10 +4,12 @@
 //! trip), in-process maps when one instance runs alone.
 
 mod memory;
+mod metered;
 mod redis;
 pub mod seeded;
 
 pub use self::memory::MemoryCounters;
+pub use self::metered::MeteredCounters;
 pub use self::redis::RedisCounters;
 pub use self::seeded::SeededCounters;
 
