@@ -67,6 +67,22 @@ const GUARDRAILS: [(&str, &str); 4] = [
     ("key_concurrency", "concurrency"),
 ];
 
+/// The operations of the counters store, as Redis calls are labelled.
+pub const REDIS_OPS: [&str; 12] = [
+    "take",
+    "seed_balance",
+    "window_total",
+    "add",
+    "add_many",
+    "correct_many",
+    "get",
+    "set",
+    "put_marker",
+    "get_marker",
+    "delete",
+    "ping",
+];
+
 /// What a finished request is counted under (filled by the request's trail).
 pub struct RequestDone<'a> {
     pub route: &'static str,
@@ -132,6 +148,8 @@ pub struct Metrics {
     /// Batch lines waiting and telemetry uploads waiting (recorded by those rooms).
     pub batch_queue: IntGauge,
     pub telemetry_queue: IntGauge,
+    /// 1 while `/readyz` would answer 200 (set at each scrape and readiness check).
+    pub ready: IntGauge,
     process: Process,
 }
 
@@ -397,6 +415,14 @@ impl Metrics {
                 )
                 .expect("static metric definition"),
             ),
+            ready: one(
+                &r,
+                IntGauge::new(
+                    "sluice_ready",
+                    "1 while the instance is ready (/readyz 200): storage answers, not draining.",
+                )
+                .expect("static metric definition"),
+            ),
             process: Process::register(&r),
             registry: r,
         };
@@ -430,6 +456,20 @@ impl Metrics {
         }
         for r in ["ok", "failed"] {
             m.catalog_reloads.with_label_values(&[r]);
+        }
+        for op in REDIS_OPS {
+            m.redis_calls.with_label_values(&[op]);
+            m.redis_errors.with_label_values(&[op]);
+        }
+        for op in [
+            "usage_write",
+            "usage_replay",
+            "catalog",
+            "routing",
+            "directory",
+        ] {
+            m.db_calls.with_label_values(&[op]);
+            m.db_errors.with_label_values(&[op]);
         }
         for k in ["web", "tool"] {
             m.search_rounds.with_label_values(&[k]);

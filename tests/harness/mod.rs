@@ -136,11 +136,16 @@ impl Sluice {
 
     /// Starts `serve` from a prepared command (a test that changes the working
     /// directory or the config file).
-    pub async fn spawn(mut cmd: Command, database_url: &str) -> Sluice {
+    pub async fn spawn(cmd: Command, database_url: &str) -> Sluice {
+        Sluice::spawn_logging(cmd, database_url, Stdio::inherit()).await
+    }
+
+    /// As `spawn`, with the process's stderr (its logs) sent to `logs`.
+    pub async fn spawn_logging(mut cmd: Command, database_url: &str, logs: Stdio) -> Sluice {
         let mut child = cmd
             .arg("serve")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(logs)
             .spawn()
             .expect("spawn sluice");
         let stdout = child.stdout.take().expect("stdout");

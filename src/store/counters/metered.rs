@@ -10,20 +10,8 @@ use prometheus::IntCounter;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const OPS: [&str; 12] = [
-    "take",
-    "seed_balance",
-    "window_total",
-    "add",
-    "add_many",
-    "correct_many",
-    "get",
-    "set",
-    "put_marker",
-    "get_marker",
-    "delete",
-    "ping",
-];
+/// The operations, in the order `timed!` indexes them.
+const OPS: [&str; 12] = crate::metrics::REDIS_OPS;
 
 pub struct MeteredCounters {
     inner: Arc<dyn Counters>,
