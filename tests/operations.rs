@@ -425,3 +425,96 @@ async fn an_instance_killed_mid_stream_leaves_the_other_serving_and_the_totals_w
         "nothing more arrives"
     );
 }
+
+/// The block of a ConfigMap's `key: |` entry, unindented.
+fn config_map_entry(yaml: &str, key: &str) -> String {
+    let start = yaml
+        .find(&format!("  {key}: |\n"))
+        .unwrap_or_else(|| panic!("no {key} in the ConfigMap"));
+    yaml[start..]
+        .lines()
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
+        .map(|l| l.strip_prefix("    ").unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The number after `key:` on the first line that has it.
+fn number_after(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(key))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} number"))
+}
+
+#[test]
+fn the_deployment_files_agree_with_the_service() {
+    let read = |p: &str| std::fs::read_to_string(repo_path(p)).unwrap();
+    // Kubernetes: the config the ConfigMap holds loads, and its drain fits the
+    // pod's grace with the preStop pause.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("admin-token"), "t").unwrap();
+    let toml = config_map_entry(&read("deploy/kubernetes/configmap.yaml"), "sluice.toml").replace(
+        "/etc/sluice/secrets/admin-token",
+        &dir.path().join("admin-token").display().to_string(),
+    );
+    let file = dir.path().join("sluice.toml");
+    std::fs::write(&file, &toml).unwrap();
+    let c = sluice::config::Config::load(Some(&file)).unwrap();
+    assert!(c.storage.database_url.starts_with("postgres://"));
+    assert!(
+        !c.storage.redis_url.is_empty(),
+        "several instances share Redis"
+    );
+    assert_eq!(c.observability.log_format, "json");
+    let deployment = read("deploy/kubernetes/deployment.yaml");
+    let grace = number_after(&deployment, "terminationGracePeriodSeconds:");
+    let pre_stop = number_after(&deployment, "seconds:");
+    assert!(
+        pre_stop + c.server.grace_period_seconds + 5 <= grace,
+        "preStop {pre_stop} + drain {} + margin must fit terminationGracePeriodSeconds {grace}",
+        c.server.grace_period_seconds
+    );
+    assert!(deployment.contains("httpGet: {path: /readyz, port: ops}"));
+    assert!(deployment.contains("runAsNonRoot: true"));
+    for (port, listen) in [
+        (8080, &c.server.listen),
+        (8081, &c.server.web_listen),
+        (9090, &c.server.ops_listen),
+    ] {
+        assert!(listen.ends_with(&format!(":{port}")), "{listen}");
+        assert!(
+            deployment.contains(&format!("containerPort: {port}")),
+            "{port}"
+        );
+    }
+    assert!(c.catalog.path.starts_with("/etc/sluice/catalog/"));
+    assert!(deployment.contains("mountPath: /etc/sluice/catalog"));
+    // The catalog ConfigMap is a catalog the service loads.
+    let catalog = config_map_entry(
+        &read("deploy/kubernetes/catalog-configmap.yaml"),
+        "catalog.toml",
+    );
+    let cat_file = dir.path().join("catalog.toml");
+    std::fs::write(&cat_file, catalog).unwrap();
+    let models = sluice::catalog::load_file(&cat_file).unwrap();
+    assert!(models.len() >= 3);
+    for f in ["pdb.yaml", "service.yaml", "kustomization.yaml"] {
+        assert!(read(&format!("deploy/kubernetes/{f}")).contains("sluice"));
+    }
+    assert!(read("deploy/kubernetes/pdb.yaml").contains("kind: PodDisruptionBudget"));
+    // The image: multi-stage, run as a user of its own.
+    let image = read("deploy/Containerfile");
+    assert_eq!(image.lines().filter(|l| l.starts_with("FROM ")).count(), 2);
+    assert!(image.contains("USER 10001"));
+    // systemd: reload is SIGHUP, the stop timeout covers the default drain.
+    let unit = read("deploy/systemd/sluice.service");
+    assert!(unit.contains("ExecReload=/bin/kill -HUP $MAINPID"));
+    let stop = number_after(&unit, "TimeoutStopSec=");
+    assert!(
+        stop > sluice::config::Config::default()
+            .server
+            .grace_period_seconds
+    );
+}
