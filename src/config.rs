@@ -60,9 +60,7 @@ pub struct NetworkConfig {
     pub allow_private_upstreams: bool,
 }
 
-// Sections of CONTRACT.md's second wave. They are typed and defaulted here so a
-// contract-conforming file loads; features not built yet ignore them, and
-// `Config::load` says so once (see `NOT_BUILT`).
+// Sections of CONTRACT.md's second wave.
 
 /// Service-run web search (`src/search`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -230,10 +228,6 @@ impl Default for ObservabilityConfig {
     }
 }
 
-/// Config keys (sections or single keys) of features not built yet: accepted, and
-/// named in one warning line when the operator sets them, since they do nothing.
-const NOT_BUILT: [&str; 1] = ["observability"];
-
 /// The key that seals BYOK secrets at rest (Debug redacts it).
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -388,6 +382,10 @@ pub struct ServerConfig {
     pub threads: usize,
     /// How long SIGTERM lets open requests finish before the process exits.
     pub grace_period_seconds: u64,
+    /// PEM certificate chain and private key: both set, the gateway and web
+    /// listeners speak TLS (rustls) instead of plain HTTP.
+    pub tls_cert: String,
+    pub tls_key: String,
 }
 
 /// Debug hides the URLs' credentials (`postgres://user:pass@…`, `redis://:pass@…`).
@@ -419,12 +417,16 @@ pub struct StorageConfig {
 pub struct AdminConfig {
     /// Bearer token of /admin; empty disables /admin. Debug redacts it.
     pub token: String,
+    /// A file holding the token (a mounted secret), read once at start; set
+    /// this or `token`, not both.
+    pub token_file: String,
 }
 
 impl std::fmt::Debug for AdminConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AdminConfig")
             .field("token", &redacted(&self.token))
+            .field("token_file", &self.token_file)
             .finish()
     }
 }
@@ -526,6 +528,8 @@ impl Default for ServerConfig {
             client_country_header: String::new(),
             threads: 0,
             grace_period_seconds: 30,
+            tls_cert: String::new(),
+            tls_key: String::new(),
         }
     }
 }
@@ -645,13 +649,6 @@ impl Config {
             user = user.merge(f.clone());
         }
         user = user.merge(env);
-        let set: Vec<&str> = NOT_BUILT.into_iter().filter(|k| user.contains(k)).collect();
-        if !set.is_empty() {
-            tracing::warn!(
-                "config keys of features not built yet are accepted and have no effect: {}",
-                set.join(", ")
-            );
-        }
         let fig = Figment::from(Serialized::defaults(Config::default())).merge(user);
         let mut config: Config = fig.extract().context("invalid configuration")?;
         if let (Some(file), Some(file_fig)) = (&file, &file_fig) {
@@ -672,6 +669,15 @@ impl Config {
         }
         if from_file("secrets.key_file") {
             self.secrets.key_file = rebase_path(dir, &self.secrets.key_file);
+        }
+        for (key, path) in [
+            ("admin.token_file", &mut self.admin.token_file),
+            ("server.tls_cert", &mut self.server.tls_cert),
+            ("server.tls_key", &mut self.server.tls_key),
+        ] {
+            if from_file(key) {
+                *path = rebase_path(dir, path);
+            }
         }
         if from_file("storage.database_url") && !self.storage.database_url.contains(":memory:") {
             let url = &self.storage.database_url;
@@ -747,6 +753,30 @@ impl Config {
             || self.storage.objects.starts_with("s3://"))
         {
             bail!("storage.objects must start with file:// or s3://");
+        }
+        if self.server.tls_cert.is_empty() != self.server.tls_key.is_empty() {
+            bail!("server.tls_cert and server.tls_key go together: set both or neither");
+        }
+        if !self.admin.token_file.is_empty() {
+            if !self.admin.token.is_empty() {
+                bail!("admin.token and admin.token_file: set one, not both");
+            }
+            let text = std::fs::read_to_string(&self.admin.token_file)
+                .with_context(|| format!("admin.token_file {}", self.admin.token_file))?;
+            self.admin.token = text.trim().to_string();
+            if self.admin.token.is_empty() {
+                bail!("admin.token_file {} is empty", self.admin.token_file);
+            }
+        }
+        let o = &self.observability;
+        if !matches!(o.log_format.as_str(), "text" | "json") {
+            bail!("observability.log_format must be text or json");
+        }
+        if !(o.otlp_endpoint.is_empty()
+            || o.otlp_endpoint.starts_with("http://")
+            || o.otlp_endpoint.starts_with("https://"))
+        {
+            bail!("observability.otlp_endpoint must be an http:// or https:// URL (or empty)");
         }
         let d = &self.billing.key_defaults;
         if d.daily_spend_cap_usd.is_some_and(|v| v.is_nan() || v < 0.0)
@@ -984,6 +1014,29 @@ log_format = "json"
         assert_eq!(c.search.timeout_ms, 3_000);
         assert_eq!(c.telemetry.max_upload_bytes, 52_428_800);
         assert_eq!(c.email.from, "sluice <no-reply@localhost>");
+    }
+
+    #[test]
+    fn the_admin_token_can_come_from_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("admin-token"), "tok-from-file\n").unwrap();
+        let file = dir.path().join("sluice.toml");
+        std::fs::write(&file, "[admin]\ntoken_file = \"admin-token\"\n").unwrap();
+        let c = Config::load(Some(&file)).unwrap();
+        assert_eq!(c.admin.token, "tok-from-file");
+        assert!(!format!("{c:?}").contains("tok-from-file"));
+        std::fs::write(
+            &file,
+            "[admin]\ntoken = \"x\"\ntoken_file = \"admin-token\"\n",
+        )
+        .unwrap();
+        assert!(Config::load(Some(&file)).is_err(), "one or the other");
+        std::fs::write(&file, "[admin]\ntoken_file = \"missing\"\n").unwrap();
+        assert!(Config::load(Some(&file)).is_err());
+        std::fs::write(&file, "[server]\ntls_cert = \"c.pem\"\n").unwrap();
+        assert!(Config::load(Some(&file)).is_err(), "a cert needs its key");
+        std::fs::write(&file, "[observability]\nlog_format = \"xml\"\n").unwrap();
+        assert!(Config::load(Some(&file)).is_err());
     }
 
     #[test]

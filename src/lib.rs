@@ -16,6 +16,8 @@
 //!   provider connections and waterfalls), `billing` (prices, gates, settlement).
 //! - state: `state` (what every service shares), `store` (database, counters,
 //!   the usage writer).
+//! - `trace`: each request's metrics, access line and spans (under `state`, over
+//!   the domain); `metrics` is the registry on the ground floor.
 //!
 //! `sluice-filters` (the sans-IO formats, wires and policy) is under all of them.
 
@@ -41,6 +43,9 @@ pub mod search;
 
 // Features, each a room the flow reaches through one door.
 pub mod responses;
+
+// What each request leaves for operators: metrics series, access line, trace.
+pub mod trace;
 
 // The provider client.
 pub mod upstream;

@@ -143,17 +143,35 @@ static malloc_conf: Option<&'static std::ffi::c_char> =
     Some(unsafe { &*c"tcache_max:131072,tcache_gc_incr_bytes:4194304".as_ptr() });
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let cli = Cli::parse();
+    init_logs(cli.config.as_deref());
     if let Err(e) = run(cli) {
         eprintln!("sluice: {e:#}");
         std::process::exit(1);
+    }
+}
+
+/// Logs go to stderr, as text or as JSON lines (`[observability] log_format`).
+/// The format is read from the config before anything logs, with logging off
+/// meanwhile, so that the real load's warnings come out in it.
+fn init_logs(path: Option<&std::path::Path>) {
+    let json =
+        tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+            config::Config::load(path).is_ok_and(|c| c.observability.log_format == "json")
+        });
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    if json {
+        logs.json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .init();
+    } else {
+        logs.init();
     }
 }
 

@@ -1,15 +1,20 @@
 //! Builds the Pingora `Server`: the gateway proxy service, and the web and ops
 //! listeners as further services of the same process (axum under background
-//! services), all over one `Arc<AppState>`.
+//! services), all over one `Arc<AppState>`. With `[server] tls_cert`/`tls_key`
+//! the gateway (Pingora's rustls listener) and the web listener speak TLS. SIGHUP
+//! reloads the catalog file; requests in flight keep the snapshot they started
+//! with.
 
 use crate::config::Config;
 use crate::proxy::Gateway;
 use crate::state::AppState;
 use anyhow::Context;
 use async_trait::async_trait;
+use axum::serve::ListenerExt as _;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{Server, ShutdownWatch};
 use pingora::services::background::{background_service, BackgroundService};
+use pingora::tls::{ServerTlsStream, TlsAcceptor};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,6 +26,7 @@ struct AxumService {
     name: &'static str,
     listener: Mutex<Option<TcpListener>>,
     router: axum::Router,
+    tls: Option<TlsAcceptor>,
 }
 
 #[async_trait]
@@ -41,9 +47,109 @@ impl BackgroundService for AxumService {
             .router
             .clone()
             .into_make_service_with_connect_info::<SocketAddr>();
-        let served = axum::serve(listener, app).await;
+        let served = match &self.tls {
+            None => axum::serve(listener, app).await,
+            Some(acceptor) => {
+                // Tapped: axum gives a tapped listener's peer address as connect info.
+                let tls = TlsListener::start(listener, acceptor.clone()).tap_io(|_| ());
+                axum::serve(tls, app).await
+            }
+        };
         if let Err(e) = served {
             tracing::error!(service = self.name, error = %e, "service stopped");
+        }
+    }
+}
+
+/// TLS connections for an axum app. Handshakes run in tasks of their own, so a
+/// slow or silent client holds up no one; finished ones queue for `accept`.
+struct TlsListener {
+    ready: tokio::sync::mpsc::Receiver<(ServerTlsStream<tokio::net::TcpStream>, SocketAddr)>,
+    local: SocketAddr,
+}
+
+impl TlsListener {
+    fn start(tcp: tokio::net::TcpListener, acceptor: TlsAcceptor) -> TlsListener {
+        let local = tcp
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let (tx, ready) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let (stream, addr) = match tcp.accept().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of descriptors, say: wait rather than spin.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let shake =
+                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream));
+                    if let Ok(Ok(tls)) = shake.await {
+                        let _ = tx.send((tls, addr)).await;
+                    }
+                });
+            }
+        });
+        TlsListener { ready, local }
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = ServerTlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(c) => c,
+            // The acceptor task never ends while the listener lives.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+}
+
+/// The TLS acceptor of the web listener, from the configured PEM files.
+fn tls_acceptor(cert: &str, key: &str) -> anyhow::Result<TlsAcceptor> {
+    let (certs, key) = pingora::tls::load_certs_and_key_files(cert, key)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .with_context(|| format!("no certificate in {cert} or no private key in {key}"))?;
+    let mut tls = pingora::tls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .context("server.tls_cert and server.tls_key do not make a certificate")?;
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(tls)))
+}
+
+/// Reads the catalog file again and serves it: rows are upserted (other
+/// instances follow within a second) and this instance's snapshot swapped at
+/// once. A file that does not load leaves the served catalog as it was.
+async fn reload_catalog(state: &AppState) {
+    let path = &state.config.catalog.path;
+    let result = async {
+        if let Some(specs) = crate::catalog::load_configured(path)? {
+            crate::catalog::upsert_public(&state.db, &specs).await?;
+        }
+        state.catalog.reload(&state.db).await
+    }
+    .await;
+    let m = &state.metrics;
+    match result {
+        Ok(()) => {
+            m.catalog_reloads.with_label_values(&["ok"]).inc();
+            tracing::info!("catalog reloaded");
+        }
+        Err(e) => {
+            m.catalog_reloads.with_label_values(&["failed"]).inc();
+            tracing::error!(error = %format!("{e:#}"), "catalog reload failed; serving the previous catalog");
         }
     }
 }
@@ -110,7 +216,18 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         crate::upstream::prober::spawn_periodic(config.clone(), state.db.clone());
         // Finalized telemetry uploads are verified and projected into traces.
         crate::telemetry::worker::spawn(state.clone());
-    });
+        state.tracer.spawn_export();
+        // SIGHUP reloads the catalog (its default would end the process).
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("listening for SIGHUP")?;
+        let reloading = state.clone();
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                reload_catalog(&reloading).await;
+            }
+        });
+        anyhow::Ok(())
+    })?;
     // Never dropped: the connections it drives are used by every service.
     std::mem::forget(state_rt);
 
@@ -123,6 +240,14 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         let probe = TcpListener::bind(&config.server.listen)
             .with_context(|| format!("binding {}", config.server.listen))?;
         probe.local_addr()?
+    };
+
+    let tls = &config.server;
+    let web_tls = if tls.tls_cert.is_empty() {
+        None
+    } else {
+        pingora::tls::install_default_crypto_provider();
+        Some(tls_acceptor(&tls.tls_cert, &tls.tls_key)?)
     };
 
     let conf = ServerConf {
@@ -143,14 +268,20 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         Gateway::new(state.clone()),
         "gateway",
     );
-    gateway.add_tcp(&gateway_addr.to_string());
+    if tls.tls_cert.is_empty() {
+        gateway.add_tcp(&gateway_addr.to_string());
+    } else {
+        gateway
+            .add_tls(&gateway_addr.to_string(), &tls.tls_cert, &tls.tls_key)
+            .map_err(|e| anyhow::anyhow!("the gateway's TLS listener: {e}"))?;
+    }
     gateway.threads = Some(config.gateway_threads());
     server.add_service(gateway);
 
     let web_router = crate::web::router(state.clone(), gateway_addr)?;
-    for (name, listener, router) in [
-        ("web", web, web_router),
-        ("ops", ops, crate::ops::router(state.clone())),
+    for (name, listener, router, tls) in [
+        ("web", web, web_router, web_tls),
+        ("ops", ops, crate::ops::router(state.clone()), None),
     ] {
         let mut svc = background_service(
             name,
@@ -158,6 +289,7 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
                 name,
                 listener: Mutex::new(Some(listener)),
                 router,
+                tls,
             },
         );
         svc.threads = Some(1);

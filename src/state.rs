@@ -4,8 +4,9 @@ use crate::accounts::Directory;
 use crate::catalog::CatalogStore;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::store::counters::LeasedCounters;
-use crate::store::counters::{MemoryCounters, RedisCounters, SeededCounters};
+use crate::store::counters::{
+    LeasedCounters, MemoryCounters, MeteredCounters, RedisCounters, SeededCounters,
+};
 use crate::store::usage::{spawn_writer, UsageSink};
 use crate::store::{Counters, Db};
 use anyhow::Context as _;
@@ -20,7 +21,9 @@ pub struct AppState {
     pub catalog: Arc<CatalogStore>,
     /// Org connections (secrets opened) and waterfall overrides.
     pub byok: Arc<crate::byok::ByokStore>,
-    pub metrics: Metrics,
+    pub metrics: &'static Metrics,
+    /// Access lines and spans (and their exporter).
+    pub tracer: crate::trace::Tracer,
     pub usage: UsageSink,
     /// The leases this instance holds of the shared counters (Redis only).
     pub leases: Option<Arc<LeasedCounters>>,
@@ -54,13 +57,15 @@ impl AppState {
             memory.spawn_sweeper();
             memory
         } else {
-            Arc::new(
+            let redis = Arc::new(
                 RedisCounters::connect(
                     &config.storage.redis_url,
                     std::time::Duration::from_millis(config.storage.redis_timeout_ms),
                 )
                 .await?,
-            )
+            );
+            // Metered below the leases: each call that reaches Redis is counted.
+            Arc::new(MeteredCounters::new(redis))
         };
         // Usage a previous run spooled goes in first, so the ledger is whole.
         let spool = std::path::PathBuf::from(&config.storage.usage_spool);
@@ -109,6 +114,7 @@ impl AppState {
             &config.storage.objects,
             &config.storage.s3_endpoint,
         )?;
+        let tracer = crate::trace::Tracer::new(&config.observability, &instance_id)?;
         Ok(Arc::new(AppState {
             config,
             db,
@@ -117,7 +123,8 @@ impl AppState {
             directory,
             catalog,
             byok,
-            metrics: Metrics::new(),
+            metrics: crate::metrics::global(),
+            tracer,
             usage,
             responses,
             objects,

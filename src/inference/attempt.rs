@@ -52,6 +52,24 @@ impl Attempt {
     }
 }
 
+impl Attempt {
+    /// The outcome class of metrics and traces; `cut`: a served stream ended
+    /// early.
+    pub fn class(&self, cut: bool) -> &'static str {
+        match self {
+            Attempt::Served(_) if cut => "cut",
+            // A tool search round is a served model call.
+            Attempt::Served(_) | Attempt::Round(_) => "ok",
+            Attempt::Empty(_) => "empty",
+            Attempt::Refused(_) => "refused",
+            Attempt::Rejected(_) => "http_4xx",
+            Attempt::Failed(f) => f.class(),
+            Attempt::Terminal(_) => "terminal",
+            Attempt::ClientGone => "client_gone",
+        }
+    }
+}
+
 /// Why a rung failed, in words for the `all_routes_failed` message.
 pub fn describe(f: &Failure) -> String {
     match f {
@@ -304,9 +322,15 @@ pub async fn open<'e>(
     post: Post<'_>,
 ) -> Result<Call<'e>, Attempt> {
     let waited = Instant::now();
-    let send = engine
-        .upstreams
-        .post(post.target, post.path, post.body, post.stream, post.headers);
+    let traceparent = tally.trace.header();
+    let send = engine.upstreams.post_traced(
+        post.target,
+        post.path,
+        post.body,
+        post.stream,
+        post.headers,
+        traceparent.as_ref().map(|h| h.as_str()),
+    );
     let posted = unless_gone(session, until(tally.deadline, send)).await;
     tally.upstream_wait += waited.elapsed();
     let call = match posted {
@@ -336,10 +360,16 @@ pub async fn read_whole<'e>(
     let limit = deadline.min(Instant::now() + t.header_timeout + t.first_token_timeout);
     let max = engine.state.config.limits.max_response_bytes;
     let waited = Instant::now();
+    let traceparent = tally.trace.header();
     let read = async {
-        let send = engine
-            .upstreams
-            .post(t, post.path, post.body, false, post.headers);
+        let send = engine.upstreams.post_traced(
+            t,
+            post.path,
+            post.body,
+            false,
+            post.headers,
+            traceparent.as_ref().map(|h| h.as_str()),
+        );
         let mut call = until(deadline, send)
             .await
             .map_err(|_| Failure::Deadline)??;

@@ -8,7 +8,8 @@ use super::attempt::{describe, json_header, read_whole, write_whole, Attempt, Po
 use super::tally::{Outcome, Tally};
 use super::Engine;
 use crate::byok::{Lane, RouteRung};
-use crate::upstream::breaker::Admit;
+use crate::trace::AttemptFacts;
+use crate::upstream::breaker::{Admit, Series};
 use crate::upstream::{Failure, Target};
 use bytes::Bytes;
 use pingora::proxy::Session;
@@ -145,35 +146,50 @@ pub async fn serve(
         Err(e) => return Outcome::Error(e),
     };
     let mut reasons = Vec::new();
+    let mut last: Option<(&str, &'static str)> = None;
     for (t, wire, lane) in &chain {
         if engine.breaker.admit(&t.breaker_key) == Admit::No {
             continue;
         }
+        let series = Series {
+            provider: &t.provider,
+            rung: match lane {
+                Lane::Platform => &t.rung_id,
+                Lane::PassThrough => "byok",
+            },
+        };
         // Only a platform rung draws credits; the org's own account costs nothing here.
         tally.price = match lane {
             Lane::Platform => tally.platform_price,
             Lane::PassThrough => Default::default(),
         };
         tally.lane = *lane;
-        if !reasons.is_empty() {
+        if let Some((provider, reason)) = last {
             engine
                 .state
                 .metrics
-                .failovers
-                .with_label_values(&["embeddings"])
-                .inc();
+                .failover("embeddings", provider, reason);
         }
+        tally.trace.begin();
         let result = rung(engine, session, tally, t, *wire, &req).await;
-        let label = match &result {
-            Ok(_) => "ok".to_string(),
-            Err(f) => f.label(),
+        let class = match &result {
+            Ok(Some(_)) => "ok",
+            Ok(None) => "too_large",
+            Err(f) => f.class(),
         };
         engine
             .state
             .metrics
-            .upstream_attempts
-            .with_label_values(&[t.provider.as_str(), label.as_str()])
-            .inc();
+            .attempt(series.provider, series.rung, class);
+        tally.trace.end(AttemptFacts {
+            provider: series.provider,
+            model_id: &t.model_id,
+            host: t.host(),
+            port: t.port(),
+            rung: series.rung,
+            outcome: class,
+        });
+        last = Some((series.provider, class));
         match result {
             Ok(None) => {
                 engine.breaker.abandon(&t.breaker_key);
@@ -184,7 +200,7 @@ pub async fn serve(
                 ));
             }
             Ok(Some(got)) => {
-                engine.breaker.success(&t.breaker_key);
+                engine.breaker.success(&t.breaker_key, series);
                 tally.rung = Some(t.rung_id.clone());
                 tally.billable = true;
                 let tokens = got.tokens.unwrap_or(0);
@@ -226,7 +242,7 @@ pub async fn serve(
             }
             Err(f) => {
                 if f.trips_breaker() {
-                    engine.breaker.failure(&t.breaker_key);
+                    engine.breaker.failure(&t.breaker_key, series);
                 } else {
                     engine.breaker.abandon(&t.breaker_key);
                 }

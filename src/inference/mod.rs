@@ -19,6 +19,7 @@ pub use admit::{authenticate, granted};
 
 use crate::downstream::Handled;
 use crate::state::AppState;
+use crate::trace::Trail;
 use crate::upstream::breaker::Breaker;
 use crate::upstream::Upstreams;
 use bytes::Bytes;
@@ -58,10 +59,18 @@ impl Engine {
     }
 
     /// Serves one request of an inference route (chat, responses, messages,
-    /// embeddings); returns the status the client saw.
-    pub async fn handle(&self, session: &mut Session, route: Route, started: Instant) -> Handled {
+    /// embeddings); returns the status the client saw. `trail` learns what the
+    /// operator's metrics, access line and trace report.
+    pub async fn handle(
+        &self,
+        session: &mut Session,
+        route: Route,
+        started: Instant,
+        trail: &mut Trail,
+    ) -> Handled {
         let state = &self.state;
         let (key, org) = admit::authenticate(state, session, route == Route::Messages).await?;
+        trail.identify(&key, &org);
         admit::not_under_review(&org)?;
         let read = admit::read_body(state, session, route, started).await?;
         let mut members = admit::split_object(&read)?;
@@ -84,6 +93,7 @@ impl Engine {
         }
         let asked = admit::model(state, session, &org, &members, route)?;
         let model = &asked.model;
+        trail.model(model);
         let mut rungs = admit::active_route(state, session, &org, model)?;
 
         let mut tally = Tally::new(
@@ -96,6 +106,7 @@ impl Engine {
             tally.capture = Some(Vec::new());
         }
         tally.history_repaired = history_repaired;
+        tally.trace = std::mem::take(&mut trail.attempts);
         let inbound = match route {
             Route::Chat => Some(Inbound::Chat),
             Route::Responses => Some(Inbound::Responses),
@@ -118,6 +129,7 @@ impl Engine {
                 let mut req = inbound.parse(body, &members)?;
                 req.model = asked.name.clone();
                 streamed = req.stream;
+                trail.streaming(streamed);
                 // Encrypted reasoning reaches a responses client only when it asks;
                 // the store keeps it either way.
                 let asked_encrypted = req
@@ -144,7 +156,14 @@ impl Engine {
                             body,
                             tally.deadline,
                         ));
-                        match claim.await? {
+                        let claimed = claim.await;
+                        let result = match &claimed {
+                            Ok(Claim::Fresh(_)) => "fresh",
+                            Ok(Claim::Replay(_)) => "replay",
+                            Err(_) => "refused",
+                        };
+                        state.metrics.idempotency.with_label_values(&[result]).inc();
+                        match claimed? {
                             Claim::Replay(tape) => {
                                 let replay = Box::pin(idempotency::replay(session, tape));
                                 return Ok(replay.await);
@@ -225,8 +244,10 @@ impl Engine {
             org_id: &org.id,
         };
         let served = matches!(outcome, tally::Outcome::Written(200));
-        let status =
-            settle::settle(state, session, &mut tally, who, admission, ticket, outcome).await;
+        let status = settle::settle(
+            state, session, &mut tally, who, admission, ticket, outcome, trail,
+        )
+        .await;
         // The turn is kept once its answer is whole at the client (a cut stream
         // as incomplete); a client gone mid-stream leaves nothing.
         if let (Some(k), Some(answer), true) = (keeping, tally.capture.take(), served) {

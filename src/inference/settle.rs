@@ -11,11 +11,13 @@ use crate::catalog::Model;
 use crate::downstream::answer::send;
 use crate::state::AppState;
 use crate::store::usage::UsageEvent;
+use crate::trace::Trail;
 use bytes::Bytes;
 use pingora::proxy::Session;
 use sluice_filters::inbound::Inbound;
 use sluice_filters::sse::data_frame;
 use sluice_filters::{ErrorCode, Format, Route};
+use std::time::Duration;
 
 /// What settlement records the request under.
 pub struct Settling<'a> {
@@ -28,6 +30,7 @@ pub struct Settling<'a> {
 }
 
 /// Settles a served (or failed) request; returns the status the client saw.
+#[allow(clippy::too_many_arguments)]
 pub async fn settle(
     state: &AppState,
     session: &mut Session,
@@ -36,6 +39,7 @@ pub async fn settle(
     admission: gate::Admission,
     ticket: Option<Ticket>,
     outcome: Outcome,
+    trail: &mut Trail,
 ) -> u16 {
     let list = &who.model.spec.price;
     let platform = tally.platform_served();
@@ -62,9 +66,9 @@ pub async fn settle(
     gate::settle(state.counters.as_ref(), admission.hold, used).await;
     let free = admission.free;
     let format = who.inbound.map_or(Format::OpenAi, Inbound::format);
-    let (status, error_class) = match outcome {
+    let (status, code) = match outcome {
         Outcome::Written(s) => (s, None),
-        Outcome::ClientGone => (499, Some(ErrorCode::RequestCancelled.as_str().to_string())),
+        Outcome::ClientGone => (499, Some(ErrorCode::RequestCancelled.as_str())),
         // The round loop answers every round; one reaching here is a bug, said so.
         Outcome::Round(_) => {
             let e = sluice_filters::ApiError::internal();
@@ -76,10 +80,10 @@ pub async fn settle(
                 &[],
             ));
             let _ = write.await;
-            (e.status, Some(e.code.as_str().to_string()))
+            (e.status, Some(e.code.as_str()))
         }
         Outcome::Error(e) => {
-            let class = Some(e.code.as_str().to_string());
+            let class = Some(e.code.as_str());
             if tally.header_sent {
                 // The 200 header already went out: the stream ends with an in-band error.
                 let frame = match who.inbound {
@@ -112,7 +116,23 @@ pub async fn settle(
         let finish = Box::pin(idempotency::finish(state, t, tally, status));
         finish.await;
     }
-    record(state, tally, &who, status, error_class, (used, free));
+    record(state, tally, &who, status, code, (used, free));
+    let times = (
+        tally.first_token,
+        Duration::from_micros(tally.overhead_us()),
+        tally.upstream_wait,
+    );
+    trail.settled(
+        tally.lane.as_str(),
+        code,
+        &tally.attempts,
+        tally.rung.as_deref(),
+        &tally.total_usage(),
+        billed_cost(tally),
+        times,
+        tally.incomplete,
+    );
+    trail.attempts = std::mem::take(&mut tally.trace);
     if status == 499 {
         499
     } else if tally.header_sent {
@@ -140,29 +160,14 @@ fn record(
     tally: &Tally,
     who: &Settling,
     status: u16,
-    error_class: Option<String>,
+    code: Option<&'static str>,
     (used, free): (gate::Used, bool),
 ) {
     let (route, model, key_id, org_id) = (who.route, who.model, who.key_id, who.org_id);
-    let m = &state.metrics;
     let label = route.label();
-    if let Some(t) = tally.first_token {
-        m.ttft.with_label_values(&[label]).observe(t.as_secs_f64());
-    }
-    m.overhead
-        .with_label_values(&[label])
-        .observe(tally.overhead_us() as f64 / 1e6);
+    // With tool search rounds: every round's tokens.
     let u = tally.total_usage();
-    for (kind, n) in [
-        ("input", u.input_tokens),
-        ("cached", u.cached_tokens),
-        ("cache_write", u.cache_write_tokens),
-        ("output", u.output_tokens),
-    ] {
-        if n > 0 {
-            m.tokens.with_label_values(&[label, kind]).inc_by(n);
-        }
-    }
+    let error_class = code.map(str::to_string);
     state.usage.record(UsageEvent {
         id: String::new(),
         org_id: org_id.to_string(),

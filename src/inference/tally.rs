@@ -77,6 +77,9 @@ pub struct Tally {
     pub tape_cap: usize,
     /// What web search and tool search add (none on the common request).
     pub orch: Option<Box<crate::search::Spent>>,
+    /// The attempt spans and the `traceparent` providers get (empty when the
+    /// request is neither traced nor carries one).
+    pub trace: crate::trace::Attempts,
 }
 
 /// An answer as the client received it: status, the headers worth replaying, and
@@ -114,6 +117,7 @@ impl Tally {
             prompt_estimate: 0,
             tape_cap: usize::MAX,
             orch: None,
+            trace: Default::default(),
         }
     }
 

@@ -14,7 +14,8 @@ use super::tally::{Outcome, Tally};
 use super::Engine;
 use crate::byok::Lane;
 use crate::catalog::Model;
-use crate::upstream::breaker::Admit;
+use crate::trace::AttemptFacts;
+use crate::upstream::breaker::{Admit, Series};
 use crate::upstream::Failure;
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
@@ -80,21 +81,23 @@ pub async fn serve(
     // The last rung's answer when it refused the request itself as malformed: the
     // caller's to fix, not a failure to retry.
     let mut rejected: Option<ApiError> = None;
-    let mut tried = 0usize;
+    // The provider and outcome of the last attempt: why the next rung is tried.
+    let mut last: Option<(&str, &'static str)> = None;
     for planned in &chain {
         let target = &planned.target;
         if engine.breaker.admit(&target.breaker_key) == Admit::No {
             continue;
         }
-        if tried > 0 {
-            engine
-                .state
-                .metrics
-                .failovers
-                .with_label_values(&[label])
-                .inc();
+        if let Some((provider, reason)) = last {
+            engine.state.metrics.failover(label, provider, reason);
         }
-        tried += 1;
+        let series = Series {
+            provider: &target.provider,
+            rung: match planned.lane {
+                Lane::Platform => &target.rung_id,
+                Lane::PassThrough => "byok",
+            },
+        };
         // Only a platform rung draws credits; the org's own account costs nothing here.
         tally.price = match planned.lane {
             Lane::Platform => tally.platform_price,
@@ -102,18 +105,27 @@ pub async fn serve(
         };
         tally.lane = planned.lane;
         for try_no in 0..2 {
+            tally.trace.begin();
             let result = attempt(engine, session, tally, planned, parsed).await;
             let outcome = result.label();
+            let class = result.class(tally.incomplete);
             engine
                 .state
                 .metrics
-                .upstream_attempts
-                .with_label_values(&[target.provider.as_str(), outcome.as_str()])
-                .inc();
+                .attempt(series.provider, series.rung, class);
+            tally.trace.end(AttemptFacts {
+                provider: series.provider,
+                model_id: &target.model_id,
+                host: target.host(),
+                port: target.port(),
+                rung: series.rung,
+                outcome: class,
+            });
+            last = Some((series.provider, class));
             tally.attempt(&target.provider, &outcome);
             match result {
                 Attempt::Served(status) => {
-                    engine.breaker.success(&target.breaker_key);
+                    engine.breaker.success(&target.breaker_key, series);
                     tally.rung = Some(target.rung_id.clone());
                     tally.billable = true;
                     if let Some(k) = &affinity {
@@ -125,18 +137,18 @@ pub async fn serve(
                 Attempt::Round(turn) => {
                     // A model call that asked for a tool search round: served and
                     // billed; the round loop calls the model again.
-                    engine.breaker.success(&target.breaker_key);
+                    engine.breaker.success(&target.breaker_key, series);
                     tally.rung = Some(target.rung_id.clone());
                     tally.billable = true;
                     return Outcome::Round(turn);
                 }
                 Attempt::Refused(reason) => {
-                    engine.breaker.success(&target.breaker_key);
+                    engine.breaker.success(&target.breaker_key, series);
                     tally.rung = Some(target.rung_id.clone());
                     return Outcome::Error(refusal(reason));
                 }
                 Attempt::Empty(u) => {
-                    engine.breaker.success(&target.breaker_key);
+                    engine.breaker.success(&target.breaker_key, series);
                     tally.empty_attempts += 1;
                     empty.get_or_insert(u.unwrap_or_default());
                     tally.rung = Some(target.rung_id.clone());
@@ -168,7 +180,7 @@ pub async fn serve(
                 Attempt::Failed(Failure::Status(429)) if warm.as_ref() == Some(&target.rung_id) => {
                     // Moving a warm conversation to a cold rung would pay its whole
                     // prompt again: the throttle goes back to the caller instead.
-                    engine.breaker.failure(&target.breaker_key);
+                    engine.breaker.failure(&target.breaker_key, series);
                     return Outcome::Error(
                         ApiError::new(
                             ErrorCode::UnavailableRoute,
@@ -183,7 +195,7 @@ pub async fn serve(
                 Attempt::Failed(f) => {
                     rejected = None;
                     if f.trips_breaker() {
-                        engine.breaker.failure(&target.breaker_key);
+                        engine.breaker.failure(&target.breaker_key, series);
                     } else {
                         engine.breaker.abandon(&target.breaker_key);
                     }

@@ -30,20 +30,28 @@ pub fn router(state: Shared) -> Router {
 /// what the background probe last saw (`AppState::spawn_readiness`), so it answers
 /// at once whatever the stores are doing.
 async fn readyz(State(state): State<Shared>) -> impl IntoResponse {
+    let (ready, body) = readiness(&state).await;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json(status, &body)
+}
+
+/// Whether the instance is ready, and why (the body of `/readyz`); also what
+/// `sluice_ready` reports at each scrape.
+async fn readiness(state: &Shared) -> (bool, serde_json::Value) {
     let draining = state.draining();
     let db = state.database_up();
     let counters = state.counters_up();
     let gateway = state.gateway_up();
     // The catalog snapshot exists by construction: the state is built only after it loaded.
     let ready = !draining && db && counters && gateway;
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    json(
-        status,
-        &serde_json::json!({
+    state.metrics.ready.set(i64::from(ready));
+    (
+        ready,
+        serde_json::json!({
             "ready": ready,
             "draining": draining,
             "database": db,
@@ -55,6 +63,11 @@ async fn readyz(State(state): State<Shared>) -> impl IntoResponse {
 }
 
 async fn metrics_text(State(state): State<Shared>) -> impl IntoResponse {
+    // A store that hangs must not hang the scrape: past two seconds it is not ready.
+    let checked = tokio::time::timeout(std::time::Duration::from_secs(2), readiness(&state));
+    if checked.await.is_err() {
+        state.metrics.ready.set(0);
+    }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),

@@ -11,6 +11,7 @@ mod model_list;
 use crate::downstream::answer;
 use crate::inference::Engine;
 use crate::state::AppState;
+use crate::trace::Trail;
 use async_trait::async_trait;
 use pingora::prelude::HttpPeer;
 use pingora::proxy::{ProxyHttp, Session};
@@ -40,6 +41,8 @@ pub struct RequestCtx {
     route: Route,
     started: Instant,
     status: u16,
+    /// What the request leaves for the operator (metrics, access line, spans).
+    trail: Option<Trail>,
 }
 
 fn method_not_allowed(method: &http::Method, allowed: &str) -> ApiError {
@@ -57,6 +60,7 @@ impl Gateway {
         session: &mut Session,
         route: Route,
         started: Instant,
+        trail: &mut Trail,
     ) -> pingora::Result<u16> {
         let format = if route.is_messages() {
             Format::Anthropic
@@ -69,6 +73,7 @@ impl Gateway {
                 "This instance is draining; retry on another.",
             );
             session.set_keepalive(None);
+            trail.failed(&e);
             answer::send_error(session, &e, format).await?;
             return Ok(e.status);
         }
@@ -104,7 +109,7 @@ impl Gateway {
             r if r.is_inference() && method != http::Method::POST => {
                 Err(method_not_allowed(&method, "POST"))
             }
-            r if r.is_inference() => self.engine.handle(session, r, started).await,
+            r if r.is_inference() => self.engine.handle(session, r, started, trail).await,
             Route::MessagesCountTokens => Err(ApiError::new(
                 ErrorCode::NotFound,
                 "count_tokens is not served by this gateway.",
@@ -114,6 +119,7 @@ impl Gateway {
         match result {
             Ok(status) => Ok(status),
             Err(e) => {
+                trail.failed(&e);
                 answer::send_error(session, &e, format).await?;
                 Ok(e.status)
             }
@@ -125,16 +131,20 @@ impl Gateway {
 impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
 
-    /// No downstream modules: every answer is written by our own steps, and
-    /// Pingora's default (a disabled compression module) would still be built and
-    /// run through on every request and every body write.
-    fn init_downstream_modules(&self, _modules: &mut pingora::modules::http::HttpModules) {}
+    /// Not Pingora's default modules: every answer is written by our own steps,
+    /// and its disabled compression module would still be built and run through
+    /// on every request and every body write. One module of our own puts
+    /// `x-request-id` on every answer, whichever step writes it.
+    fn init_downstream_modules(&self, modules: &mut pingora::modules::http::HttpModules) {
+        modules.add_module(Box::new(crate::trace::request_id::RequestIds));
+    }
 
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
             route: Route::NotFound,
             started: Instant::now(),
             status: 0,
+            trail: None,
         }
     }
 
@@ -156,7 +166,12 @@ impl ProxyHttp for Gateway {
     ) -> pingora::Result<bool> {
         ctx.started = Instant::now();
         ctx.route = route(session.req_header().uri.path());
-        ctx.status = self.handle(session, ctx.route, ctx.started).await?;
+        let trail = ctx.trail.insert(self.state.tracer.start(
+            ctx.route,
+            session.req_header(),
+            ctx.started,
+        ));
+        ctx.status = self.handle(session, ctx.route, ctx.started, trail).await?;
         Ok(true)
     }
 
@@ -173,10 +188,8 @@ impl ProxyHttp for Gateway {
                 .response_written()
                 .map_or(499, |h| h.status.as_u16())
         };
-        self.state.metrics.observe_request(
-            ctx.route.label(),
-            status,
-            ctx.started.elapsed().as_secs_f64(),
-        );
+        if let Some(trail) = ctx.trail.take() {
+            self.state.tracer.finish(trail, status);
+        }
     }
 }

@@ -24,7 +24,7 @@ where
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Err(e) = step().await {
+            if let Err(e) = crate::metrics::global().db(what, step()).await {
                 tracing::warn!(error = %e, "{what} refresh failed; serving the last snapshot");
             }
         }

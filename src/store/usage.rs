@@ -171,6 +171,7 @@ impl UsageSink {
             l.push(b'\n');
             l
         });
+        crate::metrics::global().usage_queue.inc();
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         if let (Some(j), Ok(line)) = (p.journal.as_mut(), line) {
             if let Err(e) = j.append(&line) {
@@ -260,7 +261,9 @@ pub fn spawn_writer(
         }
     }
     // A spool the last run left is charged but not written yet.
-    sink.unwritten.adjust(&read_spool(&spool), 1);
+    let left = read_spool(&spool);
+    sink.unwritten.adjust(&left, 1);
+    spool_gauges(&spool, Some(left.len()));
     let drained = sink.clone();
     let url = url.to_string();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -301,12 +304,47 @@ async fn write_loop(db: Db, spool: PathBuf, drained: UsageSink) {
         }
         replay(&db, &spool, tally).await;
         let (batch, sealed) = drained.take();
+        let m = crate::metrics::global();
+        if let Some(oldest) = batch.iter().map(|e| e.at_ms).filter(|&t| t > 0).min() {
+            m.usage_lag.set((now_ms() - oldest).max(0) as f64 / 1000.0);
+        }
+        let started = std::time::Instant::now();
         let kept = write_or_spool(&db, &spool, &batch, tally).await;
+        if !batch.is_empty() {
+            m.usage_write.observe(started.elapsed().as_secs_f64());
+            m.usage_queue.sub(batch.len() as i64);
+        }
         // Stored or spooled: the journal's copy has done its work.
         if let (true, Some(s)) = (kept, sealed) {
             s.done();
         }
     }
+}
+
+/// The spool's size on the gauges (`events`: its count, when known).
+fn spool_gauges(spool: &Path, events: Option<usize>) {
+    let m = crate::metrics::global();
+    let bytes = std::fs::metadata(spool).map_or(0, |md| md.len());
+    m.usage_spool_bytes.set(bytes as i64);
+    match events {
+        Some(n) => m.usage_spool_events.set(n as i64),
+        None if bytes == 0 => m.usage_spool_events.set(0),
+        None => {}
+    }
+}
+
+/// Counts what became of `n` usage events.
+fn count(result: &'static str, n: usize) {
+    let m = crate::metrics::global();
+    m.usage_events.with_label_values(&[result]).inc_by(n as u64);
+}
+
+/// Counts a failed database write of the usage writer.
+fn db_error(op: &'static str) {
+    crate::metrics::global()
+        .db_errors
+        .with_label_values(&[op])
+        .inc();
 }
 
 /// Lowers the calling thread's scheduling priority (Linux nice values are per
@@ -337,21 +375,40 @@ fn chunks(events: &[UsageEvent]) -> Vec<&[UsageEvent]> {
 /// Writes events in chunks; a chunk that fails twice goes to the spool. Returns
 /// whether every event is stored or spooled (kept on the disk either way).
 async fn write_or_spool(db: &Db, spool: &Path, events: &[UsageEvent], tally: &Unwritten) -> bool {
-    if events.is_empty() || insert_fresh(db, events, tally).await.is_ok() {
+    if events.is_empty() {
+        return true;
+    }
+    let m = crate::metrics::global();
+    if m.db("usage_write", insert_fresh(db, events, tally))
+        .await
+        .is_ok()
+    {
+        count("written", events.len());
         return true;
     }
     let mut kept = true;
     for part in chunks(events) {
         if insert(db, part, tally).await.is_ok() {
+            count("written", part.len());
             continue;
         }
+        db_error("usage_write");
         tokio::time::sleep(Duration::from_millis(200)).await;
         if let Err(e) = insert(db, part, tally).await {
+            db_error("usage_write");
             tracing::error!(error = %e, events = part.len(), "usage events spooled until the database answers");
             if let Err(e) = append_spool(spool, part) {
                 kept = false;
+                // Not lost: the journal keeps them until a write or a spool works.
+                count("unspooled", part.len());
                 tracing::error!(error = %e, events = part.len(), path = %spool.display(), "usage events not spooled: the spool is not writable (the journal keeps them)");
+            } else {
+                count("spooled", part.len());
+                m.usage_spool_events.add(part.len() as i64);
+                spool_gauges(spool, None);
             }
+        } else {
+            count("written", part.len());
         }
     }
     kept
@@ -392,14 +449,21 @@ pub async fn replay(db: &Db, spool: &Path, tally: &Unwritten) -> bool {
         return true;
     }
     let events = read_spool(spool);
+    spool_gauges(spool, Some(events.len()));
     for part in chunks(&events) {
-        if insert(db, part, tally).await.is_err() {
+        if crate::metrics::global()
+            .db("usage_replay", insert(db, part, tally))
+            .await
+            .is_err()
+        {
             return false;
         }
     }
     match std::fs::remove_file(spool) {
         Ok(()) => {
             tracing::info!(events = events.len(), "usage spool replayed");
+            count("replayed", events.len());
+            spool_gauges(spool, Some(0));
             true
         }
         Err(e) => {

@@ -1,6 +1,8 @@
 //! A circuit breaker per rung (provider, model id, base URL, credential; never per
 //! host): after `threshold` consecutive failures the rung is skipped for `cooldown`;
 //! then one request at a time may probe it (half-open) until one succeeds.
+//! Each opening is counted, and each rung's state is a gauge, under the rung's
+//! [`Series`] (`sluice_breaker_opens_total`, `sluice_breaker_open`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -11,6 +13,15 @@ struct State {
     failures: u32,
     open_until: Option<Instant>,
     probing: bool,
+}
+
+/// The labels a rung's breaker is counted under: its provider, and its catalog
+/// rung id (`byok` for every org's own rung, which are not the operator's to
+/// watch one by one and would grow the series with each org).
+#[derive(Clone, Copy, Debug)]
+pub struct Series<'a> {
+    pub provider: &'a str,
+    pub rung: &'a str,
 }
 
 pub struct Breaker {
@@ -69,18 +80,23 @@ impl Breaker {
         }
     }
 
-    pub fn success(&self, key: &str) {
+    pub fn success(&self, key: &str, series: Series) {
         let mut m = self.lock();
-        if m.contains_key(key) {
-            m.remove(key);
+        if let Some(s) = m.remove(key) {
+            if s.open_until.is_some() {
+                crate::metrics::global().breaker_closed(series.provider, series.rung);
+            }
         }
     }
 
-    pub fn failure(&self, key: &str) {
+    pub fn failure(&self, key: &str, series: Series) {
         let mut m = self.lock();
         let s = m.entry(key.to_string()).or_default();
         s.failures += 1;
         if s.probing || s.failures >= self.threshold {
+            if s.open_until.is_none() {
+                crate::metrics::global().breaker_opened(series.provider, series.rung);
+            }
             s.open_until = Some(Instant::now() + self.cooldown);
             s.probing = false;
         }
@@ -101,11 +117,27 @@ mod tests {
     #[test]
     fn opens_after_threshold_then_probes_once() {
         let b = Breaker::new(2, Duration::from_millis(30));
+        let sr = Series {
+            provider: "mistral",
+            rung: "mistral:breaker-unit-test",
+        };
+        let m = crate::metrics::global();
+        let open = || {
+            m.breaker_open
+                .with_label_values(&[sr.provider, sr.rung])
+                .get()
+        };
+        let opens = || {
+            m.breaker_opens
+                .with_label_values(&[sr.provider, sr.rung])
+                .get()
+        };
         assert_eq!(b.admit("r"), Admit::Yes);
-        b.failure("r");
+        b.failure("r", sr);
         assert_eq!(b.admit("r"), Admit::Yes);
-        b.failure("r");
+        b.failure("r", sr);
         assert_eq!(b.admit("r"), Admit::No);
+        assert_eq!((open(), opens()), (1, 1), "counted open once");
         assert_eq!(b.admit("other"), Admit::Yes, "per rung, not global");
         assert!(!b.would_admit("r"));
         std::thread::sleep(Duration::from_millis(40));
@@ -114,11 +146,16 @@ mod tests {
         assert_eq!(b.admit("r"), Admit::Probe);
         assert!(!b.would_admit("r"));
         assert_eq!(b.admit("r"), Admit::No, "one probe at a time");
-        b.failure("r");
+        b.failure("r", sr);
         assert_eq!(b.admit("r"), Admit::No, "a failed probe reopens");
         std::thread::sleep(Duration::from_millis(40));
         assert_eq!(b.admit("r"), Admit::Probe);
-        b.success("r");
+        b.success("r", sr);
         assert_eq!(b.admit("r"), Admit::Yes, "a good probe closes");
+        assert_eq!(
+            (open(), opens()),
+            (0, 1),
+            "a reopened probe is the same opening"
+        );
     }
 }

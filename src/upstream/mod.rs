@@ -112,6 +112,22 @@ impl Failure {
         }
     }
 
+    /// The outcome class of metrics and traces (a fixed set).
+    pub fn class(&self) -> &'static str {
+        match self {
+            Failure::Connect(_) => "connect",
+            Failure::HeaderTimeout => "timeout_headers",
+            Failure::FirstTokenTimeout => "timeout_first_token",
+            Failure::Status(429) => "http_429",
+            Failure::Status(s) if *s >= 500 => "http_5xx",
+            Failure::Status(_) => "http_4xx",
+            Failure::DiedBeforeOutput => "died",
+            Failure::ErrorEvent => "error_event",
+            Failure::BadAnswer => "bad_answer",
+            Failure::Deadline => "deadline",
+        }
+    }
+
     /// Whether the failure says the rung is unwell, and so counts toward its
     /// breaker (shared by every org on a platform rung): 5xx, 408, 429, a refused
     /// credential (401/403), connect errors, timeouts and deaths. The caller's own
@@ -435,7 +451,7 @@ impl Upstreams {
             Bytes::from(form),
             false,
             "application/x-www-form-urlencoded",
-            &[],
+            (&[], None),
         ))
         .await?;
         let mut buf = Vec::new();
@@ -465,19 +481,49 @@ impl Upstreams {
         stream: bool,
         extra: &[(&'static str, &'static str)],
     ) -> Result<Call<'_>, Failure> {
+        self.post_traced(t, path, body, stream, extra, None).await
+    }
+
+    /// As [`Upstreams::post`], with the request's W3C `traceparent` (providers
+    /// that trace join the request's trace; the others ignore it).
+    pub async fn post_traced(
+        &self,
+        t: &Target,
+        path: &str,
+        body: Bytes,
+        stream: bool,
+        extra: &[(&'static str, &'static str)],
+        traceparent: Option<&str>,
+    ) -> Result<Call<'_>, Failure> {
         // Boxed here, once: the connect-and-send state machine is about 10 KB, and
         // every async layer above that held it inline would grow by a copy of it
         // (and be memmoved whole each time it is boxed or polled into place).
         // In a statement of its own: a temporary of the awaiting statement (the
         // unboxed future) would stay in this future's state until the await ends.
-        let send = Box::pin(self.send("POST", t, path, body, stream, "application/json", extra));
+        let send = Box::pin(self.send(
+            "POST",
+            t,
+            path,
+            body,
+            stream,
+            "application/json",
+            (extra, traceparent),
+        ));
         send.await
     }
 
     /// Sends a GET and reads the whole answer (at most 1 MB): status and body.
     pub async fn get(&self, t: &Target, path: &str) -> Result<(u16, Vec<u8>), Failure> {
         let mut call = self
-            .send("GET", t, path, Bytes::new(), false, "application/json", &[])
+            .send(
+                "GET",
+                t,
+                path,
+                Bytes::new(),
+                false,
+                "application/json",
+                (&[], None),
+            )
             .await?;
         let status = call.status();
         let mut body = Vec::new();
@@ -501,7 +547,7 @@ impl Upstreams {
         body: Bytes,
         stream: bool,
         content_type: &'static str,
-        extra: &[(&'static str, &'static str)],
+        (extra, traceparent): (&[(&'static str, &'static str)], Option<&str>),
     ) -> Result<Call<'_>, Failure> {
         let addr = self.address(t).await?;
         let authority = t.authority.as_str();
@@ -575,6 +621,9 @@ impl Upstreams {
         }
         for (name, value) in extra {
             head.field(name, Val::Str(value));
+        }
+        if let Some(tp) = traceparent {
+            head.field("traceparent", Val::Str(tp));
         }
         // The connection last: none is held while a token is minted.
         let (peer, reuse_key) = t.peer(addr);

@@ -104,6 +104,15 @@ impl std::fmt::Debug for OwnCloud {
 impl Target {
     /// `text` with this rung's credential blanked out: a provider's error message
     /// may echo what it was sent, and it reaches the client.
+    /// The host the rung is reached at (for traces).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     pub fn redact(&self, text: &str) -> String {
         match self.credential.as_deref().filter(|c| c.len() >= 8) {
             Some(c) => text.replace(c, "[redacted]"),

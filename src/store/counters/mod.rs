@@ -5,11 +5,13 @@
 
 pub mod leased;
 mod memory;
+mod metered;
 mod redis;
 pub mod seeded;
 
 pub use self::leased::LeasedCounters;
 pub use self::memory::MemoryCounters;
+pub use self::metered::MeteredCounters;
 pub use self::redis::RedisCounters;
 pub use self::seeded::SeededCounters;
 
