@@ -73,15 +73,14 @@ impl AppState {
         crate::store::usage::adopt_orphans(&spool);
         crate::store::usage::replay(&db, &spool, &Default::default()).await;
         if in_process {
-            // Fresh in-process counters know no free allowance use: put back what
-            // the ledger (and a spool the database still refuses) says. Without
-            // the ledger the allowances are not known, so the start fails.
+            // Fresh in-process counters know no free allowance use nor key spend
+            // today: put back what the ledger (and a spool the database still
+            // refuses) says. Without the ledger they are not known: the start fails.
             let now = crate::store::counters::now_secs();
             let unstored = crate::store::usage::read_spool(&spool);
-            let uses = crate::billing::gate::free_use(&db, now, &unstored)
+            crate::billing::gate::restore_money(inner.as_ref(), &db, now, &unstored)
                 .await
-                .context("reading free allowance use from the ledger")?;
-            crate::billing::gate::restore_free(inner.as_ref(), &uses, now).await?;
+                .context("reading free allowance use and key spend from the ledger")?;
         }
         let directory = Arc::new(Directory::load(&db).await?);
         let instance_id = crate::store::new_id("inst");
@@ -159,6 +158,9 @@ impl AppState {
             loop {
                 tick.tick().await;
                 let (db, counters) = tokio::join!(state.db.ping(), state.counters.ping());
+                if counters && state.leases.is_some() {
+                    state.restore_if_counters_lost().await;
+                }
                 db_fails = if db { 0 } else { db_fails + 1 };
                 counter_fails = if counters { 0 } else { counter_fails + 1 };
                 state.database_up.store(db_fails < 2, Ordering::Relaxed);
@@ -167,6 +169,43 @@ impl AppState {
                     .store(counter_fails < 2, Ordering::Relaxed);
             }
         });
+    }
+
+    /// A shared counters store that lost its data (a Redis restarted empty) lost
+    /// the money windows with it: key daily spend and free allowance use. The
+    /// store holds a marker with no natural end; the instance that finds it gone
+    /// (one, by `SET NX`) puts those windows back from the ledger. Balances reseed
+    /// themselves on their next draw (`SeededCounters`); rate windows restart.
+    async fn restore_if_counters_lost(&self) {
+        const EPOCH_TTL: std::time::Duration = std::time::Duration::from_secs(90 * 86_400);
+        let set = self
+            .counters
+            .put_marker("epoch", &self.instance_id, EPOCH_TTL, true)
+            .await;
+        if !matches!(set, Ok(true)) {
+            return;
+        }
+        let now = crate::store::counters::now_secs();
+        let unstored =
+            crate::store::usage::read_spool(std::path::Path::new(&self.config.storage.usage_spool));
+        // Straight to the shared store: the ledger's totals are not leased.
+        let Some(leases) = &self.leases else { return };
+        let restore =
+            crate::billing::gate::restore_money(leases.shared(), &self.db, now, &unstored);
+        match tokio::time::timeout(std::time::Duration::from_secs(10), restore).await {
+            Ok(Ok(())) => tracing::warn!(
+                "the counters store had no epoch marker (first start, or it lost its data): \
+                 key daily spend and free allowance use restored from the ledger"
+            ),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "restoring money windows from the ledger failed; retrying");
+                let _ = self.counters.delete("epoch").await;
+            }
+            Err(_) => {
+                tracing::error!("restoring money windows from the ledger timed out; retrying");
+                let _ = self.counters.delete("epoch").await;
+            }
+        }
     }
 
     /// Whether the database answered the last readiness probes.

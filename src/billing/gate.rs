@@ -777,6 +777,71 @@ pub async fn settle(counters: &dyn Counters, hold: Hold, used: Used) {
     }
 }
 
+/// Puts the money windows back where the ledger says, into counters that lost them
+/// (an in-process restart, a Redis that came back empty): each model's free
+/// allowance use and each key's platform spend today (its daily cap's window).
+/// Amounts are added to what the windows hold now, so spend taken between the loss
+/// and this call counts on top (the conservative side). `unstored`: usage events
+/// the database does not have yet (a spool, a journal).
+pub async fn restore_money(
+    counters: &dyn Counters,
+    db: &Db,
+    now: u64,
+    unstored: &[UsageEvent],
+) -> anyhow::Result<()> {
+    let uses = free_use(db, now, unstored).await?;
+    restore_free(counters, &uses, now).await?;
+    let spend = key_day_spend(db, now, unstored).await?;
+    let windows: Vec<WindowReq> = spend
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(key_id, amount)| WindowReq {
+            key: ["kday:", key_id.as_str()].concat(),
+            window_secs: DAY,
+            amount,
+            limit: i64::MAX,
+            ttl_secs: 0,
+            local_when_down: false,
+        })
+        .collect();
+    for chunk in windows.chunks(64) {
+        counters.take(chunk, None).await?;
+    }
+    Ok(())
+}
+
+/// Each key's platform spend today (UTC) as the ledger has it, plus `unstored`.
+async fn key_day_spend(
+    db: &Db,
+    now: u64,
+    unstored: &[UsageEvent],
+) -> anyhow::Result<Vec<(String, i64)>> {
+    use sqlx::Row;
+    let day = i64::try_from(now / DAY * DAY * 1000).unwrap_or(i64::MAX);
+    let platform = crate::byok::active_route::Lane::Platform.as_str();
+    let rows = sqlx::query(
+        "SELECT key_id, CAST(SUM(cost_micro_usd) AS BIGINT) AS spent FROM usage_events \
+         WHERE created_at >= $1 AND lane = $2 GROUP BY key_id",
+    )
+    .bind(day)
+    .bind(platform)
+    .fetch_all(&db.pool)
+    .await?;
+    let mut out = std::collections::HashMap::<String, i64>::new();
+    for r in &rows {
+        let spent: Option<i64> = r.try_get("spent")?;
+        out.insert(r.try_get("key_id")?, spent.unwrap_or(0));
+    }
+    for e in unstored
+        .iter()
+        .filter(|e| e.at_ms >= day && e.lane == platform)
+    {
+        let n = out.entry(e.key_id.clone()).or_default();
+        *n = n.saturating_add(e.cost_micro_usd);
+    }
+    Ok(out.into_iter().collect())
+}
+
 /// Each org's use of each model's free allowance in the windows open at `now`
 /// (Unix seconds): the stored rows, plus `unstored` events (a spool not replayed
 /// yet).

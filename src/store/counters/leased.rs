@@ -75,6 +75,12 @@ fn balance_block(draw: i64) -> i64 {
 }
 
 impl LeasedCounters {
+    /// The shared store under the leases: for writes that must not be leased
+    /// (putting windows back from the ledger).
+    pub fn shared(&self) -> &dyn Counters {
+        self.inner.as_ref()
+    }
+
     pub fn new(inner: Arc<dyn Counters>) -> Self {
         LeasedCounters {
             inner,

@@ -28,6 +28,7 @@ mod anthropic;
 mod bedrock;
 mod control;
 mod embed;
+pub mod fault_proxy;
 mod gemini;
 mod handlers;
 pub mod oauth;

@@ -1,0 +1,604 @@
+//! Shared state under faults (issue 29), as an operator runs it: three instances on
+//! one PostgreSQL and one Redis under a steady, bounded load (chat whole and
+//! streamed; a key with a daily spend cap; a low-balance org; Idempotency-Key
+//! retries sent to another instance), with one fault at a time: Redis killed and
+//! back empty, PostgreSQL away, an instance killed mid-stream, and PostgreSQL away
+//! with an instance killed during it. Then the reconciliation: every whole 200
+//! answer billed exactly once, no request open past its bound, every error in
+//! SPEC.md's envelope, the capped key and the low-balance org within the bounds
+//! docs/decisions.md states, the ledger and the balances agreeing, every instance
+//! ready again within seconds of each heal.
+//!
+//! The faults are played by TCP proxies in front of the stores (`FaultProxy`: a
+//! cut resets every connection and refuses new ones, as a killed server does) and
+//! by this test's own Redis server, emptied while it is cut off. Runs on the
+//! PostgreSQL + Redis pass (`SLUICE_TEST_DATABASE_URL`, `SLUICE_TEST_REDIS_URL`).
+
+mod harness;
+
+use harness::{command, repo_path, sql_rows, Backend, Opts, Sluice};
+use serde_json::{json, Value};
+use sluice_mock::fault_proxy::FaultProxy;
+use sluice_mock::{Mock, Step};
+use std::collections::{BTreeMap, HashSet};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A client gives up on a request after this; none may come near it.
+const CLIENT_BOUND: Duration = Duration::from_secs(20);
+/// The daily cap of the capped key, and the credits of the low-balance org.
+const CAP_MICRO: i64 = 3_000;
+const LOW_CREDITS_MICRO: i64 = 3_000;
+/// The worst case one request reserves (`max_tokens` 100 at the fixture's prices,
+/// plus the prompt): the unit of the stated bounds.
+const MAX_TOKENS: u64 = 100;
+
+struct RedisServer(Child, u16);
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_redis(dir: &std::path::Path) -> RedisServer {
+    let port = free_port();
+    let mut child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server (the test command installs it)");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return RedisServer(child, port);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("redis-server did not start");
+}
+
+/// Empties the test's Redis, as a restart without persistence does.
+fn flush_redis(port: u16) {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "FLUSHALL"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}
+
+/// `postgres://user@host:port/db` with host:port replaced.
+fn via(url: &str, addr: std::net::SocketAddr) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (auth_host, path) = rest.split_once('/').unwrap();
+    let auth = auth_host
+        .rsplit_once('@')
+        .map_or(String::new(), |(a, _)| format!("{a}@"));
+    format!("{scheme}://{auth}{addr}/{path}")
+}
+
+fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").unwrap().1;
+    let host = rest.split('/').next().unwrap();
+    host.rsplit_once('@').map_or(host, |(_, h)| h).to_string()
+}
+
+/// What one request got.
+#[derive(Debug, Clone)]
+struct Outcome {
+    key: usize,
+    idem: Option<String>,
+    status: u16,
+    whole: bool,
+    code: Option<String>,
+    took: Duration,
+    timed_out: bool,
+}
+
+struct Fleet {
+    backend: Backend,
+    db_url: String,
+    redis_url: String,
+    mock: Mock,
+    dirs: Vec<tempfile::TempDir>,
+    instances: Vec<Option<Sluice>>,
+}
+
+impl Fleet {
+    fn opts(&self, i: usize) -> Opts {
+        let base = self.mock.base_url();
+        Opts::default()
+            .catalog(repo_path("tests/fixtures/ops.toml"))
+            .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
+            .env("SLUICE_PROVIDERS__AZURE__BASE_URL", &base)
+            .env("OPENAI_API_KEY", "sk-platform-openai")
+            .env("AZURE_OPENAI_API_KEY", "az-platform")
+            .env("SLUICE_STORAGE__DATABASE_URL", &self.db_url)
+            .env("SLUICE_STORAGE__REDIS_URL", &self.redis_url)
+            // Short store timeouts, as production's, with room for a loaded CI box.
+            .env("SLUICE_STORAGE__REDIS_TIMEOUT_MS", "250")
+            .env("SLUICE_STORAGE__DATABASE_TIMEOUT_MS", "1000")
+            // Each instance its own disk: spool and journal.
+            .env(
+                "SLUICE_STORAGE__USAGE_SPOOL",
+                self.dirs[i].path().join("usage-spool.jsonl").display(),
+            )
+    }
+
+    async fn start(&mut self, i: usize) {
+        let cmd = command(&self.backend, &self.opts(i));
+        let s = Sluice::spawn(cmd, &self.db_url).await;
+        self.instances[i] = Some(s);
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(s) = self.instances[i].take() {
+            let ok = Command::new("kill")
+                .args(["-KILL", &s.pid().to_string()])
+                .status()
+                .unwrap();
+            assert!(ok.success());
+            drop(s);
+        }
+    }
+
+    fn live(&self) -> Vec<&Sluice> {
+        self.instances.iter().flatten().collect()
+    }
+
+    /// Seconds until every live instance answers `/readyz` 200 (panics past 10 s).
+    async fn ready_within(&self, what: &str) -> f64 {
+        let t = Instant::now();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        for s in self.live() {
+            loop {
+                let probe = Instant::now();
+                let r = http.get(format!("{}/readyz", s.ops)).send().await;
+                assert!(
+                    probe.elapsed() < Duration::from_millis(1500),
+                    "/readyz answers within a second ({what})"
+                );
+                let (status, body) = match r {
+                    Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+                    Err(e) => (0, e.to_string()),
+                };
+                if status == 200 {
+                    break;
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(10),
+                    "an instance was not ready 10 s after {what}: {status} {body}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        t.elapsed().as_secs_f64()
+    }
+}
+
+fn chat(stream: bool) -> Value {
+    json!({"model": "ops-chat", "stream": stream, "max_tokens": MAX_TOKENS,
+           "messages": [{"role": "user", "content": "Say hello"}]})
+}
+
+/// One request: the whole answer read, its shape judged.
+async fn send(
+    http: &reqwest::Client,
+    gw: &str,
+    key: &str,
+    idem: Option<&str>,
+    stream: bool,
+) -> (u16, bool, Option<String>, bool) {
+    let mut rb = http
+        .post(format!("http://{gw}/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(&chat(stream));
+    if let Some(k) = idem {
+        rb = rb.header("Idempotency-Key", k);
+    }
+    let r = match tokio::time::timeout(CLIENT_BOUND, rb.send()).await {
+        Err(_) => return (0, false, None, true),
+        Ok(Err(_)) => return (0, false, None, false),
+        Ok(Ok(r)) => r,
+    };
+    let status = r.status().as_u16();
+    let body = match tokio::time::timeout(CLIENT_BOUND, r.bytes()).await {
+        Err(_) => return (status, false, None, true),
+        Ok(Err(_)) => return (status, false, None, false),
+        Ok(Ok(b)) => String::from_utf8_lossy(&b).to_string(),
+    };
+    if status != 200 {
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        let code = v["error"]["code"].as_str().map(str::to_string);
+        assert!(
+            code.is_some(),
+            "an error answer in SPEC.md's envelope: {status} {body}"
+        );
+        return (status, false, code, false);
+    }
+    let whole = if stream {
+        body.trim_end().ends_with("data: [DONE]") && !body.contains("\"error\"")
+    } else {
+        serde_json::from_str::<Value>(&body).is_ok_and(|v| v["choices"][0]["message"].is_object())
+    };
+    (status, whole, None, false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_instances_ride_out_store_faults_and_bill_every_answer_once() {
+    let (Ok(pg), Ok(_)) = (
+        std::env::var("SLUICE_TEST_DATABASE_URL"),
+        std::env::var("SLUICE_TEST_REDIS_URL"),
+    ) else {
+        eprintln!("fleet fault test: runs on the PostgreSQL + Redis pass only");
+        return;
+    };
+    let _ = pg;
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = start_redis(redis_dir.path());
+    let redis_proxy = FaultProxy::start(&format!("127.0.0.1:{}", redis.1)).await;
+    let backend = Backend::fresh().await;
+    let pg_proxy = FaultProxy::start(&host_port(&backend.database_url)).await;
+    let mut fleet = Fleet {
+        db_url: via(&backend.database_url, pg_proxy.addr()),
+        redis_url: format!("redis://{}/", redis_proxy.addr()),
+        backend,
+        mock: Mock::start().await,
+        dirs: (0..3).map(|_| tempfile::tempdir().unwrap()).collect(),
+        instances: vec![None, None, None],
+    };
+    for i in 0..3 {
+        fleet.start(i).await;
+    }
+    let a = fleet.instances[0].as_ref().unwrap();
+    let (org, _, plain_key) = a.org_and_key().await;
+    let (st, k) = a
+        .admin(
+            reqwest::Method::POST,
+            &format!("/admin/orgs/{org}/keys"),
+            Some(json!({"name": "capped", "daily_spend_cap_usd": CAP_MICRO as f64 / 1e6})),
+        )
+        .await;
+    assert_eq!(st, 201, "{k}");
+    let capped_key = k["api_key"].as_str().unwrap().to_string();
+    let capped_id = k["api_key_id"].as_str().unwrap().to_string();
+    let (low_org, low_key) = a
+        .org_with(
+            json!({"name": "low", "email_verified": true, "card_verified": true,
+                          "credits_usd": LOW_CREDITS_MICRO as f64 / 1e6, "tier": 3}),
+        )
+        .await;
+    let keys = [plain_key.clone(), capped_key.clone(), low_key.clone()];
+    for s in fleet.live() {
+        for k in &keys {
+            s.wait_for_key(k).await;
+        }
+    }
+    let start_balance = org_balance(&fleet.backend.database_url, &org).await;
+
+    // The load: four workers, round robin over the live instances; the plain key's
+    // requests carry an Idempotency-Key and are sent again to the next instance.
+    let gateways: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(
+        fleet
+            .live()
+            .iter()
+            .map(|s| s.gateway.replace("http://", ""))
+            .collect(),
+    ));
+    let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let seq = Arc::new(AtomicUsize::new(0));
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let mut workers = Vec::new();
+    for w in 0..4usize {
+        let (gateways, outcomes, stop, seq, http, keys) = (
+            gateways.clone(),
+            outcomes.clone(),
+            stop.clone(),
+            seq.clone(),
+            http.clone(),
+            keys.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let n = seq.fetch_add(1, Ordering::SeqCst);
+                let key = n % 3;
+                let stream = (n / 3 + w) % 2 == 0;
+                let gws = gateways.lock().unwrap().clone();
+                let idem = (key == 0).then(|| format!("fleet-{n}"));
+                let mut tries = vec![gws[n % gws.len()].clone()];
+                if idem.is_some() {
+                    tries.push(gws[(n + 1) % gws.len()].clone());
+                }
+                for gw in tries {
+                    let t = Instant::now();
+                    let (status, whole, code, timed_out) =
+                        send(&http, &gw, &keys[key], idem.as_deref(), stream).await;
+                    outcomes.lock().unwrap().push(Outcome {
+                        key,
+                        idem: idem.clone(),
+                        status,
+                        whole,
+                        code,
+                        took: t.elapsed(),
+                        timed_out,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }));
+    }
+    let set_gateways = |fleet: &Fleet| {
+        *gateways.lock().unwrap() = fleet
+            .live()
+            .iter()
+            .map(|s| s.gateway.replace("http://", ""))
+            .collect();
+    };
+    let mut figures: BTreeMap<&str, String> = BTreeMap::new();
+
+    // Steady.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // 1. Redis killed and back empty after 3 s.
+    redis_proxy.cut();
+    flush_redis(redis.1);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    redis_proxy.heal();
+    let t = fleet.ready_within("Redis came back").await;
+    figures.insert("redis: ready after heal (s)", format!("{t:.2}"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // 2. PostgreSQL away for 5 s.
+    pg_proxy.cut();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    pg_proxy.heal();
+    let t = fleet.ready_within("PostgreSQL came back").await;
+    figures.insert("postgres: ready after heal (s)", format!("{t:.2}"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // 3. An instance killed mid-stream, then started again on its own disk.
+    fleet.mock.script(
+        "solo1",
+        vec![Step::SlowChunks {
+            n: 40,
+            every: Duration::from_millis(100),
+        }],
+    );
+    let victim = fleet.instances[2].as_ref().unwrap();
+    let mut r = victim
+        .http
+        .post(format!("{}/v1/chat/completions", victim.gateway))
+        .bearer_auth(&plain_key)
+        .json(
+            &json!({"model": "ops-solo", "stream": true, "max_tokens": MAX_TOKENS,
+                      "messages": [{"role": "user", "content": "long"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut got = String::new();
+    while !got.contains("\"content\":\"") {
+        let c = r.chunk().await.unwrap().expect("a first chunk");
+        got.push_str(&String::from_utf8_lossy(&c));
+    }
+    fleet.kill(2);
+    set_gateways(&fleet);
+    let cut = loop {
+        match r.chunk().await {
+            Ok(Some(c)) => got.push_str(&String::from_utf8_lossy(&c)),
+            Ok(None) => break !got.contains("[DONE]"),
+            Err(_) => break true,
+        }
+    };
+    assert!(cut, "the killed instance's stream did not finish");
+    fleet.start(2).await;
+    set_gateways(&fleet);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // 4. PostgreSQL away, and an instance killed during it.
+    pg_proxy.cut();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    fleet.kill(1);
+    set_gateways(&fleet);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    pg_proxy.heal();
+    fleet.start(1).await;
+    set_gateways(&fleet);
+    let t = fleet
+        .ready_within("PostgreSQL came back with an instance restarted")
+        .await;
+    figures.insert("postgres+kill: ready after heal (s)", format!("{t:.2}"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let outcomes = outcomes.lock().unwrap().clone();
+
+    // No request came near the client's bound; every error used the envelope
+    // (checked as they came) and a documented status.
+    let slowest = outcomes.iter().map(|o| o.took).max().unwrap();
+    figures.insert("requests", outcomes.len().to_string());
+    figures.insert(
+        "slowest request (s)",
+        format!("{:.2}", slowest.as_secs_f64()),
+    );
+    assert!(outcomes.iter().all(|o| !o.timed_out), "a request hung");
+    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
+    for o in outcomes.iter().filter(|o| o.status != 200) {
+        *errors
+            .entry(format!(
+                "{} {}",
+                o.status,
+                o.code.clone().unwrap_or_default()
+            ))
+            .or_default() += 1;
+    }
+    figures.insert("error answers", format!("{errors:?}"));
+    for o in &outcomes {
+        assert_ne!(o.status, 500, "no internal_error: {o:?}");
+    }
+
+    // The usage reaches the ledger: wait until it stops changing.
+    let db = &fleet.backend.database_url;
+    let mut last = (-1, -1);
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = (event_count(db, None).await, org_balance(db, &org).await);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+
+    // Every whole 200 answer is billed exactly once: per idempotency key one event
+    // however many instances answered it, and per other key one event per answer.
+    let whole_idem: HashSet<&str> = outcomes
+        .iter()
+        .filter(|o| o.key == 0 && o.whole)
+        .filter_map(|o| o.idem.as_deref())
+        .collect();
+    let plain_id = key_id_of(db, &org, &capped_id).await;
+    let served = |k: usize| outcomes.iter().filter(|o| o.key == k && o.whole).count() as i64;
+    let billed_plain = ok_events(db, &plain_id, "ops-chat").await;
+    let billed_capped = ok_events(db, &capped_id, "ops-chat").await;
+    let low_id = only_key(db, &low_org).await;
+    let billed_low = ok_events(db, &low_id, "ops-chat").await;
+    figures.insert(
+        "whole answers / billed (idempotent, capped, low)",
+        format!(
+            "{}/{billed_plain}, {}/{billed_capped}, {}/{billed_low}",
+            whole_idem.len(),
+            served(1),
+            served(2)
+        ),
+    );
+    assert_eq!(billed_plain, whole_idem.len() as i64, "{figures:#?}");
+    assert_eq!(billed_capped, served(1), "{figures:#?}");
+    assert_eq!(billed_low, served(2), "{figures:#?}");
+
+    // The ledger and the balances agree, to the micro-dollar.
+    for (o, credits) in [(&org, start_balance), (&low_org, LOW_CREDITS_MICRO)] {
+        let spent = org_cost(db, o).await;
+        let balance = org_balance(db, o).await;
+        assert_eq!(balance, credits - spent, "balance = credits - cost ({o})");
+    }
+
+    // The capped key and the low-balance org within the stated bounds: one
+    // request's worst case per instance past the line.
+    let worst = worst_case_micro();
+    let capped_spent = key_cost(db, &capped_id).await;
+    let low_balance = org_balance(db, &low_org).await;
+    figures.insert(
+        "capped key: spent / cap (micro-USD)",
+        format!("{capped_spent} / {CAP_MICRO}"),
+    );
+    figures.insert(
+        "low-balance org: balance (micro-USD)",
+        low_balance.to_string(),
+    );
+    eprintln!("fleet figures: {figures:#?}");
+    assert!(capped_spent <= CAP_MICRO + 3 * worst, "{figures:#?}");
+    assert!(low_balance >= -3 * worst, "{figures:#?}");
+    assert!(
+        served(1) > 0 && served(2) > 0,
+        "the capped and low keys were served"
+    );
+    drop(redis);
+}
+
+/// One request's worst-case reservation at the fixture's prices: `max_tokens` of
+/// output at 2 USD per million, and a prompt of at most 100 tokens at 1.
+fn worst_case_micro() -> i64 {
+    (MAX_TOKENS as i64) * 2 + 100
+}
+
+async fn org_balance(db: &str, org: &str) -> i64 {
+    let r = sql_rows(
+        db,
+        &format!("SELECT balance_micro_usd AS b FROM orgs WHERE id = '{org}'"),
+    )
+    .await;
+    r[0]["b"].as_i64().unwrap()
+}
+
+async fn org_cost(db: &str, org: &str) -> i64 {
+    let r = sql_rows(
+        db,
+        &format!("SELECT CAST(COALESCE(SUM(cost_micro_usd), 0) AS BIGINT) AS c FROM usage_events WHERE org_id = '{org}'"),
+    )
+    .await;
+    r[0]["c"].as_i64().unwrap()
+}
+
+async fn key_cost(db: &str, key: &str) -> i64 {
+    let r = sql_rows(
+        db,
+        &format!("SELECT CAST(COALESCE(SUM(cost_micro_usd), 0) AS BIGINT) AS c FROM usage_events WHERE key_id = '{key}'"),
+    )
+    .await;
+    r[0]["c"].as_i64().unwrap()
+}
+
+async fn event_count(db: &str, key: Option<&str>) -> i64 {
+    let filter = key.map_or(String::new(), |k| format!(" WHERE key_id = '{k}'"));
+    let r = sql_rows(
+        db,
+        &format!("SELECT COUNT(*) AS n FROM usage_events{filter}"),
+    )
+    .await;
+    r[0]["n"].as_i64().unwrap()
+}
+
+/// Served (200) events of a key for a model.
+async fn ok_events(db: &str, key: &str, model: &str) -> i64 {
+    let r = sql_rows(
+        db,
+        &format!("SELECT COUNT(*) AS n FROM usage_events WHERE key_id = '{key}' AND model = '{model}' AND status = 200 AND incomplete = 0"),
+    )
+    .await;
+    r[0]["n"].as_i64().unwrap()
+}
+
+/// The org's key other than `not`: the plain key.
+async fn key_id_of(db: &str, org: &str, not: &str) -> String {
+    let r = sql_rows(
+        db,
+        &format!("SELECT id FROM api_keys WHERE org_id = '{org}' AND id <> '{not}'"),
+    )
+    .await;
+    assert_eq!(r.len(), 1);
+    r[0]["id"].as_str().unwrap().to_string()
+}
+
+async fn only_key(db: &str, org: &str) -> String {
+    let r = sql_rows(
+        db,
+        &format!("SELECT id FROM api_keys WHERE org_id = '{org}'"),
+    )
+    .await;
+    r[0]["id"].as_str().unwrap().to_string()
+}
