@@ -602,3 +602,137 @@ async fn only_key(db: &str, org: &str) -> String {
     .await;
     r[0]["id"].as_str().unwrap().to_string()
 }
+
+/// Issue 22's bound, on three instances over one Redis: leases are taken inside
+/// each limit, so however the requests spread, a key's requests per minute and its
+/// daily spend never pass the limit; and once a key is at its limit every
+/// instance refuses it within one lease period (`leased::IDLE`, 1 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leased_limits_hold_across_three_instances() {
+    if std::env::var("SLUICE_TEST_REDIS_URL").is_err() {
+        eprintln!("leased limits: runs on the PostgreSQL + Redis pass only");
+        return;
+    }
+    let backend = Backend::fresh().await;
+    let mock = Mock::start().await;
+    let base = mock.base_url();
+    let opts = Opts::default()
+        .catalog(repo_path("tests/fixtures/ops.toml"))
+        .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
+        .env("SLUICE_PROVIDERS__AZURE__BASE_URL", &base)
+        .env("OPENAI_API_KEY", "sk-platform-openai")
+        .env("AZURE_OPENAI_API_KEY", "az-platform");
+    let mut fleet = Vec::new();
+    for _ in 0..3 {
+        fleet.push(Sluice::start(&backend, opts.clone()).await);
+    }
+    let (org, _, _) = fleet[0].org_and_key().await;
+    let mut key = |body: Value| {
+        let s = &fleet[0];
+        let org = org.clone();
+        async move {
+            let (st, k) = s
+                .admin(
+                    reqwest::Method::POST,
+                    &format!("/admin/orgs/{org}/keys"),
+                    Some(body),
+                )
+                .await;
+            assert_eq!(st, 201, "{k}");
+            (
+                k["api_key"].as_str().unwrap().to_string(),
+                k["api_key_id"].as_str().unwrap().to_string(),
+            )
+        }
+    };
+    const RPM: usize = 40;
+    let (rpm_key, _) = key(json!({"name": "rpm", "rpm": RPM})).await;
+    let (cap_key, cap_id) =
+        key(json!({"name": "cap", "daily_spend_cap_usd": CAP_MICRO as f64 / 1e6})).await;
+    let _ = &mut key;
+    for s in &fleet {
+        s.wait_for_key(&rpm_key).await;
+        s.wait_for_key(&cap_key).await;
+    }
+    // One minute window for the whole burst: start early in a minute.
+    let into_minute = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        % 60;
+    if into_minute > 40 {
+        tokio::time::sleep(Duration::from_secs(61 - into_minute)).await;
+    }
+    let http = reqwest::Client::new();
+    let burst = |key: String, n: usize| {
+        let gws: Vec<String> = fleet
+            .iter()
+            .map(|s| s.gateway.replace("http://", ""))
+            .collect();
+        let http = http.clone();
+        async move {
+            let mut tasks = Vec::new();
+            for i in 0..n {
+                let (http, gw, key) = (http.clone(), gws[i % 3].clone(), key.clone());
+                tasks.push(tokio::spawn(async move {
+                    send(&http, &gw, &key, None, i % 2 == 0).await
+                }));
+            }
+            let mut statuses = Vec::new();
+            for t in tasks {
+                let (status, _, code, _) = t.await.unwrap();
+                statuses.push((status, code));
+            }
+            statuses
+        }
+    };
+    // Bursts from three instances at once until the minute's requests are spent
+    // (a block another instance holds unused goes back within a lease period).
+    let mut admitted = 0;
+    for _ in 0..8 {
+        let got = burst(rpm_key.clone(), 3 * RPM).await;
+        let codes: HashSet<(u16, Option<String>)> = got.iter().cloned().collect();
+        assert!(
+            got.iter().all(
+                |(s, c)| *s == 200 || (*s == 429 && c.as_deref() == Some("insufficient_quota"))
+            ),
+            "{codes:?}"
+        );
+        admitted += got.iter().filter(|(s, _)| *s == 200).count();
+        assert!(admitted <= RPM, "{admitted} admitted past an rpm of {RPM}");
+        if admitted == RPM {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+    }
+    assert_eq!(
+        admitted, RPM,
+        "the minute's requests were never all admitted"
+    );
+    // At the limit, every instance refuses.
+    let more = burst(rpm_key.clone(), 6).await;
+    assert!(more.iter().all(|(s, _)| *s == 429), "{more:?}");
+
+    // The daily spend cap, spent from three instances at once.
+    let mut spent_out = false;
+    for _ in 0..20 {
+        let got = burst(cap_key.clone(), 24).await;
+        if got.iter().all(|(s, _)| *s == 429) {
+            spent_out = true;
+            break;
+        }
+    }
+    assert!(spent_out, "the capped key was never refused everywhere");
+    let db = &backend.database_url;
+    let mut spent = 0;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        spent = key_cost(db, &cap_id).await;
+    }
+    eprintln!("leased limits: {admitted}/{RPM} rpm admitted, {spent}/{CAP_MICRO} micro-USD spent");
+    assert!(
+        spent <= CAP_MICRO,
+        "{spent} spent past a cap of {CAP_MICRO}"
+    );
+    assert!(spent > CAP_MICRO / 2, "{spent} of {CAP_MICRO}");
+}
