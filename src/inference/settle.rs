@@ -63,7 +63,6 @@ pub async fn settle(
         used.list_micro_usd += o.rounds_list;
         used.tokens += o.rounds_tokens;
     }
-    gate::settle(state.counters.as_ref(), admission.hold, used).await;
     let free = admission.free;
     let format = who.inbound.map_or(Format::OpenAi, Inbound::format);
     let (status, code) = match outcome {
@@ -112,11 +111,14 @@ pub async fn settle(
             (e.status, class)
         }
     };
+    // The usage goes to the journal first (one write, no wait): the holds and
+    // the idempotency row may wait on the stores, a served answer's bill may not.
+    record(state, tally, &who, status, code, (used, free));
+    gate::settle(state.counters.as_ref(), admission.hold, used).await;
     if let Some(t) = ticket {
         let finish = Box::pin(idempotency::finish(state, t, tally, status));
         finish.await;
     }
-    record(state, tally, &who, status, code, (used, free));
     let times = (
         tally.first_token,
         Duration::from_micros(tally.overhead_us()),
