@@ -2,7 +2,10 @@
 //! out-of-process tests.
 //!
 //! ```text
-//! sluice-mock [--listen ADDR] [--chunks N] [--record]
+//! sluice-mock [--listen ADDR] [--chunks N] [--record] [--slow MODEL:N:MS]
+//!
+//! `--slow` makes every answer of MODEL a stream of N chunks, one every MS
+//! milliseconds (the load bench's many-open-streams workload).
 //! ```
 //!
 //! Prints `listening mock <addr>` once bound, then serves until killed.
@@ -18,15 +21,18 @@ struct Args {
     listen: String,
     chunks: usize,
     record: bool,
+    slow: Vec<(String, usize, u64)>,
 }
 
-const USAGE: &str = "usage: sluice-mock [--listen ADDR] [--chunks N] [--record]";
+const USAGE: &str =
+    "usage: sluice-mock [--listen ADDR] [--chunks N] [--record] [--slow MODEL:N:MS]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         listen: "127.0.0.1:0".to_owned(),
         chunks: DEFAULT_CHUNKS,
         record: false,
+        slow: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -49,6 +55,15 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|_| format!("--chunks: not a number: {v}"))?;
             }
             "--record" => args.record = true,
+            "--slow" => {
+                let v = value("--slow")?;
+                let bad = || format!("--slow: expected MODEL:N:MS, got {v}");
+                let mut parts = v.rsplitn(3, ':');
+                let ms: u64 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+                let n: usize = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+                let model = parts.next().ok_or_else(bad)?.to_string();
+                args.slow.push((model, n, ms));
+            }
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -90,6 +105,10 @@ fn main() -> ExitCode {
         };
         mock.set_default_chunks(args.chunks);
         mock.set_recording(args.record);
+        for (model, n, ms) in &args.slow {
+            let every = std::time::Duration::from_millis(*ms);
+            mock.set_default(model, sluice_mock::Step::SlowChunks { n: *n, every });
+        }
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "listening mock {}", mock.addr());
         let _ = out.flush();
