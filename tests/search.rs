@@ -865,6 +865,29 @@ async fn the_fee_is_charged_on_platform_lanes_never_on_byok_and_rolls_up() {
     let (_, daily) = e.s.get("/api/gateway/usage/daily", Some(&e.key)).await;
     assert_eq!(daily["data"][0]["web_search_requests"], 2, "{daily}");
     assert!((daily["data"][0]["cost_usd"].as_f64().unwrap() - platform_cost).abs() < 1e-9);
+    // The operator's view: two searches run, one fee billed.
+    let metrics =
+        e.s.http
+            .get(format!("{}/metrics", e.s.ops))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+    let value = |line: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(line))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{line} in {metrics}"))
+    };
+    assert_eq!(value("sluice_search_rounds_total{kind=\"web\"}"), 2.0);
+    assert_eq!(
+        value("sluice_search_fees_micro_usd_total"),
+        (FEE * 1e6).round()
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -114,6 +114,10 @@ pub async fn settle(
     // The usage goes to the journal first (one write, no wait): the holds and
     // the idempotency row may wait on the stores, a served answer's bill may not.
     record(state, tally, &who, status, code, (used, free));
+    let fee = tally.search_fee();
+    if fee > 0 {
+        state.metrics.search_fees.inc_by(fee);
+    }
     gate::settle(state.counters.as_ref(), admission.hold, used).await;
     if let Some(t) = ticket {
         let finish = Box::pin(idempotency::finish(state, t, tally, status));

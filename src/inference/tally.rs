@@ -230,13 +230,16 @@ impl Tally {
     /// search fee when an answer was served.
     pub fn billed_extra(&self) -> i64 {
         self.orch.as_ref().map_or(0, |o| {
-            let fee = if self.billable {
-                o.fee(self.lane == crate::byok::Lane::Platform)
-            } else {
-                0
-            };
-            o.rounds_billed + i64::try_from(fee).unwrap_or(i64::MAX)
+            o.rounds_billed + i64::try_from(self.search_fee()).unwrap_or(i64::MAX)
         })
+    }
+
+    /// The web search fee this request is billed (none unless a rung served it).
+    pub fn search_fee(&self) -> u64 {
+        match &self.orch {
+            Some(o) if self.billable => o.fee(self.lane == crate::byok::Lane::Platform),
+            _ => 0,
+        }
     }
 
     /// A platform rung served a model call of the request (this one, or an

@@ -328,6 +328,18 @@ impl Prepared {
     pub fn spent(&self, fee_applies: bool) -> Option<Box<Spent>> {
         let p = self.0.as_ref()?;
         let searched = p.search.is_some();
+        let m = crate::metrics::global();
+        if searched {
+            m.search_rounds.with_label_values(&["web"]).inc();
+        }
+        for d in &p.disclosed {
+            let kind = if d.starts_with("web_search") {
+                "web"
+            } else {
+                "tool"
+            };
+            m.search_drops.with_label_values(&[kind]).inc();
+        }
         Some(Box::new(Spent {
             web_searches: u64::from(searched),
             fee_micro_usd: if searched && fee_applies {
@@ -407,6 +419,10 @@ pub fn round(prep: &mut Prepared, req: &mut Request, turn: Response) {
         return;
     };
     t.rounds_left = t.rounds_left.saturating_sub(1);
+    crate::metrics::global()
+        .search_rounds
+        .with_label_values(&["tool"])
+        .inc();
     let mut said = Vec::with_capacity(turn.parts.len());
     let mut answers = Vec::new();
     let mut newly = Vec::new();

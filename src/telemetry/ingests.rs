@@ -228,6 +228,17 @@ pub async fn claim(db: &Db, claimer: &str, lease_ms: i64) -> Result<Option<Inges
     Ok(row.as_ref().map(from_row))
 }
 
+/// Uploads finalized and not yet parsed (the queue the workers drain).
+pub async fn waiting(db: &Db) -> Result<i64, Error> {
+    use sqlx::Row;
+    let row = sqlx::query("SELECT COUNT(*) AS n FROM telemetry_ingests WHERE status = 'accepted'")
+        .fetch_one(&db.pool)
+        .await
+        .map_err(Error::db("counting waiting ingests"))?;
+    row.try_get::<i64, _>("n")
+        .map_err(|e| Error::db("counting waiting ingests")(e))
+}
+
 /// Ends a claimed ingest in error, if the claim is still ours.
 pub async fn fail(db: &Db, id: &str, claimer: Option<&str>, reason: &str) -> Result<(), Error> {
     let now = now_ms();

@@ -45,7 +45,8 @@ pub fn spawn(state: Arc<AppState>) {
                     process(&state, &claimer, ingest).await;
                     continue;
                 }
-                Ok(None) => {}
+                // Nothing left to claim here: this instance's view of the queue.
+                Ok(None) => crate::metrics::global().telemetry_queue.set(0),
                 Err(e) => tracing::warn!(error = %e, "telemetry worker: claim failed"),
             }
             let _ = tokio::time::timeout(POLL, wake().notified()).await;
@@ -55,6 +56,9 @@ pub fn spawn(state: Arc<AppState>) {
 
 async fn process(state: &AppState, claimer: &str, ingest: Ingest) {
     let id = ingest.id.clone();
+    if let Ok(n) = ingests::waiting(&state.db).await {
+        crate::metrics::global().telemetry_queue.set(n);
+    }
     if ingest.attempts > MAX_ATTEMPTS {
         let _ = ingests::fail(
             &state.db,
