@@ -97,9 +97,22 @@ fn host_port(url: &str) -> String {
     host.rsplit_once('@').map_or(host, |(_, h)| h).to_string()
 }
 
+/// The load's phases: steady, then one fault at a time (with its heal and a
+/// little after).
+const PHASES: [&str; 5] = [
+    "steady",
+    "redis killed, back empty",
+    "postgres away 5 s",
+    "instance killed mid-stream",
+    "postgres away, instance killed",
+];
+
 /// What one request got.
 #[derive(Debug, Clone)]
 struct Outcome {
+    /// The fault phase the request started in (see `PHASES`), and when.
+    phase: usize,
+    at: Duration,
     key: usize,
     idem: Option<String>,
     status: u16,
@@ -305,19 +318,22 @@ async fn three_instances_ride_out_store_faults_and_bill_every_answer_once() {
     let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let seq = Arc::new(AtomicUsize::new(0));
+    let phase = Arc::new(AtomicUsize::new(0));
+    let began = Instant::now();
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();
     let mut workers = Vec::new();
     for w in 0..4usize {
-        let (gateways, outcomes, stop, seq, http, keys) = (
+        let (gateways, outcomes, stop, seq, http, keys, phase) = (
             gateways.clone(),
             outcomes.clone(),
             stop.clone(),
             seq.clone(),
             http.clone(),
             keys.clone(),
+            phase.clone(),
         );
         workers.push(tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
@@ -332,9 +348,12 @@ async fn three_instances_ride_out_store_faults_and_bill_every_answer_once() {
                 }
                 for gw in tries {
                     let t = Instant::now();
+                    let (at, p) = (began.elapsed(), phase.load(Ordering::SeqCst));
                     let (status, whole, code, timed_out) =
                         send(&http, &gw, &keys[key], idem.as_deref(), stream).await;
                     outcomes.lock().unwrap().push(Outcome {
+                        phase: p,
+                        at,
                         key,
                         idem: idem.clone(),
                         status,
@@ -361,6 +380,7 @@ async fn three_instances_ride_out_store_faults_and_bill_every_answer_once() {
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // 1. Redis killed and back empty after 3 s.
+    phase.store(1, Ordering::SeqCst);
     redis_proxy.cut();
     flush_redis(redis.1);
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -370,6 +390,7 @@ async fn three_instances_ride_out_store_faults_and_bill_every_answer_once() {
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // 2. PostgreSQL away for 5 s.
+    phase.store(2, Ordering::SeqCst);
     pg_proxy.cut();
     tokio::time::sleep(Duration::from_secs(5)).await;
     pg_proxy.heal();
@@ -378,6 +399,7 @@ async fn three_instances_ride_out_store_faults_and_bill_every_answer_once() {
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // 3. An instance killed mid-stream, then started again on its own disk.
+    phase.store(3, Ordering::SeqCst);
     fleet.mock.script(
         "solo1",
         vec![Step::SlowChunks {
@@ -418,6 +440,7 @@ async fn three_instances_ride_out_store_faults_and_bill_every_answer_once() {
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // 4. PostgreSQL away, and an instance killed during it.
+    phase.store(4, Ordering::SeqCst);
     pg_proxy.cut();
     tokio::time::sleep(Duration::from_secs(2)).await;
     fleet.kill(1);
@@ -460,6 +483,28 @@ async fn three_instances_ride_out_store_faults_and_bill_every_answer_once() {
     figures.insert("error answers", format!("{errors:?}"));
     for o in &outcomes {
         assert_ne!(o.status, 500, "no internal_error: {o:?}");
+    }
+    // Per fault: the requests that got no answer from the service (503, or a
+    // connection cut by a kill), and the span from the first to the last of them.
+    for (i, name) in PHASES.iter().enumerate() {
+        let of: Vec<&Outcome> = outcomes.iter().filter(|o| o.phase == i).collect();
+        let failed: Vec<&Outcome> = of
+            .iter()
+            .copied()
+            .filter(|o| o.status == 0 || o.status == 503)
+            .collect();
+        let span = match (failed.first(), failed.last()) {
+            (Some(a), Some(b)) => (b.at + b.took).saturating_sub(a.at).as_secs_f64(),
+            _ => 0.0,
+        };
+        figures.insert(
+            name,
+            format!(
+                "{} requests, {} unanswered (503 or cut) over {span:.2} s",
+                of.len(),
+                failed.len()
+            ),
+        );
     }
 
     // The usage reaches the ledger: wait until it stops changing.
