@@ -9,7 +9,7 @@
 
 mod harness;
 
-use harness::{assert_error, repo_path, Backend, Opts, Sluice};
+use harness::{assert_error, repo_path, Answer, Backend, Opts, Sluice};
 use serde_json::{json, Value};
 use sluice_mock::search::{default_results, SearchVendor, VendorResult, VendorStep};
 use sluice_mock::{Mock, Step};
@@ -64,85 +64,8 @@ fn searxng(v: &SearchVendor) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// One answer: status, headers, and the body as JSON (whole) or SSE frames.
-struct Answer {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    json: Value,
-    frames: Vec<(Option<String>, String)>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> String {
-        self.headers
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_string())
-            .unwrap_or_default()
-    }
-
-    fn data(&self) -> Vec<Value> {
-        self.frames
-            .iter()
-            .filter(|(_, d)| d != "[DONE]")
-            .map(|(_, d)| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
-            .collect()
-    }
-
-    /// The frames' data of the events named `name`.
-    fn named(&self, name: &str) -> Vec<Value> {
-        self.frames
-            .iter()
-            .filter(|(n, _)| n.as_deref() == Some(name))
-            .map(|(_, d)| serde_json::from_str(d).unwrap())
-            .collect()
-    }
-}
-
 async fn call(e: &Env, path: &str, body: &Value) -> Answer {
-    let mut r =
-        e.s.http
-            .post(format!("{}{path}", e.s.gateway))
-            .bearer_auth(&e.key)
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-    let status = r.status().as_u16();
-    let headers = r.headers().clone();
-    let sse = headers
-        .get("content-type")
-        .is_some_and(|v| v.to_str().unwrap().starts_with("text/event-stream"));
-    let mut raw = Vec::new();
-    while let Ok(Some(c)) = r.chunk().await {
-        raw.extend_from_slice(&c);
-    }
-    let text = String::from_utf8(raw).unwrap();
-    let (json, frames) = if sse {
-        let frames = text
-            .split("\n\n")
-            .filter(|f| !f.trim().is_empty() && !f.starts_with(':'))
-            .map(|f| {
-                let name = f
-                    .lines()
-                    .find_map(|l| l.strip_prefix("event: "))
-                    .map(str::to_string);
-                let data: Vec<&str> = f.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
-                (name, data.join("\n"))
-            })
-            .collect();
-        (Value::Null, frames)
-    } else {
-        (
-            serde_json::from_str(&text).unwrap_or(Value::Null),
-            Vec::new(),
-        )
-    };
-    Answer {
-        status,
-        headers,
-        json,
-        frames,
-    }
+    e.s.call(&e.key, path, body).await
 }
 
 const QUESTION: &str = "What is new in Rust?";

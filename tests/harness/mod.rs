@@ -415,6 +415,15 @@ impl Answer {
             .collect()
     }
 
+    /// The data of every frame named `event`.
+    pub fn named(&self, event: &str) -> Vec<Value> {
+        self.frames
+            .iter()
+            .filter(|(n, _)| n.as_deref() == Some(event))
+            .filter_map(|(_, d)| serde_json::from_str(d).ok())
+            .collect()
+    }
+
     /// The data of the last frame named `event`.
     pub fn last_event(&self, event: &str) -> Option<Value> {
         self.frames
