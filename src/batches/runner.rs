@@ -326,11 +326,13 @@ impl Runner {
         let ok = (200..300).contains(&status);
         let db = &state.db;
         let q = sqlx::query(
-            "UPDATE batch_lines SET done = 1, ok = $1, output = $2, claimed_by = NULL \
-             WHERE batch_id = $3 AND line_no = $4 AND done = 0",
+            "UPDATE batch_lines SET done = 1, ok = $1, output = $2, claimed_by = $3 \
+             WHERE batch_id = $4 AND line_no = $5 AND done = 0",
         )
         .bind(ok as i64)
         .bind(out.to_string())
+        // Kept: which instance served the line.
+        .bind(&state.instance_id)
         .bind(&b.id)
         .bind(line.line_no)
         .execute(&db.pool);
