@@ -54,7 +54,13 @@ fn form(purpose: Option<&str>, filename: &str, content: &[u8]) -> Vec<u8> {
     body
 }
 
-async fn upload_to(s: &Sluice, path: &str, key: &str, purpose: Option<&str>, content: &[u8]) -> (u16, Value) {
+async fn upload_to(
+    s: &Sluice,
+    path: &str,
+    key: &str,
+    purpose: Option<&str>,
+    content: &[u8],
+) -> (u16, Value) {
     let r = s
         .http
         .post(format!("{}{path}", s.gateway))
@@ -133,7 +139,10 @@ async fn wait_status(s: &Sluice, key: &str, id: &str, want: &[&str], within: Dur
         if want.contains(&b["status"].as_str().unwrap_or("")) {
             return b;
         }
-        assert!(Instant::now() < deadline, "batch never reached {want:?}: {b}");
+        assert!(
+            Instant::now() < deadline,
+            "batch never reached {want:?}: {b}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -215,7 +224,9 @@ async fn files_are_stored_listed_read_and_deleted_per_org_under_a_cap() {
     let (_, first) = s.get("/v1/files?limit=1", Some(&key)).await;
     assert_eq!(first["has_more"], true);
     let after = first["last_id"].as_str().unwrap();
-    let (_, next) = s.get(&format!("/v1/files?limit=1&after={after}"), Some(&key)).await;
+    let (_, next) = s
+        .get(&format!("/v1/files?limit=1&after={after}"), Some(&key))
+        .await;
     assert_eq!(next["data"][0]["id"], f["id"]);
     assert_eq!(next["has_more"], false);
 
@@ -243,7 +254,11 @@ async fn files_are_stored_listed_read_and_deleted_per_org_under_a_cap() {
     assert_eq!(st, 413, "{e}");
     assert_eq!(e["error"]["param"], "file");
     let (_, all) = s.get("/v1/files", Some(&key)).await;
-    assert_eq!(all["data"].as_array().unwrap().len(), 2, "nothing of refused uploads");
+    assert_eq!(
+        all["data"].as_array().unwrap().len(),
+        2,
+        "nothing of refused uploads"
+    );
 
     let (st, d) = delete(&s, &key, &format!("/v1/files/{id}")).await;
     assert_eq!(st, 200, "{d}");
@@ -279,26 +294,36 @@ async fn a_batch_is_checked_at_creation_as_openai_does() {
     let (_, _, other) = s.org_and_key().await;
     let good = upload(&s, &key, &jsonl(&[chat_line("a", "g-std", "hi")])).await;
 
-    let body = |file: &str, endpoint: &str, window: &str| {
-        json!({"input_file_id": file, "endpoint": endpoint, "completion_window": window})
-    };
+    let body = |file: &str, endpoint: &str, window: &str| json!({"input_file_id": file, "endpoint": endpoint, "completion_window": window});
     let (st, e) = s
         .post("/v1/batches", Some(&key), &body(&good, "/v1/images", "24h"))
         .await;
     assert_error(st, &e, 400, "invalid_parameter");
     assert_eq!(e["error"]["param"], "endpoint");
     let (st, e) = s
-        .post("/v1/batches", Some(&key), &body(&good, "/v1/chat/completions", "1h"))
+        .post(
+            "/v1/batches",
+            Some(&key),
+            &body(&good, "/v1/chat/completions", "1h"),
+        )
         .await;
     assert_error(st, &e, 400, "invalid_parameter");
     assert_eq!(e["error"]["param"], "completion_window");
     let (st, e) = s
-        .post("/v1/batches", Some(&other), &body(&good, "/v1/chat/completions", "24h"))
+        .post(
+            "/v1/batches",
+            Some(&other),
+            &body(&good, "/v1/chat/completions", "24h"),
+        )
         .await;
     assert_error(st, &e, 404, "not_found");
     assert_eq!(e["error"]["param"], "input_file_id");
     let (st, e) = s
-        .post("/v1/batches", Some(&key), &json!({"endpoint": "/v1/chat/completions", "completion_window": "24h"}))
+        .post(
+            "/v1/batches",
+            Some(&key),
+            &json!({"endpoint": "/v1/chat/completions", "completion_window": "24h"}),
+        )
         .await;
     assert_error(st, &e, 400, "invalid_request");
     assert_eq!(e["error"]["param"], "input_file_id");
@@ -312,7 +337,11 @@ async fn a_batch_is_checked_at_creation_as_openai_does() {
     )
     .await;
     let (st, failed) = s
-        .post("/v1/batches", Some(&key), &body(&dup, "/v1/chat/completions", "24h"))
+        .post(
+            "/v1/batches",
+            Some(&key),
+            &body(&dup, "/v1/chat/completions", "24h"),
+        )
         .await;
     assert_eq!(st, 200, "{failed}");
     assert_eq!(failed["status"], "failed");
@@ -320,11 +349,18 @@ async fn a_batch_is_checked_at_creation_as_openai_does() {
     assert_eq!(failed["errors"]["data"][0]["code"], "duplicate_custom_id");
     assert_eq!(failed["errors"]["data"][0]["line"], 2);
     let (st, mismatched) = s
-        .post("/v1/batches", Some(&key), &body(&good, "/v1/embeddings", "24h"))
+        .post(
+            "/v1/batches",
+            Some(&key),
+            &body(&good, "/v1/embeddings", "24h"),
+        )
         .await;
     assert_eq!(st, 200);
     assert_eq!(mismatched["status"], "failed");
-    assert_eq!(mismatched["errors"]["data"][0]["code"], "mismatched_endpoint");
+    assert_eq!(
+        mismatched["errors"]["data"][0]["code"],
+        "mismatched_endpoint"
+    );
     assert_eq!(mismatched["errors"]["data"][0]["param"], "url");
     // Another org cannot read it.
     let id = failed["id"].as_str().unwrap();
@@ -335,7 +371,11 @@ async fn a_batch_is_checked_at_creation_as_openai_does() {
         .post(&format!("/v1/batches/{id}/cancel"), Some(&key), &json!({}))
         .await;
     assert_eq!(st, 409);
-    assert_eq!(mock.count("o1") as usize, 0, "nothing was sent for refused batches");
+    assert_eq!(
+        mock.count("o1") as usize,
+        0,
+        "nothing was sent for refused batches"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,12 +399,17 @@ async fn a_batch_of_chat_lines_completes_billed_as_live_and_marked_batch() {
     // The live charge is in the ledger before the balance is read.
     let deadline = Instant::now() + Duration::from_secs(5);
     while billed(&s, 0).await.is_empty() {
-        assert!(Instant::now() < deadline, "the live request was never recorded");
+        assert!(
+            Instant::now() < deadline,
+            "the live request was never recorded"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let before = s.balance_usd(&org).await;
 
-    let mut lines: Vec<String> = (0..6).map(|i| chat_line(&format!("req-{i}"), "g-std", "same")).collect();
+    let mut lines: Vec<String> = (0..6)
+        .map(|i| chat_line(&format!("req-{i}"), "g-std", "same"))
+        .collect();
     // Two lines fail as a live request would: an unknown model, a bad body.
     lines.push(chat_line("unknown-model", "no-such-model", "x"));
     lines.push(
@@ -379,7 +424,9 @@ async fn a_batch_of_chat_lines_completes_billed_as_live_and_marked_batch() {
     assert_eq!(created["completion_window"], "24h");
     assert_eq!(created["metadata"], json!({"job": "t"}));
     assert_eq!(created["request_counts"]["total"], 8);
-    assert!(created["expires_at"].as_i64().unwrap() >= created["created_at"].as_i64().unwrap() + 86_000);
+    assert!(
+        created["expires_at"].as_i64().unwrap() >= created["created_at"].as_i64().unwrap() + 86_000
+    );
     let id = created["id"].as_str().unwrap();
 
     let done = wait_status(&s, &key, id, &["completed"], Duration::from_secs(20)).await;
@@ -391,7 +438,10 @@ async fn a_batch_of_chat_lines_completes_billed_as_live_and_marked_batch() {
         assert!(done[k].is_i64(), "{k}: {done}");
     }
     let out = lines_of(&s, &key, &done["output_file_id"]).await;
-    let mut ids: Vec<&str> = out.iter().map(|l| l["custom_id"].as_str().unwrap()).collect();
+    let mut ids: Vec<&str> = out
+        .iter()
+        .map(|l| l["custom_id"].as_str().unwrap())
+        .collect();
     ids.sort();
     assert_eq!(ids, (0..6).map(|i| format!("req-{i}")).collect::<Vec<_>>());
     for l in &out {
@@ -415,7 +465,10 @@ async fn a_batch_of_chat_lines_completes_billed_as_live_and_marked_batch() {
         .await;
     let unknown = by_id("unknown-model");
     assert_eq!(unknown["response"]["status_code"], st);
-    assert_eq!(unknown["response"]["body"]["error"]["code"], e["error"]["code"]);
+    assert_eq!(
+        unknown["response"]["body"]["error"]["code"],
+        e["error"]["code"]
+    );
     assert_eq!(by_id("no-messages")["response"]["status_code"], 400);
     assert!(by_id("no-messages")["response"]["body"]["error"]["code"].is_string());
 
@@ -453,7 +506,9 @@ async fn cancel_stops_new_lines_and_finalizes_with_what_is_done() {
     )
     .await;
     let (_, _, key) = s.org_and_key().await;
-    let lines: Vec<String> = (0..20).map(|i| chat_line(&format!("c-{i}"), "g-std", "x")).collect();
+    let lines: Vec<String> = (0..20)
+        .map(|i| chat_line(&format!("c-{i}"), "g-std", "x"))
+        .collect();
     let file = upload(&s, &key, &jsonl(&lines)).await;
     let created = create_batch(&s, &key, &file).await;
     let id = created["id"].as_str().unwrap();
@@ -462,18 +517,28 @@ async fn cancel_stops_new_lines_and_finalizes_with_what_is_done() {
         .post(&format!("/v1/batches/{id}/cancel"), Some(&key), &json!({}))
         .await;
     assert_eq!(st, 200, "{c}");
-    assert!(matches!(c["status"].as_str(), Some("cancelling" | "cancelled")), "{c}");
+    assert!(
+        matches!(c["status"].as_str(), Some("cancelling" | "cancelled")),
+        "{c}"
+    );
     let sent_at_cancel = mock.count("o1") as usize;
     let done = wait_status(&s, &key, id, &["cancelled"], Duration::from_secs(10)).await;
     assert!(done["cancelling_at"].is_i64() && done["cancelled_at"].is_i64());
     let served = done["request_counts"]["completed"].as_i64().unwrap();
     assert!((1..20).contains(&served), "{done}");
-    assert!(mock.count("o1") as usize <= sent_at_cancel + 1, "at most the line in flight ends");
+    assert!(
+        mock.count("o1") as usize <= sent_at_cancel + 1,
+        "at most the line in flight ends"
+    );
     let out = lines_of(&s, &key, &done["output_file_id"]).await;
     assert_eq!(out.len() as i64, served);
     assert_eq!(done["error_file_id"], Value::Null);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(mock.count("o1") as usize, served as usize, "no line after the cancel");
+    assert_eq!(
+        mock.count("o1") as usize,
+        served as usize,
+        "no line after the cancel"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -488,7 +553,9 @@ async fn work_past_the_window_expires_into_the_error_file() {
     )
     .await;
     let (_, _, key) = s.org_and_key().await;
-    let lines: Vec<String> = (0..10).map(|i| chat_line(&format!("e-{i}"), "g-std", "x")).collect();
+    let lines: Vec<String> = (0..10)
+        .map(|i| chat_line(&format!("e-{i}"), "g-std", "x"))
+        .collect();
     let file = upload(&s, &key, &jsonl(&lines)).await;
     let created = create_batch(&s, &key, &file).await;
     let id = created["id"].as_str().unwrap();
@@ -505,7 +572,10 @@ async fn work_past_the_window_expires_into_the_error_file() {
     assert!(done["expired_at"].is_i64());
     let served = done["request_counts"]["completed"].as_i64().unwrap();
     assert!((1..10).contains(&served), "{done}");
-    assert_eq!(done["request_counts"]["failed"].as_i64().unwrap(), 10 - served);
+    assert_eq!(
+        done["request_counts"]["failed"].as_i64().unwrap(),
+        10 - served
+    );
     let errs = lines_of(&s, &key, &done["error_file_id"]).await;
     assert_eq!(errs.len() as i64, 10 - served);
     for e in &errs {
@@ -533,7 +603,9 @@ async fn a_restart_in_the_middle_loses_no_line_and_bills_none_twice() {
     let mut s = Sluice::start(&b, o.clone()).await;
     let (_, _, key) = s.org_and_key().await;
     let n = 30;
-    let lines: Vec<String> = (0..n).map(|i| chat_line(&format!("r-{i}"), "g-std", "x")).collect();
+    let lines: Vec<String> = (0..n)
+        .map(|i| chat_line(&format!("r-{i}"), "g-std", "x"))
+        .collect();
     let file = upload(&s, &key, &jsonl(&lines)).await;
     let created = create_batch(&s, &key, &file).await;
     let id = created["id"].as_str().unwrap().to_string();
@@ -578,7 +650,10 @@ async fn a_restart_in_the_middle_loses_no_line_and_bills_none_twice() {
     let batch_billed = rows_later.iter().filter(|r| r.0 == 1).count();
     assert_eq!(batch_billed, out.len(), "one charge per served line");
     eprintln!("restart: {} served, {} failed", out.len(), errs.len());
-    assert!(out.len() >= n - 3, "at most the lines in flight at the kill fail");
+    assert!(
+        out.len() >= n - 3,
+        "at most the lines in flight at the kill fail"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -596,7 +671,9 @@ async fn two_instances_share_one_batch_on_postgres() {
     let (_, _, key) = s1.org_and_key().await;
     s2.wait_for_key(&key).await;
     let n = 40;
-    let lines: Vec<String> = (0..n).map(|i| chat_line(&format!("p-{i}"), "g-std", "x")).collect();
+    let lines: Vec<String> = (0..n)
+        .map(|i| chat_line(&format!("p-{i}"), "g-std", "x"))
+        .collect();
     let file = upload(&s1, &key, &jsonl(&lines)).await;
     let created = create_batch(&s1, &key, &file).await;
     let id = created["id"].as_str().unwrap();

@@ -196,11 +196,13 @@ impl Runner {
                 continue;
             }
             let lines = self.claim(&b.id, want).await?;
+            tracing::debug!(batch = %b.id, want, claimed = lines.len(), "batch lines claimed");
             let b = Arc::new(b);
             for line in lines {
                 let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-                    // Cannot happen (one claimer per instance); the lease lapses.
-                    break;
+                    // More than was asked for (cannot happen): given back at once.
+                    self.put_back(&b, &line, Duration::ZERO).await;
+                    continue;
                 };
                 started += 1;
                 let me = self.clone();
@@ -218,21 +220,30 @@ impl Runner {
         let db = &self.state.db;
         let now = now_ms();
         let stale = now - HEARTBEAT_TTL.as_millis() as i64;
-        let lock = if db.engine == Engine::Postgres {
-            " FOR UPDATE SKIP LOCKED"
-        } else {
-            ""
-        };
         let free = "done = 0 AND (lease_until < $4 OR claimed_by IN \
                     (SELECT id FROM instances WHERE seen_at < $5))";
-        let sql = format!(
-            "UPDATE batch_lines SET claimed_by = $1, lease_until = $2 \
-             WHERE batch_id = $3 AND line_no IN (SELECT line_no FROM batch_lines \
-             WHERE batch_id = $3 AND {free} ORDER BY line_no LIMIT $6{lock}) AND {free} \
-             AND EXISTS (SELECT 1 FROM batches WHERE id = $3 AND status = 'in_progress' \
-             AND expires_at > $4) \
-             RETURNING line_no, custom_id, body"
-        );
+        let open = "EXISTS (SELECT 1 FROM batches WHERE id = $3 AND status = 'in_progress' \
+                    AND expires_at > $4)";
+        let sql = if db.engine == Engine::Postgres {
+            // The candidates are picked once (a CTE), locked and skipped by other
+            // claimers; an IN (subquery ... LIMIT) may be evaluated again per row.
+            format!(
+                "WITH picked AS (SELECT line_no FROM batch_lines \
+                 WHERE batch_id = $3 AND {free} AND {open} \
+                 ORDER BY line_no LIMIT $6 FOR UPDATE SKIP LOCKED) \
+                 UPDATE batch_lines SET claimed_by = $1, lease_until = $2 FROM picked \
+                 WHERE batch_lines.batch_id = $3 AND batch_lines.line_no = picked.line_no \
+                 RETURNING batch_lines.line_no, batch_lines.custom_id, batch_lines.body"
+            )
+        } else {
+            // SQLite: one writer at a time, so the statement is the claim.
+            format!(
+                "UPDATE batch_lines SET claimed_by = $1, lease_until = $2 \
+                 WHERE batch_id = $3 AND line_no IN (SELECT line_no FROM batch_lines \
+                 WHERE batch_id = $3 AND {free} ORDER BY line_no LIMIT $6) AND {free} \
+                 AND {open} RETURNING line_no, custom_id, body"
+            )
+        };
         let q = sqlx::query(&sql)
             .bind(&self.state.instance_id)
             .bind(now + self.state.config.batches.lease_ms as i64)
@@ -280,6 +291,7 @@ impl Runner {
             }
         };
         let status = resp.status().as_u16();
+        tracing::debug!(batch = %b.id, line = line.line_no, status, "batch line answered");
         let request_id = resp
             .headers()
             .get("x-request-id")
@@ -380,6 +392,7 @@ impl Runner {
             let cancelling: Option<i64> = r.get("cancelling_at");
             let final_until: Option<i64> = r.get("final_until");
             let (done, in_flight) = self.progress(&id).await?;
+            tracing::debug!(batch = %id, %status, done, in_flight, "batch progress");
             let target = match status.as_str() {
                 "in_progress" if done >= total => "completed",
                 "in_progress" if now >= expires_at && in_flight == 0 => "expired",
