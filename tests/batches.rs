@@ -486,6 +486,16 @@ async fn a_batch_of_chat_lines_completes_billed_as_live_and_marked_batch() {
     let after = s.balance_usd(&org).await;
     let charged = ((before - after) * 1e6).round() as i64;
     assert_eq!(charged, 6 * live_cost, "the balance paid six lines");
+    // The org's usage reads say which events were batch lines.
+    let (st, ev) = s.get("/api/gateway/usage/events?limit=50", Some(&key)).await;
+    assert_eq!(st, 200, "{ev}");
+    let marked = ev["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["batch"] == true && e["status"] == 200)
+        .count();
+    assert_eq!(marked, 6, "{ev}");
 
     // Listed, newest first.
     let (_, list) = s.get("/v1/batches?limit=1", Some(&key)).await;
