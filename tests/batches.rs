@@ -487,7 +487,9 @@ async fn a_batch_of_chat_lines_completes_billed_as_live_and_marked_batch() {
     let charged = ((before - after) * 1e6).round() as i64;
     assert_eq!(charged, 6 * live_cost, "the balance paid six lines");
     // The org's usage reads say which events were batch lines.
-    let (st, ev) = s.get("/api/gateway/usage/events?limit=50", Some(&key)).await;
+    let (st, ev) = s
+        .get("/api/gateway/usage/events?limit=50", Some(&key))
+        .await;
     assert_eq!(st, 200, "{ev}");
     let marked = ev["data"]
         .as_array()

@@ -26,7 +26,7 @@ use crate::store::instances::HEARTBEAT_TTL;
 use crate::store::now_ms;
 use serde_json::{json, Value};
 use sqlx::Row;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -44,7 +44,20 @@ struct Runner {
     permits: Arc<Semaphore>,
     /// When each key (by hash) may start its next line here.
     pace: Mutex<HashMap<String, Instant>>,
+    /// Answers on their way to the database (written a few to a transaction).
+    answers: tokio::sync::mpsc::Sender<Answered>,
 }
+
+/// A line's answer, to be recorded.
+struct Answered {
+    batch_id: String,
+    line_no: i64,
+    ok: bool,
+    output: String,
+}
+
+/// Answers one transaction records at most.
+const RECORD_BATCH: usize = 64;
 
 /// An open batch the runner serves.
 struct Open {
@@ -84,12 +97,15 @@ pub fn spawn(state: Arc<AppState>, gateway: SocketAddr, tls: bool) {
         }
     };
     let permits = Arc::new(Semaphore::new(state.config.batches.concurrency));
+    let (answers, rx) = tokio::sync::mpsc::channel(1024);
+    tokio::spawn(record(state.clone(), rx));
     let runner = Arc::new(Runner {
         state,
         client,
         base,
         permits,
         pace: Mutex::new(HashMap::new()),
+        answers,
     });
     tokio::spawn(async move { runner.run().await });
 }
@@ -97,15 +113,24 @@ pub fn spawn(state: Arc<AppState>, gateway: SocketAddr, tls: bool) {
 impl Runner {
     async fn run(self: Arc<Self>) {
         let poll = Duration::from_millis(self.state.config.batches.poll_ms.max(10));
+        // Lines claimed ahead (one claim serves several slots), with their batch.
+        let mut queue: VecDeque<(Arc<Open>, Claimed)> = VecDeque::new();
+        let mut finalized = Instant::now() - poll;
         loop {
             if !self.state.gateway_up() || self.state.draining() {
+                for (b, line) in queue.drain(..) {
+                    self.put_back(&b, &line, Duration::ZERO).await;
+                }
                 tokio::time::sleep(poll).await;
                 continue;
             }
-            if let Err(e) = self.finalize_ready().await {
-                tracing::warn!(error = %e, "batch finalization pass failed");
+            if finalized.elapsed() >= poll {
+                finalized = Instant::now();
+                if let Err(e) = self.finalize_ready().await {
+                    tracing::warn!(error = %e, "batch finalization pass failed");
+                }
             }
-            let started = match self.start_lines().await {
+            let started = match self.start_lines(&mut queue).await {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(error = %e, "batch claim pass failed");
@@ -116,7 +141,7 @@ impl Runner {
                 // Idle, or full: wait for a line to end (or the next poll).
                 let permits = self.permits.clone();
                 let _ = tokio::time::timeout(poll, async move {
-                    if started == 0 {
+                    if started == 0 && permits.available_permits() > 0 {
                         std::future::pending::<()>().await;
                     }
                     drop(permits.acquire().await);
@@ -161,19 +186,19 @@ impl Runner {
         *e = (*e).max(until);
     }
 
-    /// Claims and starts as many lines as there are free slots; returns how many.
-    async fn start_lines(self: &Arc<Self>) -> anyhow::Result<usize> {
-        let free = self.permits.available_permits();
-        if free == 0 {
-            return Ok(0);
-        }
+    /// Starts queued lines in the free slots, claiming more when the queue runs
+    /// low; returns how many started. Queued lines of a batch no longer open
+    /// (cancelled, expired) are given back unstarted.
+    async fn start_lines(
+        self: &Arc<Self>,
+        queue: &mut VecDeque<(Arc<Open>, Claimed)>,
+    ) -> anyhow::Result<usize> {
         let db = &self.state.db;
-        let now = now_ms();
         let q = sqlx::query(
             "SELECT id, key_hash, endpoint FROM batches \
              WHERE status = 'in_progress' AND expires_at > $1 ORDER BY created_at LIMIT 16",
         )
-        .bind(now)
+        .bind(now_ms())
         .fetch_all(&db.pool);
         let open: Vec<Open> = db
             .bounded(q)
@@ -185,33 +210,45 @@ impl Runner {
                 endpoint: r.get("endpoint"),
             })
             .collect();
-        let mut started = 0;
+        let mut kept = VecDeque::with_capacity(queue.len());
+        for (b, line) in queue.drain(..) {
+            if open.iter().any(|o| o.id == b.id) {
+                kept.push_back((b, line));
+            } else {
+                self.put_back(&b, &line, Duration::ZERO).await;
+            }
+        }
+        *queue = kept;
+        let slots = self.state.config.batches.concurrency;
+        // Up to two rounds of the slots ahead.
         for b in open {
-            let free = self.permits.available_permits();
-            if free == 0 {
+            let room = (2 * slots).saturating_sub(queue.len());
+            if room == 0 || queue.len() >= slots {
                 break;
             }
-            let want = self.paced(&b.key_hash, free);
+            let want = self.paced(&b.key_hash, room);
             if want == 0 {
                 continue;
             }
             let lines = self.claim(&b.id, want).await?;
             tracing::debug!(batch = %b.id, want, claimed = lines.len(), "batch lines claimed");
             let b = Arc::new(b);
-            for line in lines {
-                let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-                    // More than was asked for (cannot happen): given back at once.
-                    self.put_back(&b, &line, Duration::ZERO).await;
-                    continue;
-                };
-                started += 1;
-                let me = self.clone();
-                let b = b.clone();
-                tokio::spawn(async move {
-                    me.serve_line(&b, line).await;
-                    drop(permit);
-                });
-            }
+            queue.extend(lines.into_iter().map(|l| (b.clone(), l)));
+        }
+        let mut started = 0;
+        while !queue.is_empty() {
+            let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+                break;
+            };
+            let Some((b, line)) = queue.pop_front() else {
+                break;
+            };
+            started += 1;
+            let me = self.clone();
+            tokio::spawn(async move {
+                me.serve_line(&b, line).await;
+                drop(permit);
+            });
         }
         Ok(started)
     }
@@ -335,22 +372,14 @@ impl Runner {
             },
             "error": null,
         });
-        let ok = (200..300).contains(&status);
-        let db = &state.db;
-        let q = sqlx::query(
-            "UPDATE batch_lines SET done = 1, ok = $1, output = $2, claimed_by = $3 \
-             WHERE batch_id = $4 AND line_no = $5 AND done = 0",
-        )
-        .bind(ok as i64)
-        .bind(out.to_string())
-        // Kept: which instance served the line.
-        .bind(&state.instance_id)
-        .bind(&b.id)
-        .bind(line.line_no)
-        .execute(&db.pool);
-        if let Err(e) = db.bounded(q).await {
-            // The lease lapses and the line runs again: its key replays the answer.
-            tracing::warn!(error = %e, batch = %b.id, "a batch line's answer was not recorded");
+        let answered = Answered {
+            batch_id: b.id.clone(),
+            line_no: line.line_no,
+            ok: (200..300).contains(&status),
+            output: out.to_string(),
+        };
+        if self.answers.send(answered).await.is_err() {
+            tracing::warn!(batch = %b.id, "the batch recorder stopped; the line's lease will lapse");
         }
     }
 
@@ -573,5 +602,36 @@ impl Runner {
         let (ok, failed) = counts(state, batch_id).await.unwrap_or_default();
         tracing::info!(batch = %batch_id, status = target, ok, failed, "batch finalized");
         Ok(())
+    }
+}
+
+/// Records answers as they come, up to [`RECORD_BATCH`] to a transaction. An answer
+/// not recorded leaves its line leased: it runs again and its key replays it.
+async fn record(state: Arc<AppState>, mut rx: tokio::sync::mpsc::Receiver<Answered>) {
+    let mut pending = Vec::with_capacity(RECORD_BATCH);
+    while rx.recv_many(&mut pending, RECORD_BATCH).await > 0 {
+        let db = &state.db;
+        let write = async {
+            let mut tx = db.pool.begin().await?;
+            for a in &pending {
+                sqlx::query(
+                    "UPDATE batch_lines SET done = 1, ok = $1, output = $2, claimed_by = $3 \
+                     WHERE batch_id = $4 AND line_no = $5 AND done = 0",
+                )
+                .bind(a.ok as i64)
+                .bind(&a.output)
+                // Kept: which instance served the line.
+                .bind(&state.instance_id)
+                .bind(&a.batch_id)
+                .bind(a.line_no)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await
+        };
+        if let Err(e) = db.bounded(write).await {
+            tracing::warn!(error = %e, lines = pending.len(), "batch answers were not recorded");
+        }
+        pending.clear();
     }
 }
