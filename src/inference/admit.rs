@@ -33,14 +33,14 @@ pub async fn authenticate(
         .ok_or_else(ApiError::invalid_key)
 }
 
+/// A request's key and its org.
+pub type Caller = (Arc<KeyRecord>, Arc<OrgRecord>);
+
 /// The internal credential of this instance's batch runner (`x-sluice-batch:
 /// <process token> <key hash>`): `None` when the header is absent; the key it names
 /// must still be live (a revoked key fails its lines with 401 `invalid_key`). The
 /// token is random per process and never leaves it, so no client can present it.
-pub fn batch_caller(
-    state: &AppState,
-    session: &Session,
-) -> Option<Result<(Arc<KeyRecord>, Arc<OrgRecord>), ApiError>> {
+pub fn batch_caller(state: &AppState, session: &Session) -> Option<Result<Caller, ApiError>> {
     let v = session
         .req_header()
         .headers
