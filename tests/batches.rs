@@ -704,3 +704,115 @@ async fn two_instances_share_one_batch_on_postgres() {
     assert_eq!(servers.len(), 2, "both instances served lines");
     assert_eq!(billed(&s1, n).await.iter().filter(|r| r.0 == 1).count(), n);
 }
+
+/// On the S3-compatible store (moto, named by SLUICE_TEST_S3_ENDPOINT): a file of
+/// several multipart parts is stored and read back whole, and a batch's output
+/// files land there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_and_batch_outputs_live_on_an_s3_compatible_store() {
+    let Some(endpoint) = std::env::var("SLUICE_TEST_S3_ENDPOINT")
+        .ok()
+        .filter(|s| !s.is_empty())
+    else {
+        eprintln!("SLUICE_TEST_S3_ENDPOINT unset: S3 test skipped (scripts/test runs it)");
+        return;
+    };
+    // moto takes any signature, but reads a request without one as anonymous.
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert(
+        "authorization",
+        "AWS4-HMAC-SHA256 Credential=test/20250101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0"
+            .parse()
+            .unwrap(),
+    );
+    let http = reqwest::Client::builder()
+        .default_headers(h)
+        .build()
+        .unwrap();
+    let bucket = format!("sluice-{:08x}", rand::random::<u32>());
+    assert!(http
+        .put(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .is_success());
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(
+        &b,
+        opts(&mock)
+            .env("SLUICE_STORAGE__OBJECTS", format!("s3://{bucket}/gw"))
+            .env("SLUICE_STORAGE__S3_ENDPOINT", &endpoint)
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1"),
+    )
+    .await;
+    let (org, _, key) = s.org_and_key().await;
+    // 12 MB of opaque bytes: three S3 parts.
+    let big: Vec<u8> = (0..12 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+    let (st, f) = upload_to(&s, "/v1/files", &key, Some("user_data"), &big).await;
+    assert_eq!(st, 200, "{f}");
+    let id = f["id"].as_str().unwrap();
+    let (st, got) = content(&s, &key, id).await;
+    assert_eq!(st, 200);
+    assert!(got == big, "the file reads back whole");
+    let object = http
+        .get(format!("{endpoint}/{bucket}/gw/files/{org}/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(object.status(), 200);
+
+    let file = upload(&s, &key, &jsonl(&[chat_line("s3-0", "g-std", "hi")])).await;
+    let created = create_batch(&s, &key, &file).await;
+    let done = wait_status(
+        &s,
+        &key,
+        created["id"].as_str().unwrap(),
+        &["completed"],
+        Duration::from_secs(20),
+    )
+    .await;
+    let out = lines_of(&s, &key, &done["output_file_id"]).await;
+    assert_eq!(out[0]["custom_id"], "s3-0");
+    let (st, _) = delete(&s, &key, &format!("/v1/files/{id}")).await;
+    assert_eq!(st, 200);
+    let gone = http
+        .get(format!("{endpoint}/{bucket}/gw/files/{org}/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runners_credential_cannot_be_presented_by_a_client() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (_, _, key) = s.org_and_key().await;
+    let hash = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(key.as_bytes()))
+    };
+    for presented in [
+        format!("guess {hash}"),
+        format!("bt_0 {hash}"),
+        hash.clone(),
+    ] {
+        let r = s
+            .http
+            .post(format!("{}/v1/chat/completions", s.gateway))
+            .header("x-sluice-batch", presented)
+            .json(&json!({"model": "g-std", "messages": [{"role": "user", "content": "x"}]}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let body: Value = r.json().await.unwrap();
+        assert_error(status, &body, 401, "invalid_key");
+    }
+    assert_eq!(mock.count("o1"), 0);
+}
