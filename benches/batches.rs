@@ -29,14 +29,20 @@ fn chat(text: &str) -> Value {
 }
 
 async fn live_once(http: &reqwest::Client, gw: &str, key: &str) -> Duration {
+    live_keyed(http, gw, key, None).await
+}
+
+/// One live request, with an Idempotency-Key when given (as each batch line has).
+async fn live_keyed(http: &reqwest::Client, gw: &str, key: &str, idem: Option<String>) -> Duration {
     let t = Instant::now();
-    let r = http
+    let mut req = http
         .post(format!("{gw}/v1/chat/completions"))
         .bearer_auth(key)
-        .json(&chat("live"))
-        .send()
-        .await
-        .unwrap();
+        .json(&chat("live"));
+    if let Some(k) = idem {
+        req = req.header("idempotency-key", k);
+    }
+    let r = req.send().await.unwrap();
     assert_eq!(r.status(), 200);
     r.bytes().await.unwrap();
     t.elapsed()
@@ -163,6 +169,28 @@ fn main() {
         }
         let live_rps = n as f64 / t0.elapsed().as_secs_f64();
 
+        // The same, each with an Idempotency-Key of its own (what a batch line
+        // carries so that it is never billed twice).
+        let t0 = Instant::now();
+        let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..c {
+            let (http, gw, key, next) = (http.clone(), gw.clone(), key.clone(), next.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    live_keyed(&http, &gw, &key, Some(format!("bench-{i}"))).await;
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let keyed_rps = n as f64 / t0.elapsed().as_secs_f64();
+
         // The same requests as a batch.
         let mut data = String::new();
         for i in 0..n {
@@ -202,6 +230,10 @@ fn main() {
         let during_p50 = p50(during.clone(), delay);
         println!("batch of {n} chat lines, concurrency {c}, mock delay {} ms:", delay.as_millis());
         println!("  live throughput at c={c}: {live_rps:.0} req/s");
+        println!(
+            "  live throughput at c={c}, each with an Idempotency-Key: {keyed_rps:.0} req/s (batch: {:.2}x of it)",
+            keyed_rps / batch_rps
+        );
         println!(
             "  batch throughput (create {:.2} s incl. checking and storing lines, to completed): {batch_rps:.0} lines/s ({:.2}x of live; target <= 2x)",
             created.as_secs_f64(),

@@ -56,6 +56,9 @@ struct Answered {
     output: String,
 }
 
+/// How long the runner trusts its list of open batches.
+const OPEN_FRESH: Duration = Duration::from_millis(20);
+
 /// Answers one transaction records at most.
 const RECORD_BATCH: usize = 64;
 
@@ -116,6 +119,7 @@ impl Runner {
         // Lines claimed ahead (one claim serves several slots), with their batch.
         let mut queue: VecDeque<(Arc<Open>, Claimed)> = VecDeque::new();
         let mut finalized = Instant::now() - poll;
+        let mut open = (Instant::now() - OPEN_FRESH, Vec::new());
         loop {
             if !self.state.gateway_up() || self.state.draining() {
                 for (b, line) in queue.drain(..) {
@@ -130,7 +134,7 @@ impl Runner {
                     tracing::warn!(error = %e, "batch finalization pass failed");
                 }
             }
-            let started = match self.start_lines(&mut queue).await {
+            let started = match self.start_lines(&mut queue, &mut open).await {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(error = %e, "batch claim pass failed");
@@ -192,24 +196,33 @@ impl Runner {
     async fn start_lines(
         self: &Arc<Self>,
         queue: &mut VecDeque<(Arc<Open>, Claimed)>,
+        open: &mut (Instant, Vec<Arc<Open>>),
     ) -> anyhow::Result<usize> {
-        let db = &self.state.db;
-        let q = sqlx::query(
-            "SELECT id, key_hash, endpoint FROM batches \
-             WHERE status = 'in_progress' AND expires_at > $1 ORDER BY created_at LIMIT 16",
-        )
-        .bind(now_ms())
-        .fetch_all(&db.pool);
-        let open: Vec<Open> = db
-            .bounded(q)
-            .await?
-            .iter()
-            .map(|r| Open {
-                id: r.get("id"),
-                key_hash: r.get("key_hash"),
-                endpoint: r.get("endpoint"),
-            })
-            .collect();
+        // The open batches, read again at most every OPEN_FRESH (a cancel stops this
+        // instance's queued lines within it; the claim itself checks the status).
+        if open.0.elapsed() >= OPEN_FRESH {
+            let db = &self.state.db;
+            let q = sqlx::query(
+                "SELECT id, key_hash, endpoint FROM batches \
+                 WHERE status = 'in_progress' AND expires_at > $1 ORDER BY created_at LIMIT 16",
+            )
+            .bind(now_ms())
+            .fetch_all(&db.pool);
+            open.1 = db
+                .bounded(q)
+                .await?
+                .iter()
+                .map(|r| {
+                    Arc::new(Open {
+                        id: r.get("id"),
+                        key_hash: r.get("key_hash"),
+                        endpoint: r.get("endpoint"),
+                    })
+                })
+                .collect();
+            open.0 = Instant::now();
+        }
+        let open = &open.1;
         let mut kept = VecDeque::with_capacity(queue.len());
         for (b, line) in queue.drain(..) {
             if open.iter().any(|o| o.id == b.id) {
@@ -232,7 +245,6 @@ impl Runner {
             }
             let lines = self.claim(&b.id, want).await?;
             tracing::debug!(batch = %b.id, want, claimed = lines.len(), "batch lines claimed");
-            let b = Arc::new(b);
             queue.extend(lines.into_iter().map(|l| (b.clone(), l)));
         }
         let mut started = 0;
