@@ -268,9 +268,10 @@ impl Runner {
     async fn claim(&self, batch_id: &str, n: usize) -> anyhow::Result<Vec<Claimed>> {
         let db = &self.state.db;
         let now = now_ms();
-        let stale = now - HEARTBEAT_TTL.as_millis() as i64;
-        let free = "done = 0 AND (lease_until < $4 OR claimed_by IN \
-                    (SELECT id FROM instances WHERE seen_at < $5))";
+        // Lines of an instance that stopped are freed by `progress`; so a free line
+        // is one whose lease is past, and the claim walks the index
+        // (batch_id, done, lease_until) from the never-claimed lines up.
+        let free = "done = 0 AND lease_until < $4";
         let open = "EXISTS (SELECT 1 FROM batches WHERE id = $3 AND status = 'in_progress' \
                     AND expires_at > $4)";
         let sql = if db.engine == Engine::Postgres {
@@ -279,7 +280,7 @@ impl Runner {
             format!(
                 "WITH picked AS (SELECT line_no FROM batch_lines \
                  WHERE batch_id = $3 AND {free} AND {open} \
-                 ORDER BY line_no LIMIT $6 FOR UPDATE SKIP LOCKED) \
+                 LIMIT $5 FOR UPDATE SKIP LOCKED) \
                  UPDATE batch_lines SET claimed_by = $1, lease_until = $2 FROM picked \
                  WHERE batch_lines.batch_id = $3 AND batch_lines.line_no = picked.line_no \
                  RETURNING batch_lines.line_no, batch_lines.custom_id, batch_lines.body"
@@ -289,7 +290,7 @@ impl Runner {
             format!(
                 "UPDATE batch_lines SET claimed_by = $1, lease_until = $2 \
                  WHERE batch_id = $3 AND line_no IN (SELECT line_no FROM batch_lines \
-                 WHERE batch_id = $3 AND {free} ORDER BY line_no LIMIT $6) AND {free} \
+                 WHERE batch_id = $3 AND {free} LIMIT $5) AND {free} \
                  AND {open} RETURNING line_no, custom_id, body"
             )
         };
@@ -298,7 +299,6 @@ impl Runner {
             .bind(now + self.state.config.batches.lease_ms as i64)
             .bind(batch_id)
             .bind(now)
-            .bind(stale)
             .bind(n as i64)
             .fetch_all(&db.pool);
         let rows = db.bounded(q).await?;
@@ -432,7 +432,7 @@ impl Runner {
             let expires_at: i64 = r.get("expires_at");
             let cancelling: Option<i64> = r.get("cancelling_at");
             let final_until: Option<i64> = r.get("final_until");
-            let (done, in_flight) = self.progress(&id).await?;
+            let (done, in_flight) = self.progress(&id, total).await?;
             tracing::debug!(batch = %id, %status, done, in_flight, "batch progress");
             let target = match status.as_str() {
                 "in_progress" if done >= total => "completed",
@@ -473,23 +473,41 @@ impl Runner {
     }
 
     /// Lines done, and lines held by a live claimant.
-    async fn progress(&self, batch_id: &str) -> anyhow::Result<(i64, i64)> {
+    async fn progress(&self, batch_id: &str, total: i64) -> anyhow::Result<(i64, i64)> {
         let db = &self.state.db;
         let now = now_ms();
         let stale = now - HEARTBEAT_TTL.as_millis() as i64;
+        // Counted on the index (batch_id, done, lease_until): the lines left, those
+        // leased, and those leased by an instance that stopped beating.
         let q = sqlx::query(
-            "SELECT CAST(COALESCE(SUM(done), 0) AS BIGINT) AS done, \
-             CAST(COALESCE(SUM(CASE WHEN done = 0 AND claimed_by IS NOT NULL \
-             AND lease_until >= $1 AND claimed_by NOT IN \
-             (SELECT id FROM instances WHERE seen_at < $2) THEN 1 ELSE 0 END), 0) AS BIGINT) \
-             AS in_flight FROM batch_lines WHERE batch_id = $3",
+            "SELECT (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0) AS left_, \
+             (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0 \
+              AND lease_until >= $2 AND claimed_by IS NOT NULL) AS held, \
+             (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0 \
+              AND lease_until >= $2 AND claimed_by IN \
+              (SELECT id FROM instances WHERE seen_at < $3)) AS dead",
         )
+        .bind(batch_id)
         .bind(now)
         .bind(stale)
-        .bind(batch_id)
         .fetch_one(&db.pool);
         let r = db.bounded(q).await?;
-        Ok((r.get("done"), r.get("in_flight")))
+        let (left, held, dead): (i64, i64, i64) = (r.get("left_"), r.get("held"), r.get("dead"));
+        if dead > 0 {
+            // Their claimant is gone: free to claim again (the key replays what
+            // the first run recorded).
+            let q = sqlx::query(
+                "UPDATE batch_lines SET claimed_by = NULL, lease_until = 0 \
+                 WHERE batch_id = $1 AND done = 0 AND lease_until >= $2 AND claimed_by IN \
+                 (SELECT id FROM instances WHERE seen_at < $3)",
+            )
+            .bind(batch_id)
+            .bind(now)
+            .bind(stale)
+            .execute(&db.pool);
+            db.bounded(q).await?;
+        }
+        Ok((total - left, held - dead))
     }
 
     /// Writes the output and error files and ends the batch as `target`.
