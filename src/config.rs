@@ -43,6 +43,7 @@ pub struct Config {
     pub search: SearchConfig,
     pub tool_search: ToolSearchConfig,
     pub telemetry: TelemetryConfig,
+    pub batches: BatchesConfig,
     pub email: EmailConfig,
     pub signup: SignupConfig,
     pub web: WebConfig,
@@ -126,6 +127,35 @@ impl Default for TelemetryConfig {
             langfuse_url: "https://cloud.langfuse.com".into(),
             posthog_url: "https://us.posthog.com".into(),
             mastra_url: String::new(),
+        }
+    }
+}
+
+/// Files and batches (`src/batches`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BatchesConfig {
+    /// The largest file `POST /v1/files` takes.
+    pub max_file_bytes: u64,
+    /// Batch lines this instance serves at once (its share of the instance; 0
+    /// runs no lines here).
+    pub concurrency: usize,
+    /// How often an idle runner looks for work.
+    pub poll_ms: u64,
+    /// How long a claimed line is this instance's before another may take it.
+    pub lease_ms: u64,
+    /// The share of a key's rpm and tpm a batch may use (live traffic keeps the rest).
+    pub key_share: f64,
+}
+
+impl Default for BatchesConfig {
+    fn default() -> Self {
+        BatchesConfig {
+            max_file_bytes: 209_715_200,
+            concurrency: 8,
+            poll_ms: 500,
+            lease_ms: 300_000,
+            key_share: 0.8,
         }
     }
 }
@@ -746,6 +776,12 @@ impl Config {
             bail!("signup.credits_usd must not be negative");
         }
         parse_duration(&self.telemetry.ticket_ttl).context("telemetry.ticket_ttl")?;
+        if self.batches.max_file_bytes == 0 || self.batches.lease_ms == 0 {
+            bail!("batches.max_file_bytes and batches.lease_ms must be positive");
+        }
+        if !(self.batches.key_share > 0.0 && self.batches.key_share <= 1.0) {
+            bail!("batches.key_share must be in (0, 1]");
+        }
         if self.telemetry.max_upload_bytes == 0 {
             bail!("telemetry.max_upload_bytes must be positive");
         }

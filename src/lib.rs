@@ -34,6 +34,7 @@ pub mod proxy;
 pub mod web;
 
 // Feature rooms.
+pub mod batches;
 pub mod telemetry;
 
 // The request flow.

@@ -228,6 +228,7 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         });
         anyhow::Ok(())
     })?;
+    let state_handle = state_rt.handle().clone();
     // Never dropped: the connections it drives are used by every service.
     std::mem::forget(state_rt);
 
@@ -278,6 +279,11 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     gateway.threads = Some(config.gateway_threads());
     server.add_service(gateway);
 
+    // The batch runner sends each line to this gateway listener.
+    {
+        let _in_rt = state_handle.enter();
+        crate::batches::runner::spawn(state.clone(), gateway_addr, !tls.tls_cert.is_empty());
+    }
     let web_router = crate::web::router(state.clone(), gateway_addr)?;
     for (name, listener, router, tls) in [
         ("web", web, web_router, web_tls),

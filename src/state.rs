@@ -33,6 +33,9 @@ pub struct AppState {
     pub objects: crate::store::objects::Objects,
     /// This process's id: it owns the Idempotency-Keys it claims while it lives.
     pub instance_id: String,
+    /// The batch runner's credential on this instance's gateway listener
+    /// ([`BATCH_HEADER`]): random per process, never stored nor sent elsewhere.
+    internal_token: String,
     draining: AtomicBool,
     gateway_up: AtomicBool,
     /// The database and the counters store answered the last readiness probes
@@ -41,7 +44,23 @@ pub struct AppState {
     counters_up: AtomicBool,
 }
 
+/// The header a batch line carries to this instance's gateway listener:
+/// `<internal token> <key hash>`.
+pub const BATCH_HEADER: &str = "x-sluice-batch";
+
 impl AppState {
+    /// The batch runner's credential (see [`BATCH_HEADER`]).
+    pub fn internal_token(&self) -> &str {
+        &self.internal_token
+    }
+
+    /// Whether `presented` is this process's internal token (compared in constant
+    /// time).
+    pub fn internal_token_matches(&self, presented: &str) -> bool {
+        let (a, b) = (presented.as_bytes(), self.internal_token.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+
     /// Connects storage, applies migrations, upserts the catalog file and loads the
     /// snapshots. Must run inside the runtime that will keep driving the connections.
     pub async fn build(config: Config) -> anyhow::Result<Arc<AppState>> {
@@ -128,6 +147,7 @@ impl AppState {
             responses,
             objects,
             instance_id,
+            internal_token: crate::store::new_id("bt") + &crate::store::new_id(""),
             draining: AtomicBool::new(false),
             gateway_up: AtomicBool::new(false),
             database_up: AtomicBool::new(true),

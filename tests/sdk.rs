@@ -42,6 +42,10 @@ async fn gateway(catalog: &str) -> (Mock, Sluice, String, Backend) {
 
 async fn run(program: &str, script: &str, catalog: &str) {
     let (_mock, s, key, _b) = gateway(catalog).await;
+    run_on(&s, key, program, script).await;
+}
+
+async fn run_on(s: &Sluice, key: String, program: &str, script: &str) {
     let dir = repo_path("tests/sdk");
     let out = tokio::task::spawn_blocking({
         let (program, script, gw) = (program.to_string(), script.to_string(), s.gateway.clone());
@@ -177,4 +181,17 @@ async fn openai_python_sdk_continues_conversations_across_instances() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_python_sdk_files_and_batches() {
+    if required() {
+        let (mock, s, key, _b) = gateway("tests/fixtures/engine.toml").await;
+        // Slow enough that a cancel lands before a batch of 40 is done.
+        mock.set_default(
+            "a1",
+            sluice_mock::Step::DelayHeaders(std::time::Duration::from_millis(100)),
+        );
+        run_on(&s, key, "python3", "batches.py").await;
+    }
 }

@@ -81,6 +81,17 @@ impl Directory {
         Some((key, org))
     }
 
+    /// The live key whose hash is `hash` and its org (a batch line names its key so:
+    /// the key itself is never stored).
+    pub fn authenticate_hash(&self, hash: &str) -> Option<(Arc<KeyRecord>, Arc<OrgRecord>)> {
+        let key = self.keys.load().get(hash)?.clone();
+        if !key.is_live(now_ms()) {
+            return None;
+        }
+        let org = self.orgs.load().get(&key.org_id)?.clone();
+        Some((key, org))
+    }
+
     /// [`Directory::authenticate`], and on a miss for a well-formed key the snapshot
     /// does not hold, one bounded database look-up: a key works the moment the
     /// command that made it returns, on every instance. Cached keys never reach SQL.

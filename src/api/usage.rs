@@ -137,8 +137,8 @@ pub async fn events_page(state: &Shared, reader: Reader<'_>, q: &Scope) -> Resul
     let sql = format!(
         "SELECT e.id, e.key_id, e.route, e.model, e.rung, e.lane, e.input_tokens, e.cached_tokens, \
          e.output_tokens, e.reasoning_tokens, e.cost_micro_usd, e.status, e.error_class, e.incomplete, \
-         e.attempts, e.empty_attempts, e.latency_ms, e.created_at, e.cache_write_tokens, e.web_search_requests \
-         FROM usage_events e WHERE e.org_id = $1 AND e.id < $2{} ORDER BY e.id DESC LIMIT $3",
+         e.attempts, e.empty_attempts, e.latency_ms, e.created_at, e.cache_write_tokens, e.web_search_requests, \
+         e.batch FROM usage_events e WHERE e.org_id = $1 AND e.id < $2{} ORDER BY e.id DESC LIMIT $3",
         scope_filter(&reader, 4)
     );
     let mut query = sqlx::query(&sql)
@@ -180,6 +180,8 @@ pub async fn events_page(state: &Shared, reader: Reader<'_>, q: &Scope) -> Resul
                 "empty_attempts": r.get::<i64, _>("empty_attempts"),
                 "latency_ms": r.get::<i64, _>("latency_ms"),
                 "created_at": r.get::<i64, _>("created_at"),
+                // Served as a line of a /v1/batches batch.
+                "batch": r.get::<i64, _>("batch") != 0,
             })
         })
         .collect();

@@ -33,6 +33,27 @@ pub async fn authenticate(
         .ok_or_else(ApiError::invalid_key)
 }
 
+/// A request's key and its org.
+pub type Caller = (Arc<KeyRecord>, Arc<OrgRecord>);
+
+/// The internal credential of this instance's batch runner (`x-sluice-batch:
+/// <process token> <key hash>`): `None` when the header is absent; the key it names
+/// must still be live (a revoked key fails its lines with 401 `invalid_key`). The
+/// token is random per process and never leaves it, so no client can present it.
+pub fn batch_caller(state: &AppState, session: &Session) -> Option<Result<Caller, ApiError>> {
+    let v = session
+        .req_header()
+        .headers
+        .get(crate::state::BATCH_HEADER)?;
+    let found = v
+        .to_str()
+        .ok()
+        .and_then(|v| v.split_once(' '))
+        .filter(|(token, _)| state.internal_token_matches(token))
+        .and_then(|(_, hash)| state.directory.authenticate_hash(hash));
+    Some(found.ok_or_else(ApiError::invalid_key))
+}
+
 /// Whether the org may call the model at all (restricted models need a grant).
 pub fn granted(org: &OrgRecord, model: &Model) -> bool {
     !model.spec.restricted || model.owner.is_some() || org.grants.contains(&model.spec.slug)

@@ -69,7 +69,19 @@ impl Engine {
         trail: &mut Trail,
     ) -> Handled {
         let state = &self.state;
-        let (key, org) = admit::authenticate(state, session, route == Route::Messages).await?;
+        // A batch line from this instance's runner names its key by the internal
+        // credential (the key itself is never stored); every other step is alike.
+        let (key, org, batch) = match admit::batch_caller(state, session) {
+            Some(found) => {
+                let (key, org) = found?;
+                (key, org, true)
+            }
+            None => {
+                let (key, org) =
+                    admit::authenticate(state, session, route == Route::Messages).await?;
+                (key, org, false)
+            }
+        };
         trail.identify(&key, &org);
         admit::not_under_review(&org)?;
         let read = admit::read_body(state, session, route, started).await?;
@@ -101,6 +113,7 @@ impl Engine {
             Duration::from_millis(state.config.limits.request_deadline_ms),
         );
         tally.platform_price = model.spec.price;
+        tally.batch = batch;
         tally.prompt_estimate = (body.len() / 4) as u64;
         if keeping.is_some() {
             tally.capture = Some(Vec::new());

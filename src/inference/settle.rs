@@ -204,5 +204,6 @@ fn record(
         weighted_tokens: used.tokens,
         list_micro_usd: used.list_micro_usd,
         at_ms: crate::store::now_ms(),
+        batch: tally.batch,
     });
 }

@@ -80,6 +80,8 @@ pub struct Tally {
     /// The attempt spans and the `traceparent` providers get (empty when the
     /// request is neither traced nor carries one).
     pub trace: crate::trace::Attempts,
+    /// A line of a batch, sent by this instance's runner: its usage event says so.
+    pub batch: bool,
 }
 
 /// An answer as the client received it: status, the headers worth replaying, and
@@ -118,6 +120,7 @@ impl Tally {
             tape_cap: usize::MAX,
             orch: None,
             trace: Default::default(),
+            batch: false,
         }
     }
 

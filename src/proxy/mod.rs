@@ -101,6 +101,10 @@ impl Gateway {
                 ))
                 .await;
             }
+            // Files and batches: their own room (uploads stream to the object store).
+            Route::Files | Route::Batches => {
+                return Box::pin(crate::batches::serve(&self.state, session, route)).await;
+            }
             Route::Models | Route::Model if method != http::Method::GET => {
                 Err(method_not_allowed(&method, "GET"))
             }

@@ -128,6 +128,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0040_web_search_requests.sql"),
         include_str!("../../migrations/postgres/0040_web_search_requests.sql"),
     ),
+    (
+        50,
+        "files, batches and their lines; batch usage",
+        include_str!("../../migrations/sqlite/0050_batches.sql"),
+        include_str!("../../migrations/postgres/0050_batches.sql"),
+    ),
 ];
 
 impl Db {

@@ -73,6 +73,9 @@ pub struct UsageEvent {
     /// event replayed later still lands in the windows it was used in.
     #[serde(default)]
     pub at_ms: i64,
+    /// Served as a line of a batch (`/v1/batches`), at the same prices.
+    #[serde(default)]
+    pub batch: bool,
 }
 
 impl UsageEvent {
@@ -477,12 +480,12 @@ type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q
 
 /// The multi-row insert of `n` events; only ids not stored yet go in.
 fn insert_sql(engine: Engine, n: usize, returning: bool) -> String {
-    const COLS: usize = 24;
+    const COLS: usize = 25;
     let mut sql = String::from(
         "INSERT INTO usage_events (id, org_id, key_id, route, model, rung, lane, input_tokens, \
          cached_tokens, output_tokens, reasoning_tokens, cost_micro_usd, status, error_class, \
          incomplete, attempts, empty_attempts, latency_ms, free, weighted_tokens, \
-         list_micro_usd, created_at, cache_write_tokens, web_search_requests) VALUES ",
+         list_micro_usd, created_at, cache_write_tokens, web_search_requests, batch) VALUES ",
     );
     for i in 0..n {
         if i > 0 {
@@ -545,7 +548,8 @@ fn bind_events<'q>(mut q: AnyQuery<'q>, events: &[UsageEvent], now: i64) -> AnyQ
             .bind(e.list_micro_usd)
             .bind(if e.at_ms > 0 { e.at_ms } else { now })
             .bind(e.cache_write_tokens as i64)
-            .bind(sat(e.web_search_requests));
+            .bind(sat(e.web_search_requests))
+            .bind(e.batch as i64);
     }
     q
 }

@@ -1,0 +1,248 @@
+//! Batch speed (issue 26): a batch of N chat lines against the mock provider.
+//!
+//! `cargo bench --bench batches` (`CARGO_PROFILE_BENCH_LTO=false` builds it much
+//! faster with the same code generation per crate). Knobs: `BATCH_BENCH_N` (lines,
+//! default 10000), `BATCH_BENCH_C` (concurrency of the live run and
+//! `[batches] concurrency`, default 8), `BATCH_BENCH_DELAY_MS` (the mock's delay
+//! before each answer, default 0).
+//!
+//! Prints: the throughput of N live requests sent at concurrency C, the batch's
+//! throughput (create to completed), and the live c=1 p50 added latency (the
+//! client's time minus the mock's delay) idle and while the batch runs. Targets:
+//! batch throughput within 2x of live; p50 during the batch within 1.5x of idle.
+
+use serde_json::{json, Value};
+use sluice_mock::{Mock, Step};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn chat(text: &str) -> Value {
+    json!({"model": "g-std", "max_tokens": 20, "messages": [{"role": "user", "content": text}]})
+}
+
+async fn live_once(http: &reqwest::Client, gw: &str, key: &str) -> Duration {
+    live_keyed(http, gw, key, None).await
+}
+
+/// One live request, with an Idempotency-Key when given (as each batch line has).
+async fn live_keyed(http: &reqwest::Client, gw: &str, key: &str, idem: Option<String>) -> Duration {
+    let t = Instant::now();
+    let mut req = http
+        .post(format!("{gw}/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(&chat("live"));
+    if let Some(k) = idem {
+        req = req.header("idempotency-key", k);
+    }
+    let r = req.send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap();
+    t.elapsed()
+}
+
+fn p50(mut v: Vec<Duration>, minus: Duration) -> f64 {
+    v.sort();
+    v[v.len() / 2].saturating_sub(minus).as_secs_f64() * 1000.0
+}
+
+fn main() {
+    let n = env_num("BATCH_BENCH_N", 10_000) as usize;
+    let c = env_num("BATCH_BENCH_C", 8) as usize;
+    let delay = Duration::from_millis(env_num("BATCH_BENCH_DELAY_MS", 0));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mock = rt.block_on(Mock::start());
+    if !delay.is_zero() {
+        mock.set_default("o1", Step::DelayHeaders(delay));
+    }
+    mock.set_recording(false);
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn")
+        .env("SLUICE_SERVER__LISTEN", "127.0.0.1:0")
+        .env("SLUICE_SERVER__WEB_LISTEN", "127.0.0.1:0")
+        .env("SLUICE_SERVER__OPS_LISTEN", "127.0.0.1:0")
+        .env("SLUICE_ADMIN__TOKEN", "bench-admin")
+        .env(
+            "SLUICE_STORAGE__DATABASE_URL",
+            format!("sqlite://{}/s.db", dir.path().display()),
+        )
+        .env(
+            "SLUICE_STORAGE__OBJECTS",
+            format!("file://{}/objects", dir.path().display()),
+        )
+        .env(
+            "SLUICE_STORAGE__USAGE_SPOOL",
+            dir.path().join("spool.jsonl").display().to_string(),
+        )
+        .env(
+            "SLUICE_SECRETS__KEY_FILE",
+            dir.path().join("k").display().to_string(),
+        )
+        .env(
+            "SLUICE_CATALOG__PATH",
+            format!("{}/tests/fixtures/gates.toml", env!("CARGO_MANIFEST_DIR")),
+        )
+        .env(
+            "SLUICE_PROVIDERS__OPENAI__BASE_URL",
+            format!("{}/v1", mock.base_url()),
+        )
+        .env("OPENAI_API_KEY", "sk-bench")
+        .env("SLUICE_BATCHES__CONCURRENCY", c.to_string())
+        .env("SLUICE_BATCHES__POLL_MS", "50")
+        .arg("serve")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start sluice");
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut addrs = std::collections::HashMap::new();
+    let stdout = child.stdout.take().unwrap();
+    let _stop = Stop(child);
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        if let Some(rest) = line.strip_prefix("listening ") {
+            let (name, addr) = rest.split_once(' ').unwrap();
+            addrs.insert(name.to_string(), format!("http://{addr}"));
+            if addrs.len() == 3 {
+                break;
+            }
+        }
+    }
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        let (gw, ops) = (addrs["gateway"].clone(), addrs["ops"].clone());
+        for _ in 0..200 {
+            if http.get(format!("{ops}/readyz")).send().await.is_ok_and(|r| r.status() == 200) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let org: Value = http.post(format!("{ops}/admin/orgs")).bearer_auth("bench-admin")
+            .json(&json!({"name": "bench", "email": "b@bench.test", "email_verified": true,
+                          "card_verified": true, "credits_usd": 100000, "tier": 3}))
+            .send().await.unwrap().json().await.unwrap();
+        let org_id = org["org_id"].as_str().unwrap().to_string();
+        let key: Value = http.post(format!("{ops}/admin/orgs/{org_id}/keys")).bearer_auth("bench-admin")
+            .json(&json!({})).send().await.unwrap().json().await.unwrap();
+        let key = key["api_key"].as_str().unwrap().to_string();
+
+        // Warm-up, then the idle c=1 latency.
+        for _ in 0..50 {
+            live_once(&http, &gw, &key).await;
+        }
+        let mut idle = Vec::new();
+        for _ in 0..300 {
+            idle.push(live_once(&http, &gw, &key).await);
+        }
+        let idle_p50 = p50(idle, delay);
+
+        // N live requests at concurrency C.
+        let t0 = Instant::now();
+        let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..c {
+            let (http, gw, key, next) = (http.clone(), gw.clone(), key.clone(), next.clone());
+            tasks.push(tokio::spawn(async move {
+                while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < n {
+                    live_once(&http, &gw, &key).await;
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let live_rps = n as f64 / t0.elapsed().as_secs_f64();
+
+        // The same, each with an Idempotency-Key of its own (what a batch line
+        // carries so that it is never billed twice).
+        let t0 = Instant::now();
+        let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..c {
+            let (http, gw, key, next) = (http.clone(), gw.clone(), key.clone(), next.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    live_keyed(&http, &gw, &key, Some(format!("bench-{i}"))).await;
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let keyed_rps = n as f64 / t0.elapsed().as_secs_f64();
+
+        // The same requests as a batch.
+        let mut data = String::new();
+        for i in 0..n {
+            data.push_str(&json!({"custom_id": format!("b-{i}"), "method": "POST",
+                "url": "/v1/chat/completions", "body": chat("batch")}).to_string());
+            data.push('\n');
+        }
+        let boundary = "bench-boundary-42";
+        let mut body = format!("--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"b.jsonl\"\r\n\r\n").into_bytes();
+        body.extend_from_slice(data.as_bytes());
+        body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        let f: Value = http.post(format!("{gw}/v1/files")).bearer_auth(&key)
+            .header("content-type", format!("multipart/form-data; boundary={boundary}"))
+            .body(body).send().await.unwrap().json().await.unwrap();
+        let t1 = Instant::now();
+        let b: Value = http.post(format!("{gw}/v1/batches")).bearer_auth(&key)
+            .json(&json!({"input_file_id": f["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"}))
+            .send().await.unwrap().json().await.unwrap();
+        let created = t1.elapsed();
+        assert_eq!(b["status"], "in_progress", "{b}");
+        let id = b["id"].as_str().unwrap().to_string();
+        let mut during = Vec::new();
+        let done = loop {
+            for _ in 0..20 {
+                during.push(live_once(&http, &gw, &key).await);
+            }
+            let v: Value = http.get(format!("{gw}/v1/batches/{id}")).bearer_auth(&key)
+                .send().await.unwrap().json().await.unwrap();
+            if v["status"] != "in_progress" && v["status"] != "finalizing" {
+                break v;
+            }
+        };
+        let took = t1.elapsed();
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(done["request_counts"]["completed"], n, "{done}");
+        let batch_rps = n as f64 / took.as_secs_f64();
+        let during_p50 = p50(during.clone(), delay);
+        println!("batch of {n} chat lines, concurrency {c}, mock delay {} ms:", delay.as_millis());
+        println!("  live throughput at c={c}: {live_rps:.0} req/s");
+        println!(
+            "  live throughput at c={c}, each with an Idempotency-Key: {keyed_rps:.0} req/s (batch: {:.2}x of it)",
+            keyed_rps / batch_rps
+        );
+        println!(
+            "  batch throughput (create {:.2} s incl. checking and storing lines, to completed): {batch_rps:.0} lines/s ({:.2}x of live; target <= 2x)",
+            created.as_secs_f64(),
+            live_rps / batch_rps
+        );
+        println!(
+            "  live c=1 p50 added latency: idle {idle_p50:.2} ms, during the batch {during_p50:.2} ms over {} requests ({:.2}x; target <= 1.5x)",
+            during.len(),
+            during_p50 / idle_p50
+        );
+    });
+}

@@ -1,0 +1,667 @@
+//! The batch runner, one in every instance. It claims lines of open batches with a
+//! lease in the database (an atomic conditional UPDATE; on PostgreSQL the candidate
+//! rows are taken `FOR UPDATE SKIP LOCKED`), so several instances share a batch
+//! and a line runs on one at a time. A line whose claimant stopped beating
+//! (`instances`) or whose lease ran out is claimed again.
+//!
+//! Each line goes to this instance's own gateway listener over loopback, as a
+//! client's request would, with the internal credential naming the batch's key
+//! (`state::BATCH_HEADER`): the same validation, waterfall, gates, limits and
+//! prices apply, and the usage event is marked batch. Each line carries its own
+//! `Idempotency-Key: batch:<batch>:<line>`, so a line claimed again after a restart
+//! replays its recorded answer instead of being billed twice (a line whose first
+//! run left no record fails with `idempotency_replay_unavailable`).
+//!
+//! Throttling: at most `[batches] concurrency` lines in flight per instance; a key
+//! with an rpm limit gets at most `key_share` of it from this instance; a 429 of
+//! the gates puts the line back and rests the key (tpm and spend limits are met
+//! this way). Work past the completion window is expired; a cancelled batch takes
+//! no new line and is finalized once its lines in flight end.
+
+use super::batch::counts;
+use super::files::{self, FileRow};
+use crate::state::{AppState, BATCH_HEADER};
+use crate::store::db::Engine;
+use crate::store::instances::HEARTBEAT_TTL;
+use crate::store::now_ms;
+use serde_json::{json, Value};
+use sqlx::Row;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+
+/// How long a 429 or an unreachable gateway rests a line (and its key).
+const BACKOFF: Duration = Duration::from_secs(1);
+/// Rows a finalization reads at a time.
+const PAGE: i64 = 1_000;
+
+struct Runner {
+    state: Arc<AppState>,
+    client: reqwest::Client,
+    base: String,
+    permits: Arc<Semaphore>,
+    /// When each key (by hash) may start its next line here.
+    pace: Mutex<HashMap<String, Instant>>,
+    /// Answers on their way to the database (written a few to a transaction).
+    answers: tokio::sync::mpsc::Sender<Answered>,
+}
+
+/// A line's answer, to be recorded.
+struct Answered {
+    batch_id: String,
+    line_no: i64,
+    ok: bool,
+    output: String,
+}
+
+/// How long the runner trusts its list of open batches.
+const OPEN_FRESH: Duration = Duration::from_millis(20);
+
+/// Answers one transaction records at most.
+const RECORD_BATCH: usize = 64;
+
+/// An open batch the runner serves.
+struct Open {
+    id: String,
+    key_hash: String,
+    endpoint: String,
+}
+
+struct Claimed {
+    line_no: i64,
+    custom_id: String,
+    body: String,
+}
+
+/// Starts the runner; `gateway` is this instance's gateway listener.
+pub fn spawn(state: Arc<AppState>, gateway: SocketAddr, tls: bool) {
+    let mut addr = gateway;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        });
+    }
+    let base = format!("{}://{addr}", if tls { "https" } else { "http" });
+    let deadline = Duration::from_millis(state.config.limits.request_deadline_ms);
+    let client = reqwest::Client::builder()
+        // Our own listener: its certificate need not name the loopback address.
+        .danger_accept_invalid_certs(tls)
+        .timeout(deadline + Duration::from_secs(30))
+        .build();
+    let client = match client {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "the batch runner has no HTTP client; batches will not run");
+            return;
+        }
+    };
+    let permits = Arc::new(Semaphore::new(state.config.batches.concurrency));
+    let (answers, rx) = tokio::sync::mpsc::channel(1024);
+    tokio::spawn(record(state.clone(), rx));
+    let runner = Arc::new(Runner {
+        state,
+        client,
+        base,
+        permits,
+        pace: Mutex::new(HashMap::new()),
+        answers,
+    });
+    tokio::spawn(async move { runner.run().await });
+}
+
+impl Runner {
+    async fn run(self: Arc<Self>) {
+        let poll = Duration::from_millis(self.state.config.batches.poll_ms.max(10));
+        // Lines claimed ahead (one claim serves several slots), with their batch.
+        let mut queue: VecDeque<(Arc<Open>, Claimed)> = VecDeque::new();
+        let mut finalized = Instant::now() - poll;
+        let mut open = (Instant::now() - OPEN_FRESH, Vec::new());
+        loop {
+            if !self.state.gateway_up() || self.state.draining() {
+                for (b, line) in queue.drain(..) {
+                    self.put_back(&b, &line, Duration::ZERO).await;
+                }
+                tokio::time::sleep(poll).await;
+                continue;
+            }
+            if finalized.elapsed() >= poll {
+                finalized = Instant::now();
+                if let Err(e) = self.finalize_ready().await {
+                    tracing::warn!(error = %e, "batch finalization pass failed");
+                }
+            }
+            let started = match self.start_lines(&mut queue, &mut open).await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "batch claim pass failed");
+                    0
+                }
+            };
+            if started == 0 || self.permits.available_permits() == 0 {
+                // Idle, or full: wait for a line to end (or the next poll).
+                let permits = self.permits.clone();
+                let _ = tokio::time::timeout(poll, async move {
+                    if started == 0 && permits.available_permits() > 0 {
+                        std::future::pending::<()>().await;
+                    }
+                    drop(permits.acquire().await);
+                })
+                .await;
+            }
+        }
+    }
+
+    /// Lines a key may start now (`want` at most).
+    fn paced(&self, key_hash: &str, want: usize) -> usize {
+        let now = Instant::now();
+        let mut pace = self.pace.lock().unwrap_or_else(|p| p.into_inner());
+        let next = pace.get(key_hash).copied().unwrap_or(now);
+        if next > now {
+            return 0;
+        }
+        let rpm = self
+            .state
+            .directory
+            .authenticate_hash(key_hash)
+            .and_then(|(k, _)| k.rpm)
+            .filter(|r| *r > 0);
+        let Some(rpm) = rpm else {
+            return want;
+        };
+        let share = self.state.config.batches.key_share;
+        let per_min = ((rpm as f64) * share).floor().max(1.0);
+        let interval = Duration::from_secs_f64(60.0 / per_min);
+        // A slot missed while idle is not saved up beyond one.
+        let from = next.max(now.checked_sub(interval).unwrap_or(now));
+        let k = want
+            .min(1 + (now.duration_since(from).as_secs_f64() / interval.as_secs_f64()) as usize);
+        pace.insert(key_hash.to_string(), from + interval * k as u32);
+        k
+    }
+
+    fn rest(&self, key_hash: &str, d: Duration) {
+        let mut pace = self.pace.lock().unwrap_or_else(|p| p.into_inner());
+        let until = Instant::now() + d;
+        let e = pace.entry(key_hash.to_string()).or_insert(until);
+        *e = (*e).max(until);
+    }
+
+    /// Starts queued lines in the free slots, claiming more when the queue runs
+    /// low; returns how many started. Queued lines of a batch no longer open
+    /// (cancelled, expired) are given back unstarted.
+    async fn start_lines(
+        self: &Arc<Self>,
+        queue: &mut VecDeque<(Arc<Open>, Claimed)>,
+        open: &mut (Instant, Vec<Arc<Open>>),
+    ) -> anyhow::Result<usize> {
+        // The open batches, read again at most every OPEN_FRESH (a cancel stops this
+        // instance's queued lines within it; the claim itself checks the status).
+        if open.0.elapsed() >= OPEN_FRESH {
+            let db = &self.state.db;
+            let q = sqlx::query(
+                "SELECT id, key_hash, endpoint FROM batches \
+                 WHERE status = 'in_progress' AND expires_at > $1 ORDER BY created_at LIMIT 16",
+            )
+            .bind(now_ms())
+            .fetch_all(&db.pool);
+            open.1 = db
+                .bounded(q)
+                .await?
+                .iter()
+                .map(|r| {
+                    Arc::new(Open {
+                        id: r.get("id"),
+                        key_hash: r.get("key_hash"),
+                        endpoint: r.get("endpoint"),
+                    })
+                })
+                .collect();
+            open.0 = Instant::now();
+        }
+        let open = &open.1;
+        let mut kept = VecDeque::with_capacity(queue.len());
+        for (b, line) in queue.drain(..) {
+            if open.iter().any(|o| o.id == b.id) {
+                kept.push_back((b, line));
+            } else {
+                self.put_back(&b, &line, Duration::ZERO).await;
+            }
+        }
+        *queue = kept;
+        let slots = self.state.config.batches.concurrency;
+        // Up to two rounds of the slots ahead.
+        for b in open {
+            let room = (2 * slots).saturating_sub(queue.len());
+            if room == 0 || queue.len() >= slots {
+                break;
+            }
+            let want = self.paced(&b.key_hash, room);
+            if want == 0 {
+                continue;
+            }
+            let lines = self.claim(&b.id, want).await?;
+            tracing::debug!(batch = %b.id, want, claimed = lines.len(), "batch lines claimed");
+            queue.extend(lines.into_iter().map(|l| (b.clone(), l)));
+        }
+        let mut started = 0;
+        while !queue.is_empty() {
+            let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+                break;
+            };
+            let Some((b, line)) = queue.pop_front() else {
+                break;
+            };
+            started += 1;
+            let me = self.clone();
+            tokio::spawn(async move {
+                me.serve_line(&b, line).await;
+                drop(permit);
+            });
+        }
+        Ok(started)
+    }
+
+    async fn claim(&self, batch_id: &str, n: usize) -> anyhow::Result<Vec<Claimed>> {
+        let db = &self.state.db;
+        let now = now_ms();
+        // Lines of an instance that stopped are freed by `progress`; so a free line
+        // is one whose lease is past, and the claim walks the index
+        // (batch_id, done, lease_until) from the never-claimed lines up.
+        let free = "done = 0 AND lease_until < $4";
+        let open = "EXISTS (SELECT 1 FROM batches WHERE id = $3 AND status = 'in_progress' \
+                    AND expires_at > $4)";
+        let sql = if db.engine == Engine::Postgres {
+            // The candidates are picked once (a CTE), locked and skipped by other
+            // claimers; an IN (subquery ... LIMIT) may be evaluated again per row.
+            format!(
+                "WITH picked AS (SELECT line_no FROM batch_lines \
+                 WHERE batch_id = $3 AND {free} AND {open} \
+                 LIMIT $5 FOR UPDATE SKIP LOCKED) \
+                 UPDATE batch_lines SET claimed_by = $1, lease_until = $2 FROM picked \
+                 WHERE batch_lines.batch_id = $3 AND batch_lines.line_no = picked.line_no \
+                 RETURNING batch_lines.line_no, batch_lines.custom_id, batch_lines.body"
+            )
+        } else {
+            // SQLite: one writer at a time, so the statement is the claim.
+            format!(
+                "UPDATE batch_lines SET claimed_by = $1, lease_until = $2 \
+                 WHERE batch_id = $3 AND line_no IN (SELECT line_no FROM batch_lines \
+                 WHERE batch_id = $3 AND {free} LIMIT $5) AND {free} \
+                 AND {open} RETURNING line_no, custom_id, body"
+            )
+        };
+        let q = sqlx::query(&sql)
+            .bind(&self.state.instance_id)
+            .bind(now + self.state.config.batches.lease_ms as i64)
+            .bind(batch_id)
+            .bind(now)
+            .bind(n as i64)
+            .fetch_all(&db.pool);
+        let rows = db.bounded(q).await?;
+        let mut lines: Vec<Claimed> = rows
+            .iter()
+            .map(|r| Claimed {
+                line_no: r.get("line_no"),
+                custom_id: r.get("custom_id"),
+                body: r.get("body"),
+            })
+            .collect();
+        lines.sort_by_key(|l| l.line_no);
+        Ok(lines)
+    }
+
+    async fn serve_line(&self, b: &Open, line: Claimed) {
+        let state = &self.state;
+        let sent = self
+            .client
+            .post(format!("{}{}", self.base, b.endpoint))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(
+                BATCH_HEADER,
+                format!("{} {}", state.internal_token(), b.key_hash),
+            )
+            .header(
+                "idempotency-key",
+                format!("batch:{}:{}", b.id, line.line_no),
+            )
+            .body(line.body.clone())
+            .send()
+            .await;
+        let resp = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, batch = %b.id, "a batch line did not reach the gateway; it waits");
+                self.put_back(b, &line, BACKOFF).await;
+                return;
+            }
+        };
+        let status = resp.status().as_u16();
+        tracing::debug!(batch = %b.id, line = line.line_no, status, "batch line answered");
+        let request_id = resp
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let retry_after = resp
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let bytes = match resp.bytes().await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, batch = %b.id, "a batch line's answer was cut off; it waits");
+                self.put_back(b, &line, BACKOFF).await;
+                return;
+            }
+        };
+        let body: Value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        let code = body
+            .pointer("/error/code")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        // Limits (429) and a draining instance (503) are waits, not answers.
+        if status == 429 || (status == 503 && code == "gateway_draining") {
+            let wait = retry_after.unwrap_or(BACKOFF).min(Duration::from_secs(60));
+            self.rest(&b.key_hash, wait);
+            self.put_back(b, &line, wait).await;
+            return;
+        }
+        let id: [u8; 12] = rand::random();
+        let out = json!({
+            "id": format!("batch_req_{}", hex::encode(id)),
+            "custom_id": line.custom_id,
+            "response": {
+                "status_code": status,
+                "request_id": request_id,
+                "body": body,
+            },
+            "error": null,
+        });
+        let answered = Answered {
+            batch_id: b.id.clone(),
+            line_no: line.line_no,
+            ok: (200..300).contains(&status),
+            output: out.to_string(),
+        };
+        if self.answers.send(answered).await.is_err() {
+            tracing::warn!(batch = %b.id, "the batch recorder stopped; the line's lease will lapse");
+        }
+    }
+
+    /// Gives a claimed line back, not to be claimed again for `wait`.
+    async fn put_back(&self, b: &Open, line: &Claimed, wait: Duration) {
+        let db = &self.state.db;
+        let q = sqlx::query(
+            "UPDATE batch_lines SET claimed_by = NULL, lease_until = $1 \
+             WHERE batch_id = $2 AND line_no = $3 AND claimed_by = $4 AND done = 0",
+        )
+        .bind(now_ms() + wait.as_millis() as i64)
+        .bind(&b.id)
+        .bind(line.line_no)
+        .bind(&self.state.instance_id)
+        .execute(&db.pool);
+        if let Err(e) = db.bounded(q).await {
+            tracing::warn!(error = %e, "a batch line was not given back; its lease will lapse");
+        }
+    }
+
+    /// Finalizes every batch that is ready: all lines done, cancelled with none in
+    /// flight, past its window with none in flight, or a finalization whose
+    /// instance stopped.
+    async fn finalize_ready(&self) -> anyhow::Result<()> {
+        let db = &self.state.db;
+        let now = now_ms();
+        let q = sqlx::query(
+            "SELECT id, org_id, status, total, expires_at, cancelling_at, final_until FROM batches \
+             WHERE status IN ('in_progress', 'cancelling', 'finalizing') ORDER BY created_at LIMIT 64",
+        )
+        .fetch_all(&db.pool);
+        let rows = db.bounded(q).await?;
+        for r in rows {
+            let id: String = r.get("id");
+            let org_id: String = r.get("org_id");
+            let status: String = r.get("status");
+            let total: i64 = r.get("total");
+            let expires_at: i64 = r.get("expires_at");
+            let cancelling: Option<i64> = r.get("cancelling_at");
+            let final_until: Option<i64> = r.get("final_until");
+            let (done, in_flight) = self.progress(&id, total).await?;
+            tracing::debug!(batch = %id, %status, done, in_flight, "batch progress");
+            let target = match status.as_str() {
+                "in_progress" if done >= total => "completed",
+                "in_progress" if now >= expires_at && in_flight == 0 => "expired",
+                "cancelling" if in_flight == 0 => "cancelled",
+                "finalizing" if final_until.unwrap_or(0) < now => {
+                    if cancelling.is_some() {
+                        "cancelled"
+                    } else if done >= total {
+                        "completed"
+                    } else {
+                        "expired"
+                    }
+                }
+                _ => continue,
+            };
+            let lease = now + self.state.config.batches.lease_ms as i64;
+            let q = sqlx::query(
+                "UPDATE batches SET status = 'finalizing', \
+                 finalizing_at = COALESCE(finalizing_at, $1), final_by = $2, final_until = $3 \
+                 WHERE id = $4 AND status = $5 AND (status <> 'finalizing' OR final_until < $1)",
+            )
+            .bind(now)
+            .bind(&self.state.instance_id)
+            .bind(lease)
+            .bind(&id)
+            .bind(&status)
+            .execute(&db.pool);
+            if db.bounded(q).await?.rows_affected() != 1 {
+                continue;
+            }
+            if let Err(e) = self.finalize(&id, &org_id, target).await {
+                // Its lease lapses and this (or another) instance finishes it.
+                tracing::warn!(error = %e, batch = %id, "a batch finalization failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// Lines done, and lines held by a live claimant.
+    async fn progress(&self, batch_id: &str, total: i64) -> anyhow::Result<(i64, i64)> {
+        let db = &self.state.db;
+        let now = now_ms();
+        let stale = now - HEARTBEAT_TTL.as_millis() as i64;
+        // Counted on the index (batch_id, done, lease_until): the lines left, those
+        // leased, and those leased by an instance that stopped beating.
+        let q = sqlx::query(
+            "SELECT (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0) AS left_, \
+             (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0 \
+              AND lease_until >= $2 AND claimed_by IS NOT NULL) AS held, \
+             (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0 \
+              AND lease_until >= $2 AND claimed_by IN \
+              (SELECT id FROM instances WHERE seen_at < $3)) AS dead",
+        )
+        .bind(batch_id)
+        .bind(now)
+        .bind(stale)
+        .fetch_one(&db.pool);
+        let r = db.bounded(q).await?;
+        let (left, held, dead): (i64, i64, i64) = (r.get("left_"), r.get("held"), r.get("dead"));
+        if dead > 0 {
+            // Their claimant is gone: free to claim again (the key replays what
+            // the first run recorded).
+            let q = sqlx::query(
+                "UPDATE batch_lines SET claimed_by = NULL, lease_until = 0 \
+                 WHERE batch_id = $1 AND done = 0 AND lease_until >= $2 AND claimed_by IN \
+                 (SELECT id FROM instances WHERE seen_at < $3)",
+            )
+            .bind(batch_id)
+            .bind(now)
+            .bind(stale)
+            .execute(&db.pool);
+            db.bounded(q).await?;
+        }
+        Ok((total - left, held - dead))
+    }
+
+    /// Writes the output and error files and ends the batch as `target`.
+    async fn finalize(&self, batch_id: &str, org_id: &str, target: &str) -> anyhow::Result<()> {
+        let state = &self.state;
+        let db = &state.db;
+        let tail = batch_id.strip_prefix("batch_").unwrap_or(batch_id);
+        let out_id = format!("file-{tail}-output");
+        let err_id = format!("file-{tail}-errors");
+        let out_key = files::object_key(org_id, &out_id);
+        let err_key = files::object_key(org_id, &err_id);
+        let mut out = state.objects.writer(&out_key, u64::MAX);
+        let mut err = state.objects.writer(&err_key, u64::MAX);
+        let (mut outs, mut errs) = (0u64, 0u64);
+        let mut after = -1i64;
+        loop {
+            let q = sqlx::query(
+                "SELECT line_no, custom_id, done, ok, output FROM batch_lines \
+                 WHERE batch_id = $1 AND line_no > $2 ORDER BY line_no LIMIT $3",
+            )
+            .bind(batch_id)
+            .bind(after)
+            .bind(PAGE)
+            .fetch_all(&db.pool);
+            let rows = db.bounded(q).await?;
+            for r in &rows {
+                after = r.get("line_no");
+                let done: i64 = r.get("done");
+                let ok: i64 = r.get("ok");
+                let output: Option<String> = r.get("output");
+                let mut text = match (done, output) {
+                    (1, Some(o)) => o,
+                    // Never run: past the window it is an error line; a cancelled
+                    // batch leaves it out.
+                    _ if target == "expired" => {
+                        let custom_id: String = r.get("custom_id");
+                        let id: [u8; 12] = rand::random();
+                        json!({
+                            "id": format!("batch_req_{}", hex::encode(id)),
+                            "custom_id": custom_id,
+                            "response": null,
+                            "error": {
+                                "code": "batch_expired",
+                                "message": "This request could not be executed before the completion window expired.",
+                            },
+                        })
+                        .to_string()
+                    }
+                    _ => continue,
+                };
+                text.push('\n');
+                if done == 1 && ok == 1 {
+                    outs += 1;
+                    out.write(text.into()).await?;
+                } else {
+                    errs += 1;
+                    err.write(text.into()).await?;
+                }
+            }
+            if (rows.len() as i64) < PAGE {
+                break;
+            }
+        }
+        if target == "expired" {
+            // Lines that never ran count as failed.
+            let q = sqlx::query(
+                "UPDATE batch_lines SET done = 1, ok = 0 WHERE batch_id = $1 AND done = 0",
+            )
+            .bind(batch_id)
+            .execute(&db.pool);
+            db.bounded(q).await?;
+        }
+        let now = now_ms();
+        let record = |w: crate::store::objects::ObjectWriter,
+                      n: u64,
+                      id: String,
+                      key: String,
+                      kind: &str| {
+            let filename = format!("{batch_id}_{kind}.jsonl");
+            async move {
+                if n == 0 {
+                    let mut w = w;
+                    w.abort().await;
+                    return anyhow::Ok(None);
+                }
+                let stored = w.finish().await?;
+                let f = FileRow {
+                    id: id.clone(),
+                    purpose: "batch_output".into(),
+                    filename,
+                    bytes: stored.size as i64,
+                    object_key: key,
+                    created_at: now,
+                };
+                files::insert(state, org_id, &f)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("recording an output file: {}", e.message))?;
+                Ok(Some(id))
+            }
+        };
+        let out_file = record(out, outs, out_id, out_key, "output").await?;
+        let err_file = record(err, errs, err_id, err_key, "error").await?;
+        let stamp = match target {
+            "completed" => "completed_at",
+            "cancelled" => "cancelled_at",
+            _ => "expired_at",
+        };
+        let sql = format!(
+            "UPDATE batches SET status = $1, {stamp} = $2, output_file_id = $3, \
+             error_file_id = $4, final_by = NULL, final_until = NULL \
+             WHERE id = $5 AND final_by = $6 AND status = 'finalizing'"
+        );
+        let q = sqlx::query(&sql)
+            .bind(target)
+            .bind(now)
+            .bind(out_file)
+            .bind(err_file)
+            .bind(batch_id)
+            .bind(&state.instance_id)
+            .execute(&db.pool);
+        db.bounded(q).await?;
+        let (ok, failed) = counts(state, batch_id).await.unwrap_or_default();
+        tracing::info!(batch = %batch_id, status = target, ok, failed, "batch finalized");
+        Ok(())
+    }
+}
+
+/// Records answers as they come, up to [`RECORD_BATCH`] to a transaction. An answer
+/// not recorded leaves its line leased: it runs again and its key replays it.
+async fn record(state: Arc<AppState>, mut rx: tokio::sync::mpsc::Receiver<Answered>) {
+    let mut pending = Vec::with_capacity(RECORD_BATCH);
+    while rx.recv_many(&mut pending, RECORD_BATCH).await > 0 {
+        let db = &state.db;
+        let write = async {
+            let mut tx = db.pool.begin().await?;
+            for a in &pending {
+                sqlx::query(
+                    "UPDATE batch_lines SET done = 1, ok = $1, output = $2, claimed_by = $3 \
+                     WHERE batch_id = $4 AND line_no = $5 AND done = 0",
+                )
+                .bind(a.ok as i64)
+                .bind(&a.output)
+                // Kept: which instance served the line.
+                .bind(&state.instance_id)
+                .bind(&a.batch_id)
+                .bind(a.line_no)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await
+        };
+        if let Err(e) = db.bounded(write).await {
+            tracing::warn!(error = %e, lines = pending.len(), "batch answers were not recorded");
+        }
+        pending.clear();
+    }
+}
