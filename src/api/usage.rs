@@ -171,7 +171,6 @@ pub async fn events_page(state: &Shared, reader: Reader<'_>, q: &Scope) -> Resul
                 "web_search_requests": r.get::<i64, _>("web_search_requests"),
                 "output_tokens": r.get::<i64, _>("output_tokens"),
                 "reasoning_tokens": r.get::<i64, _>("reasoning_tokens"),
-                "web_search_requests": r.get::<i64, _>("web_search_requests"),
                 "cost_usd": micro_to_usd(r.get::<i64, _>("cost_micro_usd")),
                 "status": r.get::<i64, _>("status"),
                 "error_class": r.get::<Option<String>, _>("error_class"),
@@ -269,7 +268,6 @@ pub async fn daily_rollup(state: &Shared, reader: Reader<'_>, q: &Scope) -> Resu
                 "cache_write_tokens": r.get::<i64, _>("cache_write_tokens"),
                 "web_search_requests": r.get::<i64, _>("web_search_requests"),
                 "output_tokens": r.get::<i64, _>("output_tokens"),
-                "web_search_requests": r.get::<i64, _>("web_search_requests"),
                 "cost_usd": micro_to_usd(r.get::<i64, _>("cost")),
             });
             if group == "member" {

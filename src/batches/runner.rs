@@ -424,6 +424,8 @@ impl Runner {
         )
         .fetch_all(&db.pool);
         let rows = db.bounded(q).await?;
+        // The lines the open batches still wait for: the batch queue on /metrics.
+        let mut waiting = 0i64;
         for r in rows {
             let id: String = r.get("id");
             let org_id: String = r.get("org_id");
@@ -433,6 +435,9 @@ impl Runner {
             let cancelling: Option<i64> = r.get("cancelling_at");
             let final_until: Option<i64> = r.get("final_until");
             let (done, in_flight) = self.progress(&id, total).await?;
+            if status == "in_progress" {
+                waiting += (total - done).max(0);
+            }
             tracing::debug!(batch = %id, %status, done, in_flight, "batch progress");
             let target = match status.as_str() {
                 "in_progress" if done >= total => "completed",
@@ -469,6 +474,7 @@ impl Runner {
                 tracing::warn!(error = %e, batch = %id, "a batch finalization failed");
             }
         }
+        crate::metrics::global().batch_queue.set(waiting);
         Ok(())
     }
 
