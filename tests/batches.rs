@@ -506,25 +506,59 @@ async fn a_batch_of_chat_lines_completes_billed_as_live_and_marked_batch() {
     assert_eq!(twin["id"], id);
 }
 
+/// A batch of `n` chat lines on one instance serving one line at a time, each
+/// answer 300 ms slow, some 700 ms into its run.
+struct SlowBatch {
+    mock: Mock,
+    _b: Backend,
+    _dir: tempfile::TempDir,
+    s: Sluice,
+    key: String,
+    id: String,
+}
+
+impl SlowBatch {
+    async fn start(prefix: &str, n: usize) -> SlowBatch {
+        let mock = Mock::start().await;
+        mock.set_default("o1", Step::DelayHeaders(Duration::from_millis(300)));
+        let b = Backend::fresh().await;
+        let dir = tempfile::tempdir().unwrap();
+        let s = Sluice::start(
+            &b,
+            opts_in(&mock, dir.path()).env("SLUICE_BATCHES__CONCURRENCY", 1),
+        )
+        .await;
+        let (_, _, key) = s.org_and_key().await;
+        let lines: Vec<String> = (0..n)
+            .map(|i| chat_line(&format!("{prefix}-{i}"), "g-std", "x"))
+            .collect();
+        let file = upload(&s, &key, &jsonl(&lines)).await;
+        let created = create_batch(&s, &key, &file).await;
+        let id = created["id"].as_str().unwrap().to_string();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        SlowBatch {
+            mock,
+            _b: b,
+            _dir: dir,
+            s,
+            key,
+            id,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_new_lines_and_finalizes_with_what_is_done() {
-    let mock = Mock::start().await;
-    mock.set_default("o1", Step::DelayHeaders(Duration::from_millis(300)));
-    let b = Backend::fresh().await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sluice::start(
-        &b,
-        opts_in(&mock, dir.path()).env("SLUICE_BATCHES__CONCURRENCY", 1),
-    )
-    .await;
-    let (_, _, key) = s.org_and_key().await;
-    let lines: Vec<String> = (0..20)
-        .map(|i| chat_line(&format!("c-{i}"), "g-std", "x"))
-        .collect();
-    let file = upload(&s, &key, &jsonl(&lines)).await;
-    let created = create_batch(&s, &key, &file).await;
-    let id = created["id"].as_str().unwrap();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // `_b` and `_dir` are bound (not `..`): the backend's folder lives to the end.
+    let SlowBatch {
+        mock,
+        _b,
+        _dir,
+        s,
+        key,
+        id,
+    } = SlowBatch::start("c", 20).await;
+    let id = id.as_str();
     let (st, c) = s
         .post(&format!("/v1/batches/{id}/cancel"), Some(&key), &json!({}))
         .await;
@@ -555,23 +589,15 @@ async fn cancel_stops_new_lines_and_finalizes_with_what_is_done() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn work_past_the_window_expires_into_the_error_file() {
-    let mock = Mock::start().await;
-    mock.set_default("o1", Step::DelayHeaders(Duration::from_millis(300)));
-    let b = Backend::fresh().await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sluice::start(
-        &b,
-        opts_in(&mock, dir.path()).env("SLUICE_BATCHES__CONCURRENCY", 1),
-    )
-    .await;
-    let (_, _, key) = s.org_and_key().await;
-    let lines: Vec<String> = (0..10)
-        .map(|i| chat_line(&format!("e-{i}"), "g-std", "x"))
-        .collect();
-    let file = upload(&s, &key, &jsonl(&lines)).await;
-    let created = create_batch(&s, &key, &file).await;
-    let id = created["id"].as_str().unwrap();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    let SlowBatch {
+        mock: _mock,
+        _b,
+        _dir,
+        s,
+        key,
+        id,
+    } = SlowBatch::start("e", 10).await;
+    let id = id.as_str();
     // The window ends now (24 hours are not waited for in a test).
     let pool = db(&s).await;
     sqlx::query("UPDATE batches SET expires_at = $1 WHERE id = $2")
