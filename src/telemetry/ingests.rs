@@ -236,7 +236,7 @@ pub async fn waiting(db: &Db) -> Result<i64, Error> {
         .await
         .map_err(Error::db("counting waiting ingests"))?;
     row.try_get::<i64, _>("n")
-        .map_err(|e| Error::db("counting waiting ingests")(e))
+        .map_err(Error::db("counting waiting ingests"))
 }
 
 /// Ends a claimed ingest in error, if the claim is still ours.
