@@ -68,7 +68,11 @@ fn main() {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("RUST_LOG", "warn")
+        // `BATCH_BENCH_LOG` sets the gateway's RUST_LOG (e.g. `sqlx::query=debug`).
+        .env(
+            "RUST_LOG",
+            std::env::var("BATCH_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .env("SLUICE_SERVER__LISTEN", "127.0.0.1:0")
         .env("SLUICE_SERVER__WEB_LISTEN", "127.0.0.1:0")
         .env("SLUICE_SERVER__OPS_LISTEN", "127.0.0.1:0")

@@ -45,7 +45,7 @@ pub struct AppState {
 }
 
 /// The header a batch line carries to this instance's gateway listener:
-/// `<internal token> <key hash>`.
+/// `<internal token> <key hash> <batch id>:<line>`.
 pub const BATCH_HEADER: &str = "x-sluice-batch";
 
 impl AppState {

@@ -40,11 +40,14 @@ pub(crate) struct BatchRow {
     pub expired_at: Option<i64>,
     pub cancelling_at: Option<i64>,
     pub cancelled_at: Option<i64>,
+    /// Lines served (2xx) and failed so far, kept as the lines are recorded.
+    pub completed_count: i64,
+    pub failed_count: i64,
 }
 
 const COLUMNS: &str = "id, endpoint, input_file_id, completion_window, status, metadata, errors, \
     total, output_file_id, error_file_id, created_at, in_progress_at, expires_at, finalizing_at, \
-    completed_at, failed_at, expired_at, cancelling_at, cancelled_at";
+    completed_at, failed_at, expired_at, cancelling_at, cancelled_at, completed_count, failed_count";
 
 fn row(r: &sqlx::any::AnyRow) -> BatchRow {
     BatchRow {
@@ -67,6 +70,8 @@ fn row(r: &sqlx::any::AnyRow) -> BatchRow {
         expired_at: r.get("expired_at"),
         cancelling_at: r.get("cancelling_at"),
         cancelled_at: r.get("cancelled_at"),
+        completed_count: r.get("completed_count"),
+        failed_count: r.get("failed_count"),
     }
 }
 
@@ -75,7 +80,8 @@ fn secs(ms: Option<i64>) -> Value {
 }
 
 impl BatchRow {
-    fn to_json(&self, completed: i64, failed: i64) -> Value {
+    fn to_json(&self) -> Value {
+        let (completed, failed) = (self.completed_count, self.failed_count);
         let parse = |s: &Option<String>| {
             s.as_deref()
                 .and_then(|s| serde_json::from_str::<Value>(s).ok())
@@ -110,18 +116,14 @@ impl BatchRow {
     }
 }
 
-/// Lines served (2xx) and failed so far.
+/// Lines served (2xx) and failed so far (kept on the batch as its lines are
+/// recorded).
 pub(crate) async fn counts(state: &AppState, batch_id: &str) -> Result<(i64, i64), ApiError> {
-    let q = sqlx::query(
-        "SELECT CAST(COALESCE(SUM(ok), 0) AS BIGINT) AS ok, \
-         CAST(COALESCE(SUM(done), 0) AS BIGINT) AS done \
-         FROM batch_lines WHERE batch_id = $1",
-    )
-    .bind(batch_id)
-    .fetch_one(&state.db.pool);
+    let q = sqlx::query("SELECT completed_count, failed_count FROM batches WHERE id = $1")
+        .bind(batch_id)
+        .fetch_optional(&state.db.pool);
     let r = state.db.bounded(q).await.map_err(db_err("batch counts"))?;
-    let (ok, done): (i64, i64) = (r.get("ok"), r.get("done"));
-    Ok((ok, done - ok))
+    Ok(r.map_or((0, 0), |r| (r.get("completed_count"), r.get("failed_count"))))
 }
 
 async fn find(state: &AppState, org_id: &str, id: &str) -> Result<Option<BatchRow>, ApiError> {
@@ -134,16 +136,11 @@ async fn find(state: &AppState, org_id: &str, id: &str) -> Result<Option<BatchRo
     Ok(r.as_ref().map(row))
 }
 
-async fn shown(state: &AppState, b: &BatchRow) -> Result<Value, ApiError> {
-    let (ok, failed) = counts(state, &b.id).await?;
-    Ok(b.to_json(ok, failed))
-}
-
 pub(super) async fn get(state: &AppState, caller: &Caller, id: &str) -> Result<Value, ApiError> {
     let b = find(state, &caller.org.id, id)
         .await?
         .ok_or_else(|| not_found("batch", "batch_id"))?;
-    shown(state, &b).await
+    Ok(b.to_json())
 }
 
 pub(super) async fn list(
@@ -177,7 +174,7 @@ pub(super) async fn list(
     let has_more = rows.len() as i64 > limit;
     let mut data = Vec::new();
     for r in rows.iter().take(limit as usize) {
-        data.push(shown(state, &row(r)).await?);
+        data.push(row(r).to_json());
     }
     Ok(page(data, has_more))
 }
@@ -203,7 +200,7 @@ pub(super) async fn cancel(state: &AppState, caller: &Caller, id: &str) -> Resul
         )
         .with_status(409));
     }
-    shown(state, &b).await
+    Ok(b.to_json())
 }
 
 fn required(param: &'static str) -> ApiError {
@@ -311,7 +308,7 @@ pub(super) async fn create(
     let b = find(state, &caller.org.id, &id)
         .await?
         .ok_or_else(ApiError::internal)?;
-    shown(state, &b).await
+    Ok(b.to_json())
 }
 
 /// Reads the input file as it streams from the store, checks each line and writes

@@ -6,11 +6,13 @@
 //!
 //! Each line goes to this instance's own gateway listener over loopback, as a
 //! client's request would, with the internal credential naming the batch's key
-//! (`state::BATCH_HEADER`): the same validation, waterfall, gates, limits and
-//! prices apply, and the usage event is marked batch. Each line carries its own
-//! `Idempotency-Key: batch:<batch>:<line>`, so a line claimed again after a restart
-//! replays its recorded answer instead of being billed twice (a line whose first
-//! run left no record fails with `idempotency_replay_unavailable`).
+//! and the line (`state::BATCH_HEADER`): the same validation, waterfall, gates,
+//! limits and prices apply, and the usage event is marked batch and names the
+//! line. A line is billed once however often it runs: the usage store keeps one
+//! event per line (a unique key), so a line whose instance stopped before its
+//! answer was recorded simply runs again on the next claimant, and its second
+//! event is neither stored nor charged. (A per-line Idempotency-Key would keep
+//! the same promise with two more database writes per line, on the line's path.)
 //!
 //! Throttling: at most `[batches] concurrency` lines in flight per instance; a key
 //! with an rpm limit gets at most `key_share` of it from this instance; a 429 of
@@ -322,11 +324,13 @@ impl Runner {
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(
                 BATCH_HEADER,
-                format!("{} {}", state.internal_token(), b.key_hash),
-            )
-            .header(
-                "idempotency-key",
-                format!("batch:{}:{}", b.id, line.line_no),
+                format!(
+                    "{} {} {}:{}",
+                    state.internal_token(),
+                    b.key_hash,
+                    b.id,
+                    line.line_no
+                ),
             )
             .body(line.body.clone())
             .send()
@@ -579,12 +583,23 @@ impl Runner {
         }
         if target == "expired" {
             // Lines that never ran count as failed.
-            let q = sqlx::query(
-                "UPDATE batch_lines SET done = 1, ok = 0 WHERE batch_id = $1 AND done = 0",
-            )
-            .bind(batch_id)
-            .execute(&db.pool);
-            db.bounded(q).await?;
+            let expire = async {
+                let mut tx = db.pool.begin().await?;
+                let n = sqlx::query(
+                    "UPDATE batch_lines SET done = 1, ok = 0 WHERE batch_id = $1 AND done = 0",
+                )
+                .bind(batch_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                sqlx::query("UPDATE batches SET failed_count = failed_count + $1 WHERE id = $2")
+                    .bind(i64::try_from(n).unwrap_or(i64::MAX))
+                    .bind(batch_id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await
+            };
+            db.bounded(expire).await?;
         }
         let now = now_ms();
         let record = |w: crate::store::objects::ObjectWriter,
@@ -641,16 +656,19 @@ impl Runner {
     }
 }
 
-/// Records answers as they come, up to [`RECORD_BATCH`] to a transaction. An answer
-/// not recorded leaves its line leased: it runs again and its key replays it.
+/// Records answers as they come, up to [`RECORD_BATCH`] to a transaction, with
+/// the batch's request counts. An answer not recorded leaves its line leased: it
+/// runs again (billed once: `batch_line` on its usage event).
 async fn record(state: Arc<AppState>, mut rx: tokio::sync::mpsc::Receiver<Answered>) {
     let mut pending = Vec::with_capacity(RECORD_BATCH);
     while rx.recv_many(&mut pending, RECORD_BATCH).await > 0 {
         let db = &state.db;
         let write = async {
             let mut tx = db.pool.begin().await?;
+            // (batch, completed, failed) of the lines this transaction records.
+            let mut counted: Vec<(&str, i64, i64)> = Vec::new();
             for a in &pending {
-                sqlx::query(
+                let n = sqlx::query(
                     "UPDATE batch_lines SET done = 1, ok = $1, output = $2, claimed_by = $3 \
                      WHERE batch_id = $4 AND line_no = $5 AND done = 0",
                 )
@@ -660,6 +678,27 @@ async fn record(state: Arc<AppState>, mut rx: tokio::sync::mpsc::Receiver<Answer
                 .bind(&state.instance_id)
                 .bind(&a.batch_id)
                 .bind(a.line_no)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if n == 0 {
+                    // Recorded already (it ran twice: a lease that lapsed).
+                    continue;
+                }
+                let (ok, failed) = if a.ok { (1, 0) } else { (0, 1) };
+                match counted.iter_mut().find(|c| c.0 == a.batch_id) {
+                    Some(c) => (c.1, c.2) = (c.1 + ok, c.2 + failed),
+                    None => counted.push((&a.batch_id, ok, failed)),
+                }
+            }
+            for (id, ok, failed) in counted {
+                sqlx::query(
+                    "UPDATE batches SET completed_count = completed_count + $1, \
+                     failed_count = failed_count + $2 WHERE id = $3",
+                )
+                .bind(ok)
+                .bind(failed)
+                .bind(id)
                 .execute(&mut *tx)
                 .await?;
             }

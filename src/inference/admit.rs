@@ -37,10 +37,14 @@ pub async fn authenticate(
 pub type Caller = (Arc<KeyRecord>, Arc<OrgRecord>);
 
 /// The internal credential of this instance's batch runner (`x-sluice-batch:
-/// <process token> <key hash>`): `None` when the header is absent; the key it names
-/// must still be live (a revoked key fails its lines with 401 `invalid_key`). The
-/// token is random per process and never leaves it, so no client can present it.
-pub fn batch_caller(state: &AppState, session: &Session) -> Option<Result<Caller, ApiError>> {
+/// <process token> <key hash> <batch id>:<line>`): `None` when the header is
+/// absent; else the key it names, which must still be live (a revoked key fails
+/// its lines with 401 `invalid_key`), and the line. The token is random per
+/// process and never leaves it, so no client can present it.
+pub fn batch_caller(
+    state: &AppState,
+    session: &Session,
+) -> Option<Result<(Caller, Box<str>), ApiError>> {
     let v = session
         .req_header()
         .headers
@@ -50,7 +54,8 @@ pub fn batch_caller(state: &AppState, session: &Session) -> Option<Result<Caller
         .ok()
         .and_then(|v| v.split_once(' '))
         .filter(|(token, _)| state.internal_token_matches(token))
-        .and_then(|(_, hash)| state.directory.authenticate_hash(hash));
+        .and_then(|(_, rest)| rest.split_once(' '))
+        .and_then(|(hash, line)| Some((state.directory.authenticate_hash(hash)?, line.into())));
     Some(found.ok_or_else(ApiError::invalid_key))
 }
 

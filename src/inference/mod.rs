@@ -71,15 +71,15 @@ impl Engine {
         let state = &self.state;
         // A batch line from this instance's runner names its key by the internal
         // credential (the key itself is never stored); every other step is alike.
-        let (key, org, batch) = match admit::batch_caller(state, session) {
+        let (key, org, batch_line) = match admit::batch_caller(state, session) {
             Some(found) => {
-                let (key, org) = found?;
-                (key, org, true)
+                let ((key, org), line) = found?;
+                (key, org, Some(line))
             }
             None => {
                 let (key, org) =
                     admit::authenticate(state, session, route == Route::Messages).await?;
-                (key, org, false)
+                (key, org, None)
             }
         };
         trail.identify(&key, &org);
@@ -113,7 +113,7 @@ impl Engine {
             Duration::from_millis(state.config.limits.request_deadline_ms),
         );
         tally.platform_price = model.spec.price;
-        tally.batch = batch;
+        tally.batch_line = batch_line;
         tally.prompt_estimate = (body.len() / 4) as u64;
         if keeping.is_some() {
             tally.capture = Some(Vec::new());

@@ -204,6 +204,7 @@ fn record(
         weighted_tokens: used.tokens,
         list_micro_usd: used.list_micro_usd,
         at_ms: crate::store::now_ms(),
-        batch: tally.batch,
+        batch: tally.batch_line.is_some(),
+        batch_line: tally.batch_line.as_deref().map(str::to_string),
     });
 }

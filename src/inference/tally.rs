@@ -80,8 +80,9 @@ pub struct Tally {
     /// The attempt spans and the `traceparent` providers get (empty when the
     /// request is neither traced nor carries one).
     pub trace: crate::trace::Attempts,
-    /// A line of a batch, sent by this instance's runner: its usage event says so.
-    pub batch: bool,
+    /// The batch line (`<batch id>:<line>`) this request serves, sent by this
+    /// instance's runner: its usage event names it, and is stored once.
+    pub batch_line: Option<Box<str>>,
 }
 
 /// An answer as the client received it: status, the headers worth replaying, and
@@ -120,7 +121,7 @@ impl Tally {
             tape_cap: usize::MAX,
             orch: None,
             trace: Default::default(),
-            batch: false,
+            batch_line: None,
         }
     }
 

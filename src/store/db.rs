@@ -134,6 +134,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0050_batches.sql"),
         include_str!("../../migrations/postgres/0050_batches.sql"),
     ),
+    (
+        51,
+        "a batch line billed once; request counts kept on the batch",
+        include_str!("../../migrations/sqlite/0051_batch_lines_once.sql"),
+        include_str!("../../migrations/postgres/0051_batch_lines_once.sql"),
+    ),
 ];
 
 impl Db {

@@ -76,6 +76,10 @@ pub struct UsageEvent {
     /// Served as a line of a batch (`/v1/batches`), at the same prices.
     #[serde(default)]
     pub batch: bool,
+    /// The batch line served (`<batch id>:<line>`): unique among stored events, so a
+    /// line run again after its instance stopped is billed once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_line: Option<String>,
 }
 
 impl UsageEvent {
@@ -480,12 +484,13 @@ type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q
 
 /// The multi-row insert of `n` events; only ids not stored yet go in.
 fn insert_sql(engine: Engine, n: usize, returning: bool) -> String {
-    const COLS: usize = 25;
+    const COLS: usize = 26;
     let mut sql = String::from(
         "INSERT INTO usage_events (id, org_id, key_id, route, model, rung, lane, input_tokens, \
          cached_tokens, output_tokens, reasoning_tokens, cost_micro_usd, status, error_class, \
          incomplete, attempts, empty_attempts, latency_ms, free, weighted_tokens, \
-         list_micro_usd, created_at, cache_write_tokens, web_search_requests, batch) VALUES ",
+         list_micro_usd, created_at, cache_write_tokens, web_search_requests, batch, \
+         batch_line) VALUES ",
     );
     for i in 0..n {
         if i > 0 {
@@ -505,7 +510,8 @@ fn insert_sql(engine: Engine, n: usize, returning: bool) -> String {
         }
         sql.push(')');
     }
-    sql.push_str(" ON CONFLICT (id) DO NOTHING");
+    // Any unique key: the id (a retried write) or the batch line (a line run again).
+    sql.push_str(" ON CONFLICT DO NOTHING");
     if returning {
         sql.push_str(" RETURNING org_id, lane, cost_micro_usd");
     }
@@ -549,7 +555,8 @@ fn bind_events<'q>(mut q: AnyQuery<'q>, events: &[UsageEvent], now: i64) -> AnyQ
             .bind(if e.at_ms > 0 { e.at_ms } else { now })
             .bind(e.cache_write_tokens as i64)
             .bind(sat(e.web_search_requests))
-            .bind(e.batch as i64);
+            .bind(e.batch as i64)
+            .bind(e.batch_line.clone());
     }
     q
 }
@@ -596,7 +603,7 @@ async fn insert_fresh(db: &Db, events: &[UsageEvent], tally: &Unwritten) -> anyh
             .await?
             .rows_affected();
         if n != part.len() as u64 {
-            anyhow::bail!("an id of a fresh usage batch is already stored");
+            anyhow::bail!("an event of a fresh usage batch is already stored (its id, or its batch line run again)");
         }
     }
     let mut charges = Charges::default();
@@ -694,6 +701,32 @@ mod tests {
         let mixed = [event("ue_2", 200), event("ue_4", 40)];
         assert!(write_or_spool(&db, &spool, &mixed, &tally).await);
         assert_eq!(state(&db).await, (4, 1_000_000 - 540));
+        assert!(!spool.exists());
+    }
+
+    #[tokio::test]
+    async fn a_batch_line_run_twice_is_stored_and_charged_once() {
+        let (db, dir) = db().await;
+        let tally = Unwritten::default();
+        let spool = dir.path().join("s.jsonl");
+        let line = |id: &str, cost| UsageEvent {
+            batch: true,
+            batch_line: Some("batch_1:7".into()),
+            ..event(id, cost)
+        };
+        // The first run's event, then the second run's (another id, another
+        // count), in a later write and within one write.
+        assert!(write_or_spool(&db, &spool, &[line("ue_1", 300)], &tally).await);
+        assert!(write_or_spool(&db, &spool, &[line("ue_2", 310), event("ue_3", 5)], &tally).await);
+        assert!(write_or_spool(&db, &spool, &[line("ue_4", 1), line("ue_5", 2)], &tally).await);
+        assert_eq!(state(&db).await, (2, 1_000_000 - 305));
+        // Another line of the same batch is its own.
+        let other = UsageEvent {
+            batch_line: Some("batch_1:8".into()),
+            ..line("ue_6", 40)
+        };
+        assert!(write_or_spool(&db, &spool, &[other], &tally).await);
+        assert_eq!(state(&db).await, (3, 1_000_000 - 345));
         assert!(!spool.exists());
     }
 
