@@ -288,10 +288,12 @@ impl Runner {
                  RETURNING batch_lines.line_no, batch_lines.custom_id, batch_lines.body"
             )
         } else {
-            // SQLite: one writer at a time, so the statement is the claim.
+            // SQLite: one writer at a time, so the statement is the claim. The
+            // candidates are named by rowid: by line_no, the planner would walk
+            // every free line of the batch to test each against the list.
             format!(
                 "UPDATE batch_lines SET claimed_by = $1, lease_until = $2 \
-                 WHERE batch_id = $3 AND line_no IN (SELECT line_no FROM batch_lines \
+                 WHERE rowid IN (SELECT rowid FROM batch_lines \
                  WHERE batch_id = $3 AND {free} LIMIT $5) AND {free} \
                  AND {open} RETURNING line_no, custom_id, body"
             )
