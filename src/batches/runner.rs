@@ -48,6 +48,13 @@ struct Runner {
     pace: Mutex<HashMap<String, Instant>>,
     /// Answers on their way to the database (written a few to a transaction).
     answers: tokio::sync::mpsc::Sender<Answered>,
+    /// Lines claimed ahead, with their batch: the claimer fills it, the starter
+    /// takes from it.
+    queue: Mutex<VecDeque<(Arc<Open>, Claimed)>>,
+    /// A claim added lines (claimer to starter).
+    queued: tokio::sync::Notify,
+    /// The queue ran low (starter to claimer).
+    low: tokio::sync::Notify,
 }
 
 /// A line's answer, to be recorded.
@@ -111,48 +118,97 @@ pub fn spawn(state: Arc<AppState>, gateway: SocketAddr, tls: bool) {
         permits,
         pace: Mutex::new(HashMap::new()),
         answers,
+        queue: Mutex::new(VecDeque::new()),
+        queued: tokio::sync::Notify::new(),
+        low: tokio::sync::Notify::new(),
     });
     tokio::spawn(async move { runner.run().await });
 }
 
 impl Runner {
+    /// Three loops: the finalizer (every poll), the claimer (keeps the queue of
+    /// claimed lines topped up) and the starter (a line per free slot). Claims and
+    /// finalization passes take database round trips; apart, neither holds a
+    /// free slot idle while it waits.
     async fn run(self: Arc<Self>) {
         let poll = Duration::from_millis(self.state.config.batches.poll_ms.max(10));
-        // Lines claimed ahead (one claim serves several slots), with their batch.
-        let mut queue: VecDeque<(Arc<Open>, Claimed)> = VecDeque::new();
-        let mut finalized = Instant::now() - poll;
+        let me = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if me.state.gateway_up() && !me.state.draining() {
+                    if let Err(e) = me.finalize_ready().await {
+                        tracing::warn!(error = %e, "batch finalization pass failed");
+                    }
+                }
+                tokio::time::sleep(poll).await;
+            }
+        });
+        let me = self.clone();
+        tokio::spawn(async move { me.claim_loop(poll).await });
+        loop {
+            let Ok(permit) = self.permits.clone().acquire_owned().await else {
+                return;
+            };
+            let next = loop {
+                let notified = self.queued.notified();
+                if self.serving() {
+                    let popped = self.lock_queue().pop_front();
+                    if let Some(next) = popped {
+                        break next;
+                    }
+                }
+                self.low.notify_one();
+                // Woken by a claim, or looks again after a poll (draining ends).
+                let _ = tokio::time::timeout(poll, notified).await;
+            };
+            if self.lock_queue().len() < self.state.config.batches.concurrency {
+                self.low.notify_one();
+            }
+            let me = self.clone();
+            tokio::spawn(async move {
+                let (b, line) = next;
+                me.serve_line(&b, line).await;
+                drop(permit);
+            });
+        }
+    }
+
+    /// Whether this instance runs lines now (not draining, its gateway up).
+    fn serving(&self) -> bool {
+        self.state.gateway_up() && !self.state.draining()
+    }
+
+    fn lock_queue(&self) -> std::sync::MutexGuard<'_, VecDeque<(Arc<Open>, Claimed)>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps up to two rounds of the slots claimed ahead; gives the queue back
+    /// while the instance drains.
+    async fn claim_loop(self: Arc<Self>, poll: Duration) {
         let mut open = (Instant::now() - OPEN_FRESH, Vec::new());
         loop {
-            if !self.state.gateway_up() || self.state.draining() {
-                for (b, line) in queue.drain(..) {
-                    self.put_back(&b, &line, Duration::ZERO).await;
+            let low = self.low.notified();
+            if !self.serving() {
+                let queued: Vec<_> = self.lock_queue().drain(..).collect();
+                for (b, line) in &queued {
+                    self.put_back(b, line, Duration::ZERO).await;
                 }
                 tokio::time::sleep(poll).await;
                 continue;
             }
-            if finalized.elapsed() >= poll {
-                finalized = Instant::now();
-                if let Err(e) = self.finalize_ready().await {
-                    tracing::warn!(error = %e, "batch finalization pass failed");
-                }
-            }
-            let started = match self.start_lines(&mut queue, &mut open).await {
+            let claimed = match self.claim_ahead(&mut open).await {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(error = %e, "batch claim pass failed");
                     0
                 }
             };
-            if started == 0 || self.permits.available_permits() == 0 {
-                // Idle, or full: wait for a line to end (or the next poll).
-                let permits = self.permits.clone();
-                let _ = tokio::time::timeout(poll, async move {
-                    if started == 0 && permits.available_permits() > 0 {
-                        std::future::pending::<()>().await;
-                    }
-                    drop(permits.acquire().await);
-                })
-                .await;
+            if claimed > 0 {
+                self.queued.notify_one();
+            }
+            if claimed == 0 || self.lock_queue().len() >= self.state.config.batches.concurrency {
+                // Nothing to claim, or enough ahead: until the starter runs low.
+                let _ = tokio::time::timeout(poll, low).await;
             }
         }
     }
@@ -192,14 +248,10 @@ impl Runner {
         *e = (*e).max(until);
     }
 
-    /// Starts queued lines in the free slots, claiming more when the queue runs
-    /// low; returns how many started. Queued lines of a batch no longer open
-    /// (cancelled, expired) are given back unstarted.
-    async fn start_lines(
-        self: &Arc<Self>,
-        queue: &mut VecDeque<(Arc<Open>, Claimed)>,
-        open: &mut (Instant, Vec<Arc<Open>>),
-    ) -> anyhow::Result<usize> {
+    /// Claims lines ahead into the queue (up to two rounds of the slots); returns
+    /// how many. Queued lines of a batch no longer open (cancelled, expired) are
+    /// given back unstarted.
+    async fn claim_ahead(&self, open: &mut (Instant, Vec<Arc<Open>>)) -> anyhow::Result<usize> {
         // The open batches, read again at most every OPEN_FRESH (a cancel stops this
         // instance's queued lines within it; the claim itself checks the status).
         if open.0.elapsed() >= OPEN_FRESH {
@@ -223,22 +275,24 @@ impl Runner {
                 })
                 .collect();
             open.0 = Instant::now();
-        }
-        let open = &open.1;
-        let mut kept = VecDeque::with_capacity(queue.len());
-        for (b, line) in queue.drain(..) {
-            if open.iter().any(|o| o.id == b.id) {
-                kept.push_back((b, line));
-            } else {
-                self.put_back(&b, &line, Duration::ZERO).await;
+            let closed: VecDeque<_> = {
+                let mut queue = self.lock_queue();
+                let (kept, closed) = queue
+                    .drain(..)
+                    .partition(|(b, _)| open.1.iter().any(|o| o.id == b.id));
+                *queue = kept;
+                closed
+            };
+            for (b, line) in &closed {
+                self.put_back(b, line, Duration::ZERO).await;
             }
         }
-        *queue = kept;
         let slots = self.state.config.batches.concurrency;
-        // Up to two rounds of the slots ahead.
-        for b in open {
-            let room = (2 * slots).saturating_sub(queue.len());
-            if room == 0 || queue.len() >= slots {
+        let mut claimed = 0;
+        for b in &open.1 {
+            let queued = self.lock_queue().len();
+            let room = (2 * slots).saturating_sub(queued);
+            if room == 0 || queued >= slots {
                 break;
             }
             let want = self.paced(&b.key_hash, room);
@@ -247,24 +301,11 @@ impl Runner {
             }
             let lines = self.claim(&b.id, want).await?;
             tracing::debug!(batch = %b.id, want, claimed = lines.len(), "batch lines claimed");
-            queue.extend(lines.into_iter().map(|l| (b.clone(), l)));
+            claimed += lines.len();
+            self.lock_queue()
+                .extend(lines.into_iter().map(|l| (b.clone(), l)));
         }
-        let mut started = 0;
-        while !queue.is_empty() {
-            let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-                break;
-            };
-            let Some((b, line)) = queue.pop_front() else {
-                break;
-            };
-            started += 1;
-            let me = self.clone();
-            tokio::spawn(async move {
-                me.serve_line(&b, line).await;
-                drop(permit);
-            });
-        }
-        Ok(started)
+        Ok(claimed)
     }
 
     async fn claim(&self, batch_id: &str, n: usize) -> anyhow::Result<Vec<Claimed>> {
