@@ -407,35 +407,22 @@ impl Runner {
                 return;
             }
         };
-        let body: Value = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-        let code = body
-            .pointer("/error/code")
-            .and_then(Value::as_str)
-            .unwrap_or("");
         // Limits (429) and a draining instance (503) are waits, not answers.
-        if status == 429 || (status == 503 && code == "gateway_draining") {
+        let draining = || {
+            serde_json::from_slice::<Value>(&bytes)
+                .is_ok_and(|v| v.pointer("/error/code") == Some(&json!("gateway_draining")))
+        };
+        if status == 429 || (status == 503 && draining()) {
             let wait = retry_after.unwrap_or(BACKOFF).min(Duration::from_secs(60));
             self.rest(&b.key_hash, wait);
             self.put_back(b, &line, wait).await;
             return;
         }
-        let id: [u8; 12] = rand::random();
-        let out = json!({
-            "id": format!("batch_req_{}", hex::encode(id)),
-            "custom_id": line.custom_id,
-            "response": {
-                "status_code": status,
-                "request_id": request_id,
-                "body": body,
-            },
-            "error": null,
-        });
         let answered = Answered {
             batch_id: b.id.clone(),
             line_no: line.line_no,
             ok: (200..300).contains(&status),
-            output: out.to_string(),
+            output: output_line(&line.custom_id, status, request_id.as_deref(), &bytes),
         };
         if self.answers.send(answered).await.is_err() {
             tracing::warn!(batch = %b.id, "the batch recorder stopped; the line's lease will lapse");
@@ -699,6 +686,33 @@ impl Runner {
     }
 }
 
+/// A line of the output file: `{id, custom_id, response: {status_code, request_id,
+/// body}, error}`. The body is spliced in as the gateway wrote it, not parsed and
+/// written again (line breaks between its tokens become spaces: one line per
+/// answer); a body that is not JSON goes in as a string.
+fn output_line(custom_id: &str, status: u16, request_id: Option<&str>, body: &[u8]) -> String {
+    let id: [u8; 12] = rand::random();
+    let text = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "null".into());
+    let mut out = String::with_capacity(body.len() + custom_id.len() + 160);
+    out.push_str("{\"id\":\"batch_req_");
+    out.push_str(&hex::encode(id));
+    out.push_str("\",\"custom_id\":");
+    out.push_str(&text(custom_id));
+    out.push_str(",\"response\":{\"status_code\":");
+    out.push_str(&status.to_string());
+    out.push_str(",\"request_id\":");
+    out.push_str(&request_id.map_or_else(|| "null".into(), text));
+    out.push_str(",\"body\":");
+    let json = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
+    match std::str::from_utf8(body) {
+        Ok(b) if json && !b.contains(['\n', '\r']) => out.push_str(b),
+        Ok(b) if json => out.push_str(&b.replace(['\n', '\r'], " ")),
+        _ => out.push_str(&text(&String::from_utf8_lossy(body))),
+    }
+    out.push_str("},\"error\":null}");
+    out
+}
+
 /// Records answers as they come, up to [`RECORD_BATCH`] to a transaction, with
 /// the batch's request counts. An answer not recorded leaves its line leased: it
 /// runs again (billed once: `batch_line` on its usage event).
@@ -751,5 +765,28 @@ async fn record(state: Arc<AppState>, mut rx: tokio::sync::mpsc::Receiver<Answer
             tracing::warn!(error = %e, lines = pending.len(), "batch answers were not recorded");
         }
         pending.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_output_line_is_one_line_of_json_with_the_body_as_written() {
+        let pretty = b"{\n  \"id\": \"chatcmpl-1\",\r\n  \"text\": \"a\\nb\"\n}";
+        let line = output_line("r-\"1", 200, Some("req_1"), pretty);
+        assert!(!line.contains('\n') && !line.contains('\r'), "{line}");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["custom_id"], "r-\"1");
+        assert_eq!(v["response"]["status_code"], 200);
+        assert_eq!(v["response"]["request_id"], "req_1");
+        assert_eq!(v["response"]["body"], json!({"id": "chatcmpl-1", "text": "a\nb"}));
+        assert_eq!(v["error"], Value::Null);
+        assert!(v["id"].as_str().unwrap().starts_with("batch_req_"));
+        // Not JSON: kept as a string.
+        let v: Value = serde_json::from_str(&output_line("x", 502, None, b"bad\ngateway")).unwrap();
+        assert_eq!(v["response"]["body"], "bad\ngateway");
+        assert_eq!(v["response"]["request_id"], Value::Null);
     }
 }
