@@ -4,7 +4,12 @@
 //! faster with the same code generation per crate). Knobs: `BATCH_BENCH_N` (lines,
 //! default 10000), `BATCH_BENCH_C` (concurrency of the live run and
 //! `[batches] concurrency`, default 8), `BATCH_BENCH_DELAY_MS` (the mock's delay
-//! before each answer, default 0).
+//! before each answer, default 0), `BATCH_BENCH_PROBE_GAP_MS` (the pause between
+//! two requests of the c=1 latency probe, default 2: a probe of a few hundred
+//! requests a second samples the latency without being a second load of its own;
+//! 0 sends them back to back), `BATCH_BENCH_PIN` (default 1: the gateway on core 0,
+//! this process, the mock and the clients on core 1, as benches/load pins them;
+//! 0 lets the scheduler place them).
 //!
 //! Prints: the throughput of N live requests sent at concurrency C, the batch's
 //! throughput (create to completed), and the live c=1 p50 added latency (the
@@ -57,6 +62,19 @@ fn main() {
     let n = env_num("BATCH_BENCH_N", 10_000) as usize;
     let c = env_num("BATCH_BENCH_C", 8) as usize;
     let delay = Duration::from_millis(env_num("BATCH_BENCH_DELAY_MS", 0));
+    // One core for the instance (its runner, gateway and database threads), one
+    // for the mock and the clients: the batch's own work is charged to the
+    // instance, as it would be in production.
+    let pin = env_num("BATCH_BENCH_PIN", 1) == 1
+        && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    if pin {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; the calls only read it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(1, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mock = rt.block_on(Mock::start());
     if !delay.is_zero() {
@@ -64,7 +82,14 @@ fn main() {
     }
     mock.set_recording(false);
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let mut cmd = if pin {
+        let mut c = Command::new("taskset");
+        c.args(["-c", "0", env!("CARGO_BIN_EXE_sluice")]);
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+    };
+    let mut child = cmd
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -150,9 +175,11 @@ fn main() {
         for _ in 0..50 {
             live_once(&http, &gw, &key).await;
         }
+        let gap = Duration::from_millis(env_num("BATCH_BENCH_PROBE_GAP_MS", 2));
         let mut idle = Vec::new();
         for _ in 0..300 {
             idle.push(live_once(&http, &gw, &key).await);
+            tokio::time::sleep(gap).await;
         }
         let idle_p50 = p50(idle, delay);
 
@@ -220,6 +247,7 @@ fn main() {
         let done = loop {
             for _ in 0..20 {
                 during.push(live_once(&http, &gw, &key).await);
+                tokio::time::sleep(gap).await;
             }
             let v: Value = http.get(format!("{gw}/v1/batches/{id}")).bearer_auth(&key)
                 .send().await.unwrap().json().await.unwrap();

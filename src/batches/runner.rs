@@ -453,7 +453,8 @@ impl Runner {
         let db = &self.state.db;
         let now = now_ms();
         let q = sqlx::query(
-            "SELECT id, org_id, status, total, expires_at, cancelling_at, final_until FROM batches \
+            "SELECT id, org_id, status, total, expires_at, cancelling_at, final_until, \
+             completed_count + failed_count AS done FROM batches \
              WHERE status IN ('in_progress', 'cancelling', 'finalizing') ORDER BY created_at LIMIT 64",
         )
         .fetch_all(&db.pool);
@@ -468,7 +469,8 @@ impl Runner {
             let expires_at: i64 = r.get("expires_at");
             let cancelling: Option<i64> = r.get("cancelling_at");
             let final_until: Option<i64> = r.get("final_until");
-            let (done, in_flight) = self.progress(&id, total).await?;
+            let done: i64 = r.get("done");
+            let in_flight = self.in_flight(&id).await?;
             if status == "in_progress" {
                 waiting += (total - done).max(0);
             }
@@ -512,16 +514,15 @@ impl Runner {
         Ok(())
     }
 
-    /// Lines done, and lines held by a live claimant.
-    async fn progress(&self, batch_id: &str, total: i64) -> anyhow::Result<(i64, i64)> {
+    /// Lines held by a live claimant (the lines done are counted on the batch).
+    async fn in_flight(&self, batch_id: &str) -> anyhow::Result<i64> {
         let db = &self.state.db;
         let now = now_ms();
         let stale = now - HEARTBEAT_TTL.as_millis() as i64;
-        // Counted on the index (batch_id, done, lease_until): the lines left, those
-        // leased, and those leased by an instance that stopped beating.
+        // Counted on the index (batch_id, done, lease_until), leased lines only:
+        // those leased, and those leased by an instance that stopped beating.
         let q = sqlx::query(
-            "SELECT (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0) AS left_, \
-             (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0 \
+            "SELECT (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0 \
               AND lease_until >= $2 AND claimed_by IS NOT NULL) AS held, \
              (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0 \
               AND lease_until >= $2 AND claimed_by IN \
@@ -532,10 +533,10 @@ impl Runner {
         .bind(stale)
         .fetch_one(&db.pool);
         let r = db.bounded(q).await?;
-        let (left, held, dead): (i64, i64, i64) = (r.get("left_"), r.get("held"), r.get("dead"));
+        let (held, dead): (i64, i64) = (r.get("held"), r.get("dead"));
         if dead > 0 {
-            // Their claimant is gone: free to claim again (the key replays what
-            // the first run recorded).
+            // Their claimant is gone: free to claim again (a line that ran there
+            // runs again, billed once).
             let q = sqlx::query(
                 "UPDATE batch_lines SET claimed_by = NULL, lease_until = 0 \
                  WHERE batch_id = $1 AND done = 0 AND lease_until >= $2 AND claimed_by IN \
@@ -547,7 +548,7 @@ impl Runner {
             .execute(&db.pool);
             db.bounded(q).await?;
         }
-        Ok((total - left, held - dead))
+        Ok(held - dead)
     }
 
     /// Writes the output and error files and ends the batch as `target`.
@@ -720,42 +721,35 @@ async fn record(state: Arc<AppState>, mut rx: tokio::sync::mpsc::Receiver<Answer
     let mut pending = Vec::with_capacity(RECORD_BATCH);
     while rx.recv_many(&mut pending, RECORD_BATCH).await > 0 {
         let db = &state.db;
+        pending.sort_by(|a, b| a.batch_id.cmp(&b.batch_id));
         let write = async {
             let mut tx = db.pool.begin().await?;
-            // (batch, completed, failed) of the lines this transaction records.
-            let mut counted: Vec<(&str, i64, i64)> = Vec::new();
-            for a in &pending {
-                let n = sqlx::query(
-                    "UPDATE batch_lines SET done = 1, ok = $1, output = $2, claimed_by = $3 \
-                     WHERE batch_id = $4 AND line_no = $5 AND done = 0",
-                )
-                .bind(a.ok as i64)
-                .bind(&a.output)
-                // Kept: which instance served the line.
-                .bind(&state.instance_id)
-                .bind(&a.batch_id)
-                .bind(a.line_no)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                if n == 0 {
-                    // Recorded already (it ran twice: a lease that lapsed).
-                    continue;
+            for same in pending.chunk_by(|a, b| a.batch_id == b.batch_id) {
+                let (mut ok, mut failed) = (0i64, 0i64);
+                for part in record_chunks(same) {
+                    let sql = record_sql(db.engine, part.len());
+                    let mut q = sqlx::query(&sql);
+                    for a in part {
+                        q = q.bind(a.line_no).bind(a.ok as i64).bind(&a.output);
+                    }
+                    // Kept: which instance served the line.
+                    q = q.bind(&state.instance_id).bind(&same[0].batch_id);
+                    // A line recorded already (it ran twice: a lease that lapsed)
+                    // is not returned, nor counted again.
+                    for r in q.fetch_all(&mut *tx).await? {
+                        match r.get::<i64, _>("ok") {
+                            1 => ok += 1,
+                            _ => failed += 1,
+                        }
+                    }
                 }
-                let (ok, failed) = if a.ok { (1, 0) } else { (0, 1) };
-                match counted.iter_mut().find(|c| c.0 == a.batch_id) {
-                    Some(c) => (c.1, c.2) = (c.1 + ok, c.2 + failed),
-                    None => counted.push((&a.batch_id, ok, failed)),
-                }
-            }
-            for (id, ok, failed) in counted {
                 sqlx::query(
                     "UPDATE batches SET completed_count = completed_count + $1, \
                      failed_count = failed_count + $2 WHERE id = $3",
                 )
                 .bind(ok)
                 .bind(failed)
-                .bind(id)
+                .bind(&same[0].batch_id)
                 .execute(&mut *tx)
                 .await?;
             }
@@ -766,6 +760,48 @@ async fn record(state: Arc<AppState>, mut rx: tokio::sync::mpsc::Receiver<Answer
         }
         pending.clear();
     }
+}
+
+/// Splits answers into chunks of a few fixed sizes (one prepared statement each).
+fn record_chunks(answers: &[Answered]) -> Vec<&[Answered]> {
+    let mut out = Vec::new();
+    let mut rest = answers;
+    while !rest.is_empty() {
+        let n = [64, 16, 4, 1]
+            .into_iter()
+            .find(|&n| n <= rest.len())
+            .unwrap_or(1);
+        let (head, tail) = rest.split_at(n);
+        out.push(head);
+        rest = tail;
+    }
+    out
+}
+
+/// One statement recording `n` answers of one batch: parameters are `n` triples
+/// (line, ok, output), then the instance and the batch, in the text's order.
+fn record_sql(engine: Engine, n: usize) -> String {
+    let mut p = 0;
+    let mut param = || {
+        p += 1;
+        match engine {
+            // SQLite looks numbered names up one by one; `?` binds in order.
+            Engine::Sqlite => "?".to_string(),
+            Engine::Postgres => format!("${p}"),
+        }
+    };
+    let mut values = Vec::with_capacity(n);
+    for _ in 0..n {
+        values.push(format!("({}, {}, {})", param(), param(), param()));
+    }
+    let (claimant, batch) = (param(), param());
+    format!(
+        "WITH v (line_no, ok, output) AS (VALUES {}) \
+         UPDATE batch_lines SET done = 1, ok = v.ok, output = v.output, claimed_by = {claimant} \
+         FROM v WHERE batch_lines.batch_id = {batch} AND batch_lines.line_no = v.line_no \
+         AND batch_lines.done = 0 RETURNING batch_lines.ok",
+        values.join(", ")
+    )
 }
 
 #[cfg(test)]
