@@ -11,6 +11,7 @@ mod batch;
 mod files;
 pub mod jsonl;
 pub mod runner;
+mod wire;
 
 use crate::accounts::{presented_key, KeyRecord, OrgRecord};
 use crate::downstream::answer::{send_error, send_json};

@@ -22,6 +22,7 @@
 
 use super::batch::counts;
 use super::files::{self, FileRow};
+use super::wire::{Answer, Wire};
 use crate::state::{AppState, BATCH_HEADER};
 use crate::store::db::Engine;
 use crate::store::instances::HEARTBEAT_TTL;
@@ -41,8 +42,7 @@ const PAGE: i64 = 1_000;
 
 struct Runner {
     state: Arc<AppState>,
-    client: reqwest::Client,
-    base: String,
+    wire: Wire,
     permits: Arc<Semaphore>,
     /// When each key (by hash) may start its next line here.
     pace: Mutex<HashMap<String, Instant>>,
@@ -70,6 +70,9 @@ const OPEN_FRESH: Duration = Duration::from_millis(20);
 
 /// Answers one transaction records at most.
 const RECORD_BATCH: usize = 64;
+/// How long the recorder waits to fill a transaction (an answer's record waits at
+/// most this much longer; a crash in between runs its line again, billed once).
+const RECORD_LINGER: Duration = Duration::from_millis(5);
 
 /// An open batch the runner serves.
 struct Open {
@@ -94,14 +97,8 @@ pub fn spawn(state: Arc<AppState>, gateway: SocketAddr, tls: bool) {
             std::net::Ipv6Addr::LOCALHOST.into()
         });
     }
-    let base = format!("{}://{addr}", if tls { "https" } else { "http" });
     let deadline = Duration::from_millis(state.config.limits.request_deadline_ms);
-    let client = reqwest::Client::builder()
-        // Our own listener: its certificate need not name the loopback address.
-        .danger_accept_invalid_certs(tls)
-        .timeout(deadline + Duration::from_secs(30))
-        .build();
-    let client = match client {
+    let wire = match Wire::new(addr, tls, deadline + Duration::from_secs(30)) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "the batch runner has no HTTP client; batches will not run");
@@ -113,8 +110,7 @@ pub fn spawn(state: Arc<AppState>, gateway: SocketAddr, tls: bool) {
     tokio::spawn(record(state.clone(), rx));
     let runner = Arc::new(Runner {
         state,
-        client,
-        base,
+        wire,
         permits,
         pace: Mutex::new(HashMap::new()),
         answers,
@@ -161,7 +157,7 @@ impl Runner {
                 // Woken by a claim, or looks again after a poll (draining ends).
                 let _ = tokio::time::timeout(poll, notified).await;
             };
-            if self.lock_queue().len() < self.state.config.batches.concurrency {
+            if self.lock_queue().len() < self.ahead().1 {
                 self.low.notify_one();
             }
             let me = self.clone();
@@ -173,6 +169,15 @@ impl Runner {
         }
     }
 
+    /// How many lines the queue holds at most, and below how many it is refilled:
+    /// four rounds of the slots (at least 16, at most 64), refilled at half. One
+    /// claim serves many lines; what a stopped instance held ahead is claimed
+    /// again once its heartbeat lapses.
+    fn ahead(&self) -> (usize, usize) {
+        let ahead = (4 * self.state.config.batches.concurrency).clamp(16, 64);
+        (ahead, ahead / 2)
+    }
+
     /// Whether this instance runs lines now (not draining, its gateway up).
     fn serving(&self) -> bool {
         self.state.gateway_up() && !self.state.draining()
@@ -182,7 +187,7 @@ impl Runner {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Keeps up to two rounds of the slots claimed ahead; gives the queue back
+    /// Keeps lines claimed ahead (`ahead`); gives the queue back
     /// while the instance drains.
     async fn claim_loop(self: Arc<Self>, poll: Duration) {
         let mut open = (Instant::now() - OPEN_FRESH, Vec::new());
@@ -206,7 +211,7 @@ impl Runner {
             if claimed > 0 {
                 self.queued.notify_one();
             }
-            if claimed == 0 || self.lock_queue().len() >= self.state.config.batches.concurrency {
+            if claimed == 0 || self.lock_queue().len() >= self.ahead().1 {
                 // Nothing to claim, or enough ahead: until the starter runs low.
                 let _ = tokio::time::timeout(poll, low).await;
             }
@@ -248,7 +253,7 @@ impl Runner {
         *e = (*e).max(until);
     }
 
-    /// Claims lines ahead into the queue (up to two rounds of the slots); returns
+    /// Claims lines ahead into the queue (up to `ahead`); returns
     /// how many. Queued lines of a batch no longer open (cancelled, expired) are
     /// given back unstarted.
     async fn claim_ahead(&self, open: &mut (Instant, Vec<Arc<Open>>)) -> anyhow::Result<usize> {
@@ -287,12 +292,12 @@ impl Runner {
                 self.put_back(b, line, Duration::ZERO).await;
             }
         }
-        let slots = self.state.config.batches.concurrency;
+        let (ahead, refill) = self.ahead();
         let mut claimed = 0;
         for b in &open.1 {
             let queued = self.lock_queue().len();
-            let room = (2 * slots).saturating_sub(queued);
-            if room == 0 || queued >= slots {
+            let room = ahead.saturating_sub(queued);
+            if room == 0 || queued >= refill {
                 break;
             }
             let want = self.paced(&b.key_hash, room);
@@ -359,54 +364,34 @@ impl Runner {
         Ok(lines)
     }
 
-    async fn serve_line(&self, b: &Open, line: Claimed) {
+    async fn serve_line(&self, b: &Open, mut line: Claimed) {
         let state = &self.state;
+        let credential = format!(
+            "{} {} {}:{}",
+            state.internal_token(),
+            b.key_hash,
+            b.id,
+            line.line_no
+        );
+        let headers = [(http::HeaderName::from_static(BATCH_HEADER), credential)];
         let sent = self
-            .client
-            .post(format!("{}{}", self.base, b.endpoint))
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(
-                BATCH_HEADER,
-                format!(
-                    "{} {} {}:{}",
-                    state.internal_token(),
-                    b.key_hash,
-                    b.id,
-                    line.line_no
-                ),
-            )
-            .body(line.body.clone())
-            .send()
+            .wire
+            .post(&b.endpoint, &headers, std::mem::take(&mut line.body).into())
             .await;
-        let resp = match sent {
-            Ok(r) => r,
+        let Answer {
+            status,
+            request_id,
+            retry_after,
+            body: bytes,
+        } = match sent {
+            Ok(a) => a,
             Err(e) => {
-                tracing::warn!(error = %e, batch = %b.id, "a batch line did not reach the gateway; it waits");
+                tracing::warn!(error = %e, batch = %b.id, "a batch line did not reach the gateway or was cut off; it waits");
                 self.put_back(b, &line, BACKOFF).await;
                 return;
             }
         };
-        let status = resp.status().as_u16();
         tracing::debug!(batch = %b.id, line = line.line_no, status, "batch line answered");
-        let request_id = resp
-            .headers()
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let retry_after = resp
-            .headers()
-            .get(http::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(Duration::from_secs);
-        let bytes = match resp.bytes().await {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(error = %e, batch = %b.id, "a batch line's answer was cut off; it waits");
-                self.put_back(b, &line, BACKOFF).await;
-                return;
-            }
-        };
         // Limits (429) and a draining instance (503) are waits, not answers.
         let draining = || {
             serde_json::from_slice::<Value>(&bytes)
@@ -720,6 +705,17 @@ fn output_line(custom_id: &str, status: u16, request_id: Option<&str>, body: &[u
 async fn record(state: Arc<AppState>, mut rx: tokio::sync::mpsc::Receiver<Answered>) {
     let mut pending = Vec::with_capacity(RECORD_BATCH);
     while rx.recv_many(&mut pending, RECORD_BATCH).await > 0 {
+        // A few milliseconds more gather a fuller transaction: each commit writes
+        // its pages to the log again, so fewer, larger ones cost the database less.
+        let linger = tokio::time::sleep(RECORD_LINGER);
+        tokio::pin!(linger);
+        while pending.len() < RECORD_BATCH {
+            let room = RECORD_BATCH - pending.len();
+            tokio::select! {
+                n = rx.recv_many(&mut pending, room) => if n == 0 { break },
+                () = &mut linger => break,
+            }
+        }
         let db = &state.db;
         pending.sort_by(|a, b| a.batch_id.cmp(&b.batch_id));
         let write = async {

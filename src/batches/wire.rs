@@ -1,0 +1,163 @@
+//! How a batch line reaches this instance's gateway listener: HTTP/1.1 over
+//! loopback, on kept-alive connections (one per line in flight, reused). A plain
+//! listener is spoken to with hyper's connection API directly: a line costs one
+//! write and one read on a warm connection, not a pooled client's URL parsing,
+//! pool lookup and redirect policy. A TLS listener goes through reqwest (its own
+//! certificate need not name the loopback address).
+
+use bytes::Bytes;
+use http::header::{HeaderName, CONTENT_TYPE, HOST, RETRY_AFTER};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// What the gateway answered a line.
+pub(super) struct Answer {
+    pub status: u16,
+    pub request_id: Option<String>,
+    pub retry_after: Option<Duration>,
+    pub body: Bytes,
+}
+
+pub(super) struct Wire {
+    addr: SocketAddr,
+    /// Each request's limit: the gateway's deadline and some.
+    timeout: Duration,
+    path: Path,
+}
+
+enum Path {
+    /// Idle connections to a plain listener.
+    Plain(Mutex<Vec<SendRequest<Full<Bytes>>>>),
+    Tls(reqwest::Client),
+}
+
+impl Wire {
+    pub fn new(addr: SocketAddr, tls: bool, timeout: Duration) -> anyhow::Result<Wire> {
+        let path = if tls {
+            Path::Tls(
+                reqwest::Client::builder()
+                    // Our own listener: its certificate need not name the loopback address.
+                    .danger_accept_invalid_certs(true)
+                    .timeout(timeout)
+                    .build()?,
+            )
+        } else {
+            Path::Plain(Mutex::new(Vec::new()))
+        };
+        Ok(Wire {
+            addr,
+            timeout,
+            path,
+        })
+    }
+
+    /// Posts `body` to `path` with `headers`; `Err` when the gateway was not
+    /// reached or its answer was cut off.
+    pub async fn post(
+        &self,
+        path: &str,
+        headers: &[(HeaderName, String)],
+        body: Bytes,
+    ) -> Result<Answer, String> {
+        match &self.path {
+            Path::Plain(idle) => {
+                tokio::time::timeout(self.timeout, self.plain(idle, path, headers, body))
+                    .await
+                    .unwrap_or_else(|_| Err("timed out".into()))
+            }
+            Path::Tls(client) => {
+                let mut req = client
+                    .post(format!("https://{}{path}", self.addr))
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(body);
+                for (n, v) in headers {
+                    req = req.header(n, v);
+                }
+                let resp = req.send().await.map_err(|e| e.to_string())?;
+                let (status, request_id, retry_after) = head(resp.status(), resp.headers());
+                let body = resp.bytes().await.map_err(|e| e.to_string())?;
+                Ok(Answer {
+                    status,
+                    request_id,
+                    retry_after,
+                    body,
+                })
+            }
+        }
+    }
+
+    async fn plain(
+        &self,
+        idle: &Mutex<Vec<SendRequest<Full<Bytes>>>>,
+        path: &str,
+        headers: &[(HeaderName, String)],
+        body: Bytes,
+    ) -> Result<Answer, String> {
+        let taken = {
+            let mut idle = idle.lock().unwrap_or_else(|p| p.into_inner());
+            std::iter::from_fn(|| idle.pop()).find(|s| !s.is_closed())
+        };
+        let mut sender = match taken {
+            Some(s) => s,
+            None => self.connect().await?,
+        };
+        let mut req = http::Request::post(path)
+            .header(HOST, self.addr.to_string())
+            .header(CONTENT_TYPE, "application/json");
+        for (n, v) in headers {
+            req = req.header(n, v);
+        }
+        let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
+        sender.ready().await.map_err(|e| e.to_string())?;
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let (status, request_id, retry_after) = head(resp.status(), resp.headers());
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        if !sender.is_closed() {
+            idle.lock().unwrap_or_else(|p| p.into_inner()).push(sender);
+        }
+        Ok(Answer {
+            status,
+            request_id,
+            retry_after,
+            body,
+        })
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, String> {
+        let stream = tokio::net::TcpStream::connect(self.addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            // Ends when the gateway closes the connection or the sender is dropped.
+            let _ = conn.await;
+        });
+        Ok(sender)
+    }
+}
+
+/// The status and the two headers the runner reads.
+fn head(status: http::StatusCode, h: &http::HeaderMap) -> (u16, Option<String>, Option<Duration>) {
+    let request_id = h
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let retry_after = h
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    (status.as_u16(), request_id, retry_after)
+}
