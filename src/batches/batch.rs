@@ -389,8 +389,15 @@ async fn insert_lines(
         if i > 0 {
             sql.push(',');
         }
-        let n = i * 4;
-        sql.push_str(&format!("(${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4));
+        match state.db.engine {
+            // SQLite looks numbered names up one by one (quadratic per statement);
+            // anonymous `?` bind in order.
+            crate::store::db::Engine::Sqlite => sql.push_str("(?, ?, ?, ?)"),
+            crate::store::db::Engine::Postgres => {
+                let n = i * 4;
+                sql.push_str(&format!("(${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4));
+            }
+        }
     }
     let mut q = sqlx::query(&sql);
     for (i, l) in lines.iter().enumerate() {
