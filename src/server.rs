@@ -228,7 +228,6 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         });
         anyhow::Ok(())
     })?;
-    let state_handle = state_rt.handle().clone();
     // Never dropped: the connections it drives are used by every service.
     std::mem::forget(state_rt);
 
@@ -279,10 +278,22 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     gateway.threads = Some(config.gateway_threads());
     server.add_service(gateway);
 
-    // The batch runner sends each line to this gateway listener.
-    {
-        let _in_rt = state_handle.enter();
-        crate::batches::runner::spawn(state.clone(), gateway_addr, !tls.tls_cert.is_empty());
+    // Batch lines come in on a listener of their own: loopback only, plain (the
+    // runner's credential is a per-process secret), one thread at a lower
+    // priority, so a batch takes what the live requests leave of the core.
+    if config.batches.concurrency > 0 {
+        let lines_addr = TcpListener::bind("127.0.0.1:0")
+            .context("binding the batch lines' listener")?
+            .local_addr()?;
+        let mut lines = pingora::proxy::http_proxy_service_with_name(
+            &server.configuration,
+            Gateway::for_batch_lines(state.clone()),
+            "batch-lines",
+        );
+        lines.add_tcp(&lines_addr.to_string());
+        lines.threads = Some(1);
+        server.add_service(lines);
+        crate::batches::runner::spawn(state.clone(), lines_addr)?;
     }
     let web_router = crate::web::router(state.clone(), gateway_addr)?;
     for (name, listener, router, tls) in [

@@ -25,6 +25,7 @@ use super::files::{self, FileRow};
 use super::wire::{Answer, Wire};
 use crate::state::{AppState, BATCH_HEADER};
 use crate::store::db::Engine;
+use crate::store::Db;
 use crate::store::instances::HEARTBEAT_TTL;
 use crate::store::now_ms;
 use serde_json::{json, Value};
@@ -42,6 +43,9 @@ const PAGE: i64 = 1_000;
 
 struct Runner {
     state: Arc<AppState>,
+    /// The runner's own connections on SQLite (at its priority); the main pool on
+    /// PostgreSQL.
+    db: Db,
     wire: Wire,
     permits: Arc<Semaphore>,
     /// When each key (by hash) may start its next line here.
@@ -87,38 +91,49 @@ struct Claimed {
     body: String,
 }
 
-/// Starts the runner; `gateway` is this instance's gateway listener.
-pub fn spawn(state: Arc<AppState>, gateway: SocketAddr, tls: bool) {
-    let mut addr = gateway;
-    if addr.ip().is_unspecified() {
-        addr.set_ip(if addr.is_ipv4() {
-            std::net::Ipv4Addr::LOCALHOST.into()
-        } else {
-            std::net::Ipv6Addr::LOCALHOST.into()
-        });
-    }
+/// Starts the runner on a thread of its own at the batch lines' lower priority;
+/// `lines` is the loopback listener that serves batch lines. On SQLite it opens
+/// its own connections there, so their threads run at that priority too.
+pub fn spawn(state: Arc<AppState>, lines: SocketAddr) -> anyhow::Result<()> {
     let deadline = Duration::from_millis(state.config.limits.request_deadline_ms);
-    let wire = match Wire::new(addr, tls, deadline + Duration::from_secs(30)) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "the batch runner has no HTTP client; batches will not run");
-            return;
-        }
-    };
-    let permits = Arc::new(Semaphore::new(state.config.batches.concurrency));
-    let (answers, rx) = tokio::sync::mpsc::channel(1024);
-    tokio::spawn(record(state.clone(), rx));
-    let runner = Arc::new(Runner {
-        state,
-        wire,
-        permits,
-        pace: Mutex::new(HashMap::new()),
-        answers,
-        queue: Mutex::new(VecDeque::new()),
-        queued: tokio::sync::Notify::new(),
-        low: tokio::sync::Notify::new(),
-    });
-    tokio::spawn(async move { runner.run().await });
+    let wire = Wire::new(lines, deadline + Duration::from_secs(30));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("sluice-batches".into())
+        .spawn(move || {
+            crate::store::lower_thread_priority(crate::proxy::BATCH_LINES_NICE);
+            rt.block_on(async move {
+                let db = match state.db.engine {
+                    Engine::Sqlite if !state.config.storage.database_url.contains(":memory:") => {
+                        Db::open(&state.config.storage.database_url, Some(2), state.db.timeout)
+                            .await
+                            .unwrap_or_else(|e| {
+                                tracing::warn!(error = %e, "batch runner: sharing the main pool");
+                                state.db.clone()
+                            })
+                    }
+                    _ => state.db.clone(),
+                };
+                let permits = Arc::new(Semaphore::new(state.config.batches.concurrency));
+                let (answers, rx) = tokio::sync::mpsc::channel(1024);
+                tokio::spawn(record(state.clone(), db.clone(), rx));
+                let runner = Arc::new(Runner {
+                    state,
+                    db,
+                    wire,
+                    permits,
+                    pace: Mutex::new(HashMap::new()),
+                    answers,
+                    queue: Mutex::new(VecDeque::new()),
+                    queued: tokio::sync::Notify::new(),
+                    low: tokio::sync::Notify::new(),
+                });
+                runner.run().await
+            })
+        })?;
+    Ok(())
 }
 
 impl Runner {
@@ -260,7 +275,7 @@ impl Runner {
         // The open batches, read again at most every OPEN_FRESH (a cancel stops this
         // instance's queued lines within it; the claim itself checks the status).
         if open.0.elapsed() >= OPEN_FRESH {
-            let db = &self.state.db;
+            let db = &self.db;
             let q = sqlx::query(
                 "SELECT id, key_hash, endpoint FROM batches \
                  WHERE status = 'in_progress' AND expires_at > $1 ORDER BY created_at LIMIT 16",
@@ -314,7 +329,7 @@ impl Runner {
     }
 
     async fn claim(&self, batch_id: &str, n: usize) -> anyhow::Result<Vec<Claimed>> {
-        let db = &self.state.db;
+        let db = &self.db;
         let now = now_ms();
         // Lines of an instance that stopped are freed by `progress`; so a free line
         // is one whose lease is past, and the claim walks the index
@@ -416,7 +431,7 @@ impl Runner {
 
     /// Gives a claimed line back, not to be claimed again for `wait`.
     async fn put_back(&self, b: &Open, line: &Claimed, wait: Duration) {
-        let db = &self.state.db;
+        let db = &self.db;
         let q = sqlx::query(
             "UPDATE batch_lines SET claimed_by = NULL, lease_until = $1 \
              WHERE batch_id = $2 AND line_no = $3 AND claimed_by = $4 AND done = 0",
@@ -435,7 +450,7 @@ impl Runner {
     /// flight, past its window with none in flight, or a finalization whose
     /// instance stopped.
     async fn finalize_ready(&self) -> anyhow::Result<()> {
-        let db = &self.state.db;
+        let db = &self.db;
         let now = now_ms();
         let q = sqlx::query(
             "SELECT id, org_id, status, total, expires_at, cancelling_at, final_until, \
@@ -501,7 +516,7 @@ impl Runner {
 
     /// Lines held by a live claimant (the lines done are counted on the batch).
     async fn in_flight(&self, batch_id: &str) -> anyhow::Result<i64> {
-        let db = &self.state.db;
+        let db = &self.db;
         let now = now_ms();
         let stale = now - HEARTBEAT_TTL.as_millis() as i64;
         // Counted on the index (batch_id, done, lease_until), leased lines only:
@@ -539,7 +554,7 @@ impl Runner {
     /// Writes the output and error files and ends the batch as `target`.
     async fn finalize(&self, batch_id: &str, org_id: &str, target: &str) -> anyhow::Result<()> {
         let state = &self.state;
-        let db = &state.db;
+        let db = &self.db;
         let tail = batch_id.strip_prefix("batch_").unwrap_or(batch_id);
         let out_id = format!("file-{tail}-output");
         let err_id = format!("file-{tail}-errors");
@@ -702,7 +717,7 @@ fn output_line(custom_id: &str, status: u16, request_id: Option<&str>, body: &[u
 /// Records answers as they come, up to [`RECORD_BATCH`] to a transaction, with
 /// the batch's request counts. An answer not recorded leaves its line leased: it
 /// runs again (billed once: `batch_line` on its usage event).
-async fn record(state: Arc<AppState>, mut rx: tokio::sync::mpsc::Receiver<Answered>) {
+async fn record(state: Arc<AppState>, db: Db, mut rx: tokio::sync::mpsc::Receiver<Answered>) {
     let mut pending = Vec::with_capacity(RECORD_BATCH);
     while rx.recv_many(&mut pending, RECORD_BATCH).await > 0 {
         // A few milliseconds more gather a fuller transaction: each commit writes
@@ -716,7 +731,7 @@ async fn record(state: Arc<AppState>, mut rx: tokio::sync::mpsc::Receiver<Answer
                 () = &mut linger => break,
             }
         }
-        let db = &state.db;
+        let db = &db;
         pending.sort_by(|a, b| a.batch_id.cmp(&b.batch_id));
         let write = async {
             let mut tx = db.pool.begin().await?;

@@ -1,9 +1,7 @@
-//! How a batch line reaches this instance's gateway listener: HTTP/1.1 over
-//! loopback, on kept-alive connections (one per line in flight, reused). A plain
-//! listener is spoken to with hyper's connection API directly: a line costs one
-//! write and one read on a warm connection, not a pooled client's URL parsing,
-//! pool lookup and redirect policy. A TLS listener goes through reqwest (its own
-//! certificate need not name the loopback address).
+//! How a batch line reaches this instance's batch lines' listener: HTTP/1.1 over
+//! loopback, on kept-alive connections (one per line in flight, reused), with
+//! hyper's connection API directly: a line costs one write and one read on a warm
+//! connection, not a pooled client's URL parsing, pool lookup and redirect policy.
 
 use bytes::Bytes;
 use http::header::{HeaderName, CONTENT_TYPE, HOST, RETRY_AFTER};
@@ -26,33 +24,17 @@ pub(super) struct Wire {
     addr: SocketAddr,
     /// Each request's limit: the gateway's deadline and some.
     timeout: Duration,
-    path: Path,
-}
-
-enum Path {
-    /// Idle connections to a plain listener.
-    Plain(Mutex<Vec<SendRequest<Full<Bytes>>>>),
-    Tls(reqwest::Client),
+    /// Idle connections.
+    idle: Mutex<Vec<SendRequest<Full<Bytes>>>>,
 }
 
 impl Wire {
-    pub fn new(addr: SocketAddr, tls: bool, timeout: Duration) -> anyhow::Result<Wire> {
-        let path = if tls {
-            Path::Tls(
-                reqwest::Client::builder()
-                    // Our own listener: its certificate need not name the loopback address.
-                    .danger_accept_invalid_certs(true)
-                    .timeout(timeout)
-                    .build()?,
-            )
-        } else {
-            Path::Plain(Mutex::new(Vec::new()))
-        };
-        Ok(Wire {
+    pub fn new(addr: SocketAddr, timeout: Duration) -> Wire {
+        Wire {
             addr,
             timeout,
-            path,
-        })
+            idle: Mutex::new(Vec::new()),
+        }
     }
 
     /// Posts `body` to `path` with `headers`; `Err` when the gateway was not
@@ -63,42 +45,19 @@ impl Wire {
         headers: &[(HeaderName, String)],
         body: Bytes,
     ) -> Result<Answer, String> {
-        match &self.path {
-            Path::Plain(idle) => {
-                tokio::time::timeout(self.timeout, self.plain(idle, path, headers, body))
-                    .await
-                    .unwrap_or_else(|_| Err("timed out".into()))
-            }
-            Path::Tls(client) => {
-                let mut req = client
-                    .post(format!("https://{}{path}", self.addr))
-                    .header(CONTENT_TYPE, "application/json")
-                    .body(body);
-                for (n, v) in headers {
-                    req = req.header(n, v);
-                }
-                let resp = req.send().await.map_err(|e| e.to_string())?;
-                let (status, request_id, retry_after) = head(resp.status(), resp.headers());
-                let body = resp.bytes().await.map_err(|e| e.to_string())?;
-                Ok(Answer {
-                    status,
-                    request_id,
-                    retry_after,
-                    body,
-                })
-            }
-        }
+        tokio::time::timeout(self.timeout, self.send(path, headers, body))
+            .await
+            .unwrap_or_else(|_| Err("timed out".into()))
     }
 
-    async fn plain(
+    async fn send(
         &self,
-        idle: &Mutex<Vec<SendRequest<Full<Bytes>>>>,
         path: &str,
         headers: &[(HeaderName, String)],
         body: Bytes,
     ) -> Result<Answer, String> {
         let taken = {
-            let mut idle = idle.lock().unwrap_or_else(|p| p.into_inner());
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
             std::iter::from_fn(|| idle.pop()).find(|s| !s.is_closed())
         };
         let mut sender = match taken {
@@ -122,7 +81,10 @@ impl Wire {
             .map_err(|e| e.to_string())?
             .to_bytes();
         if !sender.is_closed() {
-            idle.lock().unwrap_or_else(|p| p.into_inner()).push(sender);
+            self.idle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(sender);
         }
         Ok(Answer {
             status,

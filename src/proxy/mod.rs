@@ -24,7 +24,14 @@ pub struct Gateway {
     state: Arc<AppState>,
     management: axum::Router,
     engine: Engine,
+    /// Serves batch lines (`server::serve`'s loopback listener): its thread runs
+    /// at a lower priority, so live requests on the gateway's threads take the
+    /// core first.
+    lines: bool,
 }
+
+/// The nice value of the thread that serves batch lines.
+pub const BATCH_LINES_NICE: i32 = 10;
 
 impl Gateway {
     pub fn new(state: Arc<AppState>) -> Gateway {
@@ -32,7 +39,28 @@ impl Gateway {
             management: crate::api::router(state.clone()),
             engine: Engine::new(state.clone()),
             state,
+            lines: false,
         }
+    }
+
+    /// The gateway of the batch lines' listener.
+    pub fn for_batch_lines(state: Arc<AppState>) -> Gateway {
+        Gateway {
+            lines: true,
+            ..Gateway::new(state)
+        }
+    }
+}
+
+/// Lowers this thread's priority once (Pingora starts the service's thread; its
+/// first request is the first code of ours it runs).
+fn yield_to_live_requests() {
+    thread_local! {
+        static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if !LOWERED.get() {
+        crate::store::lower_thread_priority(BATCH_LINES_NICE);
+        LOWERED.set(true);
     }
 }
 
@@ -168,6 +196,9 @@ impl ProxyHttp for Gateway {
         session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> pingora::Result<bool> {
+        if self.lines {
+            yield_to_live_requests();
+        }
         ctx.started = Instant::now();
         ctx.route = route(session.req_header().uri.path());
         let trail = ctx.trail.insert(self.state.tracer.start(

@@ -279,7 +279,7 @@ pub fn spawn_writer(
     std::thread::Builder::new()
         .name("sluice-usage".into())
         .spawn(move || {
-            lower_priority();
+            super::lower_thread_priority(5);
             rt.block_on(async move {
                 let db = if url.contains(":memory:") {
                     db
@@ -352,16 +352,6 @@ fn db_error(op: &'static str) {
         .db_errors
         .with_label_values(&[op])
         .inc();
-}
-
-/// Lowers the calling thread's scheduling priority (Linux nice values are per
-/// thread); threads it starts, SQLite's workers among them, inherit it.
-fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: setpriority only reads its integer arguments; `0` names the calling thread.
-    unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, 0, 5);
-    }
 }
 
 /// Splits a batch into chunks of a few fixed sizes: each size is one statement the
