@@ -134,7 +134,10 @@ fn main() {
         .env("OPENAI_API_KEY", "sk-bench")
         .env("SLUICE_BATCHES__CONCURRENCY", c.to_string())
         // The rounds send far more than the default 60,000 a minute of one org.
-        .env("SLUICE_BILLING__ORG_REQUESTS_PER_MINUTE_ALL_LANES", "100000000")
+        .env(
+            "SLUICE_BILLING__ORG_REQUESTS_PER_MINUTE_ALL_LANES",
+            "100000000",
+        )
         .env("SLUICE_BATCHES__POLL_MS", "50")
         .arg("serve")
         .stdout(Stdio::piped())

@@ -48,6 +48,10 @@ pub struct AppState {
 /// `<internal token> <key hash> <batch id>:<line>`.
 pub const BATCH_HEADER: &str = "x-sluice-batch";
 
+/// The nice value of the threads that run batch lines (the runner's and the batch
+/// lines' listener's): live requests take the core first.
+pub const BATCH_LINES_NICE: i32 = 10;
+
 impl AppState {
     /// The batch runner's credential (see [`BATCH_HEADER`]).
     pub fn internal_token(&self) -> &str {

@@ -684,7 +684,11 @@ async fn a_restart_in_the_middle_loses_no_line_and_bills_none_twice() {
     assert_eq!(batch_billed, out.len(), "one charge per served line");
     assert_eq!(out.len(), n);
     // The lines in flight at the kill ran twice, and are billed once (above).
-    assert!(mock.requests().len() > n, "{} provider calls", mock.requests().len());
+    assert!(
+        mock.requests().len() > n,
+        "{} provider calls",
+        mock.requests().len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -123,7 +123,9 @@ pub(crate) async fn counts(state: &AppState, batch_id: &str) -> Result<(i64, i64
         .bind(batch_id)
         .fetch_optional(&state.db.pool);
     let r = state.db.bounded(q).await.map_err(db_err("batch counts"))?;
-    Ok(r.map_or((0, 0), |r| (r.get("completed_count"), r.get("failed_count"))))
+    Ok(r.map_or((0, 0), |r| {
+        (r.get("completed_count"), r.get("failed_count"))
+    }))
 }
 
 async fn find(state: &AppState, org_id: &str, id: &str) -> Result<Option<BatchRow>, ApiError> {

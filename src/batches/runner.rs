@@ -25,9 +25,9 @@ use super::files::{self, FileRow};
 use super::wire::{Answer, Wire};
 use crate::state::{AppState, BATCH_HEADER};
 use crate::store::db::Engine;
-use crate::store::Db;
 use crate::store::instances::HEARTBEAT_TTL;
 use crate::store::now_ms;
+use crate::store::Db;
 use serde_json::{json, Value};
 use sqlx::Row;
 use std::collections::{HashMap, VecDeque};
@@ -103,16 +103,20 @@ pub fn spawn(state: Arc<AppState>, lines: SocketAddr) -> anyhow::Result<()> {
     std::thread::Builder::new()
         .name("sluice-batches".into())
         .spawn(move || {
-            crate::store::lower_thread_priority(crate::proxy::BATCH_LINES_NICE);
+            crate::store::lower_thread_priority(crate::state::BATCH_LINES_NICE);
             rt.block_on(async move {
                 let db = match state.db.engine {
                     Engine::Sqlite if !state.config.storage.database_url.contains(":memory:") => {
-                        Db::open(&state.config.storage.database_url, Some(2), state.db.timeout)
-                            .await
-                            .unwrap_or_else(|e| {
-                                tracing::warn!(error = %e, "batch runner: sharing the main pool");
-                                state.db.clone()
-                            })
+                        Db::open(
+                            &state.config.storage.database_url,
+                            Some(2),
+                            state.db.timeout,
+                        )
+                        .await
+                        .unwrap_or_else(|e| {
+                            tracing::warn!(error = %e, "batch runner: sharing the main pool");
+                            state.db.clone()
+                        })
                     }
                     _ => state.db.clone(),
                 };
@@ -828,7 +832,10 @@ mod tests {
         assert_eq!(v["custom_id"], "r-\"1");
         assert_eq!(v["response"]["status_code"], 200);
         assert_eq!(v["response"]["request_id"], "req_1");
-        assert_eq!(v["response"]["body"], json!({"id": "chatcmpl-1", "text": "a\nb"}));
+        assert_eq!(
+            v["response"]["body"],
+            json!({"id": "chatcmpl-1", "text": "a\nb"})
+        );
         assert_eq!(v["error"], Value::Null);
         assert!(v["id"].as_str().unwrap().starts_with("batch_req_"));
         // Not JSON: kept as a string.

@@ -30,9 +30,6 @@ pub struct Gateway {
     lines: bool,
 }
 
-/// The nice value of the thread that serves batch lines.
-pub const BATCH_LINES_NICE: i32 = 10;
-
 impl Gateway {
     pub fn new(state: Arc<AppState>) -> Gateway {
         Gateway {
@@ -59,7 +56,7 @@ fn yield_to_live_requests() {
         static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
     if !LOWERED.get() {
-        crate::store::lower_thread_priority(BATCH_LINES_NICE);
+        crate::store::lower_thread_priority(crate::state::BATCH_LINES_NICE);
         LOWERED.set(true);
     }
 }
