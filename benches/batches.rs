@@ -53,6 +53,47 @@ async fn live_keyed(http: &reqwest::Client, gw: &str, key: &str, idem: Option<St
     t.elapsed()
 }
 
+/// CPU time (µs) the process has used so far, by thread name.
+fn cpu_by_thread(pid: u32) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    let tick = 1e6 / 100.0; // USER_HZ
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let p = t.path();
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(p.join("comm")),
+            std::fs::read_to_string(p.join("stat")),
+        ) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: f64 = f.get(11).and_then(|u| u.parse().ok()).unwrap_or(0.0)
+            + f.get(12).and_then(|s| s.parse().ok()).unwrap_or(0.0);
+        *out.entry(comm.trim().to_string()).or_insert(0.0) += ticks * tick;
+    }
+    out
+}
+
+/// The CPU each thread group used between two readings, per `n` requests.
+fn per_request(
+    before: &std::collections::BTreeMap<String, f64>,
+    after: &std::collections::BTreeMap<String, f64>,
+    n: usize,
+) -> String {
+    let mut parts: Vec<(String, f64)> = after
+        .iter()
+        .map(|(k, v)| (k.clone(), (v - before.get(k).unwrap_or(&0.0)) / n as f64))
+        .filter(|(_, v)| *v >= 0.5)
+        .collect();
+    parts.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total: f64 = parts.iter().map(|p| p.1).sum();
+    let each: Vec<String> = parts.iter().map(|(k, v)| format!("{k} {v:.0}")).collect();
+    format!("{total:.0} µs ({})", each.join(", "))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -153,6 +194,7 @@ fn main() {
     }
     let mut addrs = std::collections::HashMap::new();
     let stdout = child.stdout.take().unwrap();
+    let pid = child.id();
     let _stop = Stop(child);
     for line in BufReader::new(stdout).lines().map_while(Result::ok) {
         if let Some(rest) = line.strip_prefix("listening ") {
@@ -247,10 +289,13 @@ fn main() {
                 idle.push(probe(http.clone(), gw.clone(), key.clone()).await);
             }
             idles.push(p50(idle, delay));
+            let cpu0 = cpu_by_thread(pid);
             lives.push(live(false, round).await);
+            let live_cpu = per_request(&cpu0, &cpu_by_thread(pid), n);
             let f: Value = http.post(format!("{gw}/v1/files")).bearer_auth(&key)
                 .header("content-type", format!("multipart/form-data; boundary={boundary}"))
                 .body(upload.clone()).send().await.unwrap().json().await.unwrap();
+            let cpu1 = cpu_by_thread(pid);
             let t1 = Instant::now();
             let b: Value = http.post(format!("{gw}/v1/batches")).bearer_auth(&key)
                 .json(&json!({"input_file_id": f["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"}))
@@ -270,6 +315,7 @@ fn main() {
                 }
             };
             let took = t1.elapsed();
+            let batch_cpu = per_request(&cpu1, &cpu_by_thread(pid), n);
             assert_eq!(done["status"], "completed", "{done}");
             assert_eq!(done["request_counts"]["completed"], n, "{done}");
             batches.push(n as f64 / took.as_secs_f64());
@@ -279,6 +325,11 @@ fn main() {
                 "round {round}: live {:.0} req/s, batch {:.0} lines/s; c=1 p50 idle {:.3} ms, during {:.3} ms",
                 lives[round - 1], batches[round - 1], idles[round - 1], durings[round - 1]
             );
+            // The instance's CPU (its threads' user + system time): what a request
+            // costs it live, and what a line costs it (the c=1 probe's requests
+            // during the batch included).
+            eprintln!("  instance CPU per live request: {live_cpu}");
+            eprintln!("  instance CPU per batch line:   {batch_cpu}");
         }
         let (idle_p50, live_rps, batch_rps, during_p50, created) = (
             median(idles),
