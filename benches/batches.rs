@@ -68,7 +68,9 @@ fn cpu_by_thread(pid: u32) -> std::collections::BTreeMap<String, f64> {
         ) else {
             continue;
         };
-        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
         let f: Vec<&str> = rest.split_whitespace().collect();
         let ticks: f64 = f.get(11).and_then(|u| u.parse().ok()).unwrap_or(0.0)
             + f.get(12).and_then(|s| s.parse().ok()).unwrap_or(0.0);

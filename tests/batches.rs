@@ -504,6 +504,33 @@ async fn a_batch_of_chat_lines_completes_billed_as_live_and_marked_batch() {
     assert_eq!(list["data"][0]["id"], id);
     let (_, twin) = s.get(&format!("/batches/{id}"), Some(&key)).await;
     assert_eq!(twin["id"], id);
+
+    // An hour after its finalization the batch's lines are deleted; the batch and
+    // its files still read the same.
+    let pool = db(&s).await;
+    let lines = || async {
+        sqlx::query_as::<_, (i64,)>("SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1")
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+            .0
+    };
+    assert!(lines().await > 0, "kept within the hour");
+    sqlx::query("UPDATE batches SET finalizing_at = finalizing_at - 3700000 WHERE id = $1")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lines().await > 0 {
+        assert!(Instant::now() < deadline, "the lines were not purged");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, again) = s.get(&format!("/v1/batches/{id}"), Some(&key)).await;
+    assert_eq!(again["request_counts"], done["request_counts"]);
+    let (st, _) = content(&s, &key, out_id).await;
+    assert_eq!(st, 200);
 }
 
 /// A batch of `n` chat lines on one instance serving one line at a time, each

@@ -15,3 +15,8 @@ UPDATE batches SET
                        WHERE l.batch_id = batches.id AND l.done = 1 AND l.ok = 1),
     failed_count = (SELECT COUNT(*) FROM batch_lines l
                     WHERE l.batch_id = batches.id AND l.done = 1 AND l.ok = 0);
+
+-- A finished batch's lines are deleted an hour after it was finalized (its output
+-- and error files hold what a client reads); lines_purged marks it done.
+ALTER TABLE batches ADD COLUMN lines_purged BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX batches_unpurged ON batches (finalizing_at) WHERE lines_purged = 0;

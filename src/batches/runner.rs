@@ -40,6 +40,11 @@ use tokio::sync::Semaphore;
 const BACKOFF: Duration = Duration::from_secs(1);
 /// Rows a finalization reads at a time.
 const PAGE: i64 = 1_000;
+/// How long a finished batch's lines are kept after its finalization (for an
+/// operator's look; the output and error files are what clients read).
+const KEEP_LINES: Duration = Duration::from_secs(3600);
+/// Line numbers one purge statement covers.
+const PURGE_STEP: i64 = 5_000;
 
 struct Runner {
     state: Arc<AppState>,
@@ -153,6 +158,9 @@ impl Runner {
                 if me.state.gateway_up() && !me.state.draining() {
                     if let Err(e) = me.finalize_ready().await {
                         tracing::warn!(error = %e, "batch finalization pass failed");
+                    }
+                    if let Err(e) = me.purge_finished().await {
+                        tracing::warn!(error = %e, "purging finished batches' lines failed");
                     }
                 }
                 tokio::time::sleep(poll).await;
@@ -515,6 +523,40 @@ impl Runner {
             }
         }
         crate::metrics::global().batch_queue.set(waiting);
+        Ok(())
+    }
+
+    /// Deletes the lines of batches finalized more than [`KEEP_LINES`] ago (their
+    /// files hold the answers), a few batches and [`PURGE_STEP`] line numbers to a
+    /// statement at a time; several instances doing it at once delete nothing twice.
+    async fn purge_finished(&self) -> anyhow::Result<()> {
+        let db = &self.db;
+        let q = sqlx::query(
+            "SELECT id, total FROM batches WHERE lines_purged = 0 AND finalizing_at < $1 \
+             AND status IN ('completed', 'cancelled', 'expired') LIMIT 4",
+        )
+        .bind(now_ms() - KEEP_LINES.as_millis() as i64)
+        .fetch_all(&db.pool);
+        for r in db.bounded(q).await? {
+            let (id, total): (String, i64) = (r.get("id"), r.get("total"));
+            let mut from = 0;
+            while from < total {
+                let q = sqlx::query(
+                    "DELETE FROM batch_lines WHERE batch_id = $1 AND line_no >= $2 AND line_no < $3",
+                )
+                .bind(&id)
+                .bind(from)
+                .bind(from + PURGE_STEP)
+                .execute(&db.pool);
+                db.bounded(q).await?;
+                from += PURGE_STEP;
+            }
+            let q = sqlx::query("UPDATE batches SET lines_purged = 1 WHERE id = $1")
+                .bind(&id)
+                .execute(&db.pool);
+            db.bounded(q).await?;
+            tracing::debug!(batch = %id, "finished batch's lines deleted");
+        }
         Ok(())
     }
 
