@@ -385,22 +385,10 @@ async fn insert_lines(
     if lines.is_empty() {
         return Ok(());
     }
-    let mut sql =
-        String::from("INSERT INTO batch_lines (batch_id, line_no, custom_id, body) VALUES ");
-    for i in 0..lines.len() {
-        if i > 0 {
-            sql.push(',');
-        }
-        match state.db.engine {
-            // SQLite looks numbered names up one by one (quadratic per statement);
-            // anonymous `?` bind in order.
-            crate::store::db::Engine::Sqlite => sql.push_str("(?, ?, ?, ?)"),
-            crate::store::db::Engine::Postgres => {
-                let n = i * 4;
-                sql.push_str(&format!("(${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4));
-            }
-        }
-    }
+    let sql = format!(
+        "INSERT INTO batch_lines (batch_id, line_no, custom_id, body) VALUES {}",
+        state.db.engine.value_rows(lines.len(), 4, 0)
+    );
     let mut q = sqlx::query(&sql);
     for (i, l) in lines.iter().enumerate() {
         q = q

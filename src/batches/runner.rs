@@ -838,26 +838,13 @@ fn record_chunks(answers: &[Answered]) -> Vec<&[Answered]> {
 /// One statement recording `n` answers of one batch: parameters are `n` triples
 /// (line, ok, output), then the instance and the batch, in the text's order.
 fn record_sql(engine: Engine, n: usize) -> String {
-    let mut p = 0;
-    let mut param = || {
-        p += 1;
-        match engine {
-            // SQLite looks numbered names up one by one; `?` binds in order.
-            Engine::Sqlite => "?".to_string(),
-            Engine::Postgres => format!("${p}"),
-        }
-    };
-    let mut values = Vec::with_capacity(n);
-    for _ in 0..n {
-        values.push(format!("({}, {}, {})", param(), param(), param()));
-    }
-    let (claimant, batch) = (param(), param());
+    let (claimant, batch) = (engine.param(3 * n + 1), engine.param(3 * n + 2));
     format!(
         "WITH v (line_no, ok, output) AS (VALUES {}) \
          UPDATE batch_lines SET done = 1, ok = v.ok, output = v.output, claimed_by = {claimant} \
          FROM v WHERE batch_lines.batch_id = {batch} AND batch_lines.line_no = v.line_no \
          AND batch_lines.done = 0 RETURNING batch_lines.ok",
-        values.join(", ")
+        engine.value_rows(n, 3, 0)
     )
 }
 

@@ -482,24 +482,7 @@ fn insert_sql(engine: Engine, n: usize, returning: bool) -> String {
          list_micro_usd, created_at, cache_write_tokens, web_search_requests, batch, \
          batch_line) VALUES ",
     );
-    for i in 0..n {
-        if i > 0 {
-            sql.push(',');
-        }
-        sql.push('(');
-        for c in 0..COLS {
-            if c > 0 {
-                sql.push(',');
-            }
-            // SQLite binds anonymous `?` in order at no cost; its lookup of
-            // numbered names is linear per parameter, quadratic per statement.
-            match engine {
-                Engine::Sqlite => sql.push('?'),
-                Engine::Postgres => sql.push_str(&format!("${}", i * COLS + c + 1)),
-            }
-        }
-        sql.push(')');
-    }
+    sql.push_str(&engine.value_rows(n, COLS, 0));
     // Any unique key: the id (a retried write) or the batch line (a line run again).
     sql.push_str(" ON CONFLICT DO NOTHING");
     if returning {

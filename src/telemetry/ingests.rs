@@ -283,20 +283,7 @@ pub async fn complete(
             "INSERT INTO telemetry_traces (id, org_id, ingest_id, trace_id, name, started_at, ended_at, \
              span_count, model, provider, input_tokens, output_tokens, cost_micro_usd, tags, spans, created_at) VALUES ",
         );
-        for i in 0..chunk.len() {
-            let b = i * 16;
-            if i > 0 {
-                sql.push(',');
-            }
-            sql.push('(');
-            for c in 1..=16 {
-                if c > 1 {
-                    sql.push(',');
-                }
-                sql.push_str(&format!("${}", b + c));
-            }
-            sql.push(')');
-        }
+        sql.push_str(&db.engine.value_rows(chunk.len(), 16, 0));
         let mut q = sqlx::query(&sql);
         for t in chunk {
             q = q
