@@ -10,6 +10,7 @@
 mod batch;
 mod files;
 pub mod jsonl;
+mod recorder;
 pub mod runner;
 mod wire;
 

@@ -1,0 +1,176 @@
+//! The batch runner's recorder: each line's answer, as its output file line, goes
+//! to the database a few to a transaction, with the batch's request counts. An
+//! answer not recorded leaves its line leased: it runs again (billed once:
+//! `batch_line` on its usage event).
+
+use crate::state::AppState;
+use crate::store::db::Engine;
+use crate::store::Db;
+use sqlx::Row;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A line's answer, to be recorded.
+pub(super) struct Answered {
+    pub batch_id: String,
+    pub line_no: i64,
+    pub ok: bool,
+    pub output: String,
+}
+
+/// Answers one transaction records at most.
+const RECORD_BATCH: usize = 64;
+/// How long the recorder waits to fill a transaction (an answer's record waits at
+/// most this much longer; a crash in between runs its line again, billed once).
+const RECORD_LINGER: Duration = Duration::from_millis(5);
+
+/// A line of the output file: `{id, custom_id, response: {status_code, request_id,
+/// body}, error}`. The body is spliced in as the gateway wrote it, not parsed and
+/// written again (line breaks between its tokens become spaces: one line per
+/// answer); a body that is not JSON goes in as a string.
+pub(super) fn output_line(
+    custom_id: &str,
+    status: u16,
+    request_id: Option<&str>,
+    body: &[u8],
+) -> String {
+    let id: [u8; 12] = rand::random();
+    let text = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "null".into());
+    let mut out = String::with_capacity(body.len() + custom_id.len() + 160);
+    out.push_str("{\"id\":\"batch_req_");
+    out.push_str(&hex::encode(id));
+    out.push_str("\",\"custom_id\":");
+    out.push_str(&text(custom_id));
+    out.push_str(",\"response\":{\"status_code\":");
+    out.push_str(&status.to_string());
+    out.push_str(",\"request_id\":");
+    out.push_str(&request_id.map_or_else(|| "null".into(), text));
+    out.push_str(",\"body\":");
+    let json = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
+    match std::str::from_utf8(body) {
+        Ok(b) if json && !b.contains(['\n', '\r']) => out.push_str(b),
+        Ok(b) if json => out.push_str(&b.replace(['\n', '\r'], " ")),
+        _ => out.push_str(&text(&String::from_utf8_lossy(body))),
+    }
+    out.push_str("},\"error\":null}");
+    out
+}
+
+/// Records answers as they come, up to [`RECORD_BATCH`] to a transaction, with
+/// the batch's request counts. An answer not recorded leaves its line leased: it
+/// runs again (billed once: `batch_line` on its usage event).
+pub(super) async fn record(
+    state: Arc<AppState>,
+    db: Db,
+    mut rx: tokio::sync::mpsc::Receiver<Answered>,
+) {
+    let mut pending = Vec::with_capacity(RECORD_BATCH);
+    while rx.recv_many(&mut pending, RECORD_BATCH).await > 0 {
+        // A few milliseconds more gather a fuller transaction: each commit writes
+        // its pages to the log again, so fewer, larger ones cost the database less.
+        let linger = tokio::time::sleep(RECORD_LINGER);
+        tokio::pin!(linger);
+        while pending.len() < RECORD_BATCH {
+            let room = RECORD_BATCH - pending.len();
+            tokio::select! {
+                n = rx.recv_many(&mut pending, room) => if n == 0 { break },
+                () = &mut linger => break,
+            }
+        }
+        let db = &db;
+        pending.sort_by(|a, b| a.batch_id.cmp(&b.batch_id));
+        let write = async {
+            let mut tx = db.pool.begin().await?;
+            for same in pending.chunk_by(|a, b| a.batch_id == b.batch_id) {
+                let (mut ok, mut failed) = (0i64, 0i64);
+                for part in record_chunks(same) {
+                    let sql = record_sql(db.engine, part.len());
+                    let mut q = sqlx::query(&sql);
+                    for a in part {
+                        q = q.bind(a.line_no).bind(a.ok as i64).bind(&a.output);
+                    }
+                    // Kept: which instance served the line.
+                    q = q.bind(&state.instance_id).bind(&same[0].batch_id);
+                    // A line recorded already (it ran twice: a lease that lapsed)
+                    // is not returned, nor counted again.
+                    for r in q.fetch_all(&mut *tx).await? {
+                        match r.get::<i64, _>("ok") {
+                            1 => ok += 1,
+                            _ => failed += 1,
+                        }
+                    }
+                }
+                sqlx::query(
+                    "UPDATE batches SET completed_count = completed_count + $1, \
+                     failed_count = failed_count + $2 WHERE id = $3",
+                )
+                .bind(ok)
+                .bind(failed)
+                .bind(&same[0].batch_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await
+        };
+        if let Err(e) = db.bounded(write).await {
+            tracing::warn!(error = %e, lines = pending.len(), "batch answers were not recorded");
+        }
+        pending.clear();
+    }
+}
+
+/// Splits answers into chunks of a few fixed sizes (one prepared statement each).
+fn record_chunks(answers: &[Answered]) -> Vec<&[Answered]> {
+    let mut out = Vec::new();
+    let mut rest = answers;
+    while !rest.is_empty() {
+        let n = [64, 16, 4, 1]
+            .into_iter()
+            .find(|&n| n <= rest.len())
+            .unwrap_or(1);
+        let (head, tail) = rest.split_at(n);
+        out.push(head);
+        rest = tail;
+    }
+    out
+}
+
+/// One statement recording `n` answers of one batch: parameters are `n` triples
+/// (line, ok, output), then the instance and the batch, in the text's order.
+fn record_sql(engine: Engine, n: usize) -> String {
+    let (claimant, batch) = (engine.param(3 * n + 1), engine.param(3 * n + 2));
+    format!(
+        "WITH v (line_no, ok, output) AS (VALUES {}) \
+         UPDATE batch_lines SET done = 1, ok = v.ok, output = v.output, claimed_by = {claimant} \
+         FROM v WHERE batch_lines.batch_id = {batch} AND batch_lines.line_no = v.line_no \
+         AND batch_lines.done = 0 RETURNING batch_lines.ok",
+        engine.value_rows(n, 3, 0)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn an_output_line_is_one_line_of_json_with_the_body_as_written() {
+        let pretty = b"{\n  \"id\": \"chatcmpl-1\",\r\n  \"text\": \"a\\nb\"\n}";
+        let line = output_line("r-\"1", 200, Some("req_1"), pretty);
+        assert!(!line.contains('\n') && !line.contains('\r'), "{line}");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["custom_id"], "r-\"1");
+        assert_eq!(v["response"]["status_code"], 200);
+        assert_eq!(v["response"]["request_id"], "req_1");
+        assert_eq!(
+            v["response"]["body"],
+            json!({"id": "chatcmpl-1", "text": "a\nb"})
+        );
+        assert_eq!(v["error"], Value::Null);
+        assert!(v["id"].as_str().unwrap().starts_with("batch_req_"));
+        // Not JSON: kept as a string.
+        let v: Value = serde_json::from_str(&output_line("x", 502, None, b"bad\ngateway")).unwrap();
+        assert_eq!(v["response"]["body"], "bad\ngateway");
+        assert_eq!(v["response"]["request_id"], Value::Null);
+    }
+}
