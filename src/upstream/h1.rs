@@ -16,8 +16,12 @@ const MAX_HEADERS: usize = 128;
 /// Interim (1xx) answers skipped before the final one; a server needs one or two,
 /// and each costs a parse: a hostile one could send thousands.
 const MAX_INTERIM: usize = 8;
-/// Bytes asked of the socket per read.
-const READ_SIZE: usize = 16 * 1024;
+/// Room made for a read: one page first, doubled each time a read fills all the
+/// room it had, up to `READ_MAX`. A stream's small chunks then touch one page of
+/// memory per open stream, not a 16 KiB buffer filled (and made resident) page by
+/// page as the stream goes on; a large answer still reads in large gulps.
+const READ_FIRST: usize = 4 * 1024;
+const READ_MAX: usize = 64 * 1024;
 
 /// How the body is delimited, and how much of it is left.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,6 +62,8 @@ pub struct Response<S> {
     /// `MAX_HEAD` with the final head).
     interim: usize,
     interim_bytes: usize,
+    /// The room the next read gets when the buffer runs low.
+    read_size: usize,
 }
 
 impl<S: AsyncRead + Unpin> Response<S> {
@@ -71,6 +77,7 @@ impl<S: AsyncRead + Unpin> Response<S> {
             keepalive: false,
             interim: 0,
             interim_bytes: 0,
+            read_size: READ_FIRST,
         };
         loop {
             if r.parse_head()? {
@@ -260,12 +267,18 @@ impl<S: AsyncRead + Unpin> Response<S> {
     /// Reads more from the socket into the buffer; the count read (0: closed).
     async fn fill(&mut self) -> Result<usize> {
         if self.buf.capacity() - self.buf.len() < 1024 {
-            self.buf.reserve(READ_SIZE);
+            self.buf.reserve(self.read_size);
         }
-        self.stream
+        let room = self.buf.capacity() - self.buf.len();
+        let n = self
+            .stream
             .read_buf(&mut self.buf)
             .await
-            .map_err(|e| Error::because(ErrorType::ReadError, "reading the response", e))
+            .map_err(|e| Error::because(ErrorType::ReadError, "reading the response", e))?;
+        if n == room {
+            self.read_size = (self.read_size * 2).min(READ_MAX);
+        }
+        Ok(n)
     }
 
     /// The connection, when the answer was read whole and it may carry another.
@@ -308,6 +321,44 @@ mod tests {
         let reusable = out.is_ok() && r.reusable().is_some();
         writer.abort();
         (status, out, reusable)
+    }
+
+    /// Reads an answer written whole into a pipe of `pipe` bytes; the body, and the
+    /// room the reader would give its next read.
+    async fn read_whole(head: &[u8], body: &[u8], pipe: usize) -> (Vec<u8>, usize) {
+        let (client, mut server) = tokio::io::duplex(pipe);
+        let mut all = head.to_vec();
+        all.extend_from_slice(body);
+        let writer = tokio::spawn(async move {
+            server.write_all(&all).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        });
+        let mut r = Response::read_head(client).await.unwrap();
+        let mut got = Vec::new();
+        while let Some(b) = r.read().await.unwrap() {
+            got.extend_from_slice(&b);
+        }
+        writer.abort();
+        (got, r.read_size)
+    }
+
+    #[tokio::test]
+    async fn reads_start_at_a_page_and_grow_only_for_large_answers() {
+        // A large answer: the reads fill their room, so it grows to the most.
+        let big: Vec<u8> = (0..300_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", big.len());
+        let (got, room) = read_whole(head.as_bytes(), &big, 1 << 20).await;
+        assert_eq!(got, big);
+        assert_eq!(room, READ_MAX);
+        // Small pieces of a stream never fill a page: the room stays one page.
+        let (got, room) = read_whole(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+            b"hello",
+            64,
+        )
+        .await;
+        assert_eq!(got, b"hello");
+        assert_eq!(room, READ_FIRST);
     }
 
     #[tokio::test]
