@@ -216,20 +216,20 @@ impl AppState {
         let Some(leases) = &self.leases else { return };
         let restore =
             crate::billing::gate::restore_money(leases.shared(), &self.db, now, &unstored);
-        match tokio::time::timeout(std::time::Duration::from_secs(10), restore).await {
-            Ok(Ok(())) => tracing::warn!(
-                "the counters store had no epoch marker (first start, or it lost its data): \
-                 key daily spend and free allowance use restored from the ledger"
-            ),
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "restoring money windows from the ledger failed; retrying");
-                let _ = self.counters.delete("epoch").await;
+        let failed = match tokio::time::timeout(std::time::Duration::from_secs(10), restore).await {
+            Ok(Ok(())) => {
+                tracing::warn!(
+                    "the counters store had no epoch marker (first start, or it lost its data): \
+                     key daily spend and free allowance use restored from the ledger"
+                );
+                return;
             }
-            Err(_) => {
-                tracing::error!("restoring money windows from the ledger timed out; retrying");
-                let _ = self.counters.delete("epoch").await;
-            }
-        }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "timed out".to_string(),
+        };
+        // The marker goes, so the next readiness tick tries again.
+        tracing::error!(error = %failed, "restoring money windows from the ledger failed; retrying");
+        let _ = self.counters.delete("epoch").await;
     }
 
     /// Whether the database answered the last readiness probes.

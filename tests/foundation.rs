@@ -842,15 +842,7 @@ async fn ops_endpoints_and_metrics() {
     // Requests are counted in the logging phase, just after the answer went out.
     let deadline = Instant::now() + Duration::from_secs(3);
     let text = loop {
-        let text = s
-            .http
-            .get(format!("{}/metrics", s.ops))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = s.metrics().await;
         if text.contains("route=\"not_found\",status=\"404\"} 1") || Instant::now() > deadline {
             break text;
         }

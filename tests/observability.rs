@@ -89,14 +89,7 @@ fn opts(mock: &Mock) -> Opts {
 }
 
 async fn scrape(s: &Sluice) -> String {
-    let r = s
-        .http
-        .get(format!("{}/metrics", s.ops))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    r.text().await.unwrap()
+    s.metrics().await
 }
 
 /// The families a scrape exposes (`# TYPE name kind`), with their kind.

@@ -220,15 +220,7 @@ caps = ["sampling"]
     hup(&s);
     let mut failed = 0.0;
     for _ in 0..200 {
-        let text = s
-            .http
-            .get(format!("{}/metrics", s.ops))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = s.metrics().await;
         failed = text
             .lines()
             .find(|l| l.starts_with("sluice_catalog_reloads_total{result=\"failed\"}"))

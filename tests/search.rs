@@ -789,15 +789,7 @@ async fn the_fee_is_charged_on_platform_lanes_never_on_byok_and_rolls_up() {
     assert_eq!(daily["data"][0]["web_search_requests"], 2, "{daily}");
     assert!((daily["data"][0]["cost_usd"].as_f64().unwrap() - platform_cost).abs() < 1e-9);
     // The operator's view: two searches run, one fee billed.
-    let metrics =
-        e.s.http
-            .get(format!("{}/metrics", e.s.ops))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+    let metrics = e.s.metrics().await;
     let value = |line: &str| {
         metrics
             .lines()

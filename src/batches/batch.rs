@@ -387,7 +387,7 @@ async fn insert_lines(
     }
     let sql = format!(
         "INSERT INTO batch_lines (batch_id, line_no, custom_id, body) VALUES {}",
-        state.db.engine.value_rows(lines.len(), 4, 0)
+        state.db.engine.value_rows(lines.len(), 4)
     );
     let mut q = sqlx::query(&sql);
     for (i, l) in lines.iter().enumerate() {

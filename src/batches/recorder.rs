@@ -83,7 +83,7 @@ pub(super) async fn record(
             let mut tx = db.pool.begin().await?;
             for same in pending.chunk_by(|a, b| a.batch_id == b.batch_id) {
                 let (mut ok, mut failed) = (0i64, 0i64);
-                for part in record_chunks(same) {
+                for part in crate::store::db::fixed_chunks(same, &[64, 16, 4, 1]) {
                     let sql = record_sql(db.engine, part.len());
                     let mut q = sqlx::query(&sql);
                     for a in part {
@@ -119,22 +119,6 @@ pub(super) async fn record(
     }
 }
 
-/// Splits answers into chunks of a few fixed sizes (one prepared statement each).
-fn record_chunks(answers: &[Answered]) -> Vec<&[Answered]> {
-    let mut out = Vec::new();
-    let mut rest = answers;
-    while !rest.is_empty() {
-        let n = [64, 16, 4, 1]
-            .into_iter()
-            .find(|&n| n <= rest.len())
-            .unwrap_or(1);
-        let (head, tail) = rest.split_at(n);
-        out.push(head);
-        rest = tail;
-    }
-    out
-}
-
 /// One statement recording `n` answers of one batch: parameters are `n` triples
 /// (line, ok, output), then the instance and the batch, in the text's order.
 fn record_sql(engine: Engine, n: usize) -> String {
@@ -144,7 +128,7 @@ fn record_sql(engine: Engine, n: usize) -> String {
          UPDATE batch_lines SET done = 1, ok = v.ok, output = v.output, claimed_by = {claimant} \
          FROM v WHERE batch_lines.batch_id = {batch} AND batch_lines.line_no = v.line_no \
          AND batch_lines.done = 0 RETURNING batch_lines.ok",
-        engine.value_rows(n, 3, 0)
+        engine.value_rows(n, 3)
     )
 }
 

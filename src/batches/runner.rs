@@ -142,7 +142,7 @@ impl Runner {
         let me = self.clone();
         tokio::spawn(async move {
             loop {
-                if me.state.gateway_up() && !me.state.draining() {
+                if me.serving() {
                     if let Err(e) = me.finalize_ready().await {
                         tracing::warn!(error = %e, "batch finalization pass failed");
                     }

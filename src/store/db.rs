@@ -19,11 +19,11 @@ pub enum Engine {
 }
 
 impl Engine {
-    /// `rows` groups of `cols` parameters, `(…), (…)`, for a multi-row statement
-    /// whose first `before` parameters come earlier in its text. SQLite gets
+    /// `rows` groups of `cols` parameters, `(…), (…)`, numbered from 1, for a
+    /// multi-row statement whose text starts its parameters there. SQLite gets
     /// anonymous `?` (bound in order at no cost: its lookup of numbered names is
     /// linear per parameter, quadratic per statement); PostgreSQL `$n`.
-    pub fn value_rows(self, rows: usize, cols: usize, before: usize) -> String {
+    pub fn value_rows(self, rows: usize, cols: usize) -> String {
         let mut sql = String::with_capacity(rows * cols * 5);
         for r in 0..rows {
             if r > 0 {
@@ -38,7 +38,7 @@ impl Engine {
                     Engine::Sqlite => sql.push('?'),
                     Engine::Postgres => {
                         sql.push('$');
-                        sql.push_str(&(before + r * cols + c + 1).to_string());
+                        sql.push_str(&(r * cols + c + 1).to_string());
                     }
                 }
             }
@@ -54,6 +54,25 @@ impl Engine {
             Engine::Postgres => format!("${n}"),
         }
     }
+}
+
+/// Splits `items` into chunks of the given sizes (largest first, ending in 1), the
+/// largest that fits each time: each size is one statement the database prepares
+/// once and caches, instead of a new one for every odd count.
+pub fn fixed_chunks<'a, T>(items: &'a [T], sizes: &[usize]) -> Vec<&'a [T]> {
+    let mut out = Vec::new();
+    let mut rest = items;
+    while !rest.is_empty() {
+        let n = sizes
+            .iter()
+            .copied()
+            .find(|&n| n <= rest.len())
+            .unwrap_or(1);
+        let (head, tail) = rest.split_at(n);
+        out.push(head);
+        rest = tail;
+    }
+    out
 }
 
 #[derive(Clone)]
@@ -326,8 +345,8 @@ mod tests {
 
     #[test]
     fn value_rows_are_anonymous_on_sqlite_and_numbered_after_earlier_ones_on_postgres() {
-        assert_eq!(Engine::Sqlite.value_rows(2, 3, 0), "(?, ?, ?), (?, ?, ?)");
-        assert_eq!(Engine::Postgres.value_rows(2, 2, 1), "($2, $3), ($4, $5)");
+        assert_eq!(Engine::Sqlite.value_rows(2, 3), "(?, ?, ?), (?, ?, ?)");
+        assert_eq!(Engine::Postgres.value_rows(2, 2), "($1, $2), ($3, $4)");
         assert_eq!(Engine::Postgres.param(7), "$7");
         assert_eq!(Engine::Sqlite.param(7), "?");
     }

@@ -354,19 +354,9 @@ fn db_error(op: &'static str) {
         .inc();
 }
 
-/// Splits a batch into chunks of a few fixed sizes: each size is one statement the
-/// database prepares once and caches, instead of a new one for every odd batch.
+/// Splits a batch into chunks of a few fixed sizes (one cached statement each).
 fn chunks(events: &[UsageEvent]) -> Vec<&[UsageEvent]> {
-    const SIZES: [usize; 8] = [128, 64, 32, 16, 8, 4, 2, 1];
-    let mut out = Vec::new();
-    let mut rest = events;
-    while !rest.is_empty() {
-        let n = SIZES.into_iter().find(|&n| n <= rest.len()).unwrap_or(1);
-        let (head, tail) = rest.split_at(n);
-        out.push(head);
-        rest = tail;
-    }
-    out
+    super::db::fixed_chunks(events, &[128, 64, 32, 16, 8, 4, 2, 1])
 }
 
 /// Writes events in chunks; a chunk that fails twice goes to the spool. Returns
@@ -482,7 +472,7 @@ fn insert_sql(engine: Engine, n: usize, returning: bool) -> String {
          list_micro_usd, created_at, cache_write_tokens, web_search_requests, batch, \
          batch_line) VALUES ",
     );
-    sql.push_str(&engine.value_rows(n, COLS, 0));
+    sql.push_str(&engine.value_rows(n, COLS));
     // Any unique key: the id (a retried write) or the batch line (a line run again).
     sql.push_str(" ON CONFLICT DO NOTHING");
     if returning {

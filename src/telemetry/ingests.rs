@@ -283,7 +283,7 @@ pub async fn complete(
             "INSERT INTO telemetry_traces (id, org_id, ingest_id, trace_id, name, started_at, ended_at, \
              span_count, model, provider, input_tokens, output_tokens, cost_micro_usd, tags, spans, created_at) VALUES ",
         );
-        sql.push_str(&db.engine.value_rows(chunk.len(), 16, 0));
+        sql.push_str(&db.engine.value_rows(chunk.len(), 16));
         let mut q = sqlx::query(&sql);
         for t in chunk {
             q = q

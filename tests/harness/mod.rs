@@ -300,6 +300,19 @@ impl Sluice {
         panic!("this instance never learned the key");
     }
 
+    /// The `/metrics` scrape of the ops listener (asserted 200).
+    #[allow(dead_code)]
+    pub async fn metrics(&self) -> String {
+        let r = self
+            .http
+            .get(format!("{}/metrics", self.ops))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.text().await.unwrap()
+    }
+
     /// GET on the gateway with a key; returns status, headers and JSON body.
     pub async fn get(&self, path: &str, key: Option<&str>) -> (u16, Value) {
         let mut req = self.http.get(format!("{}{path}", self.gateway));
