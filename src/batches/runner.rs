@@ -83,53 +83,43 @@ struct Claimed {
     body: String,
 }
 
-/// Starts the runner on a thread of its own at the batch lines' lower priority;
-/// `lines` is the loopback listener that serves batch lines. On SQLite it opens
-/// its own connections there, so their threads run at that priority too.
-pub fn spawn(state: Arc<AppState>, lines: SocketAddr) -> anyhow::Result<()> {
+/// Runs the runner; `lines` is the loopback listener that serves batch lines.
+/// It runs on that listener's own thread (`server::BatchLines`), at the batch
+/// lines' lower priority: a line's request and its answer then pass between the
+/// runner and the gateway within one event loop, not between two threads taking
+/// turns on the core. On SQLite it opens its own connections there, so their
+/// threads run at that priority too.
+pub async fn run(state: Arc<AppState>, lines: SocketAddr) {
     let deadline = Duration::from_millis(state.config.limits.request_deadline_ms);
     let wire = Wire::new(lines, deadline + Duration::from_secs(30));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    std::thread::Builder::new()
-        .name("sluice-batches".into())
-        .spawn(move || {
-            crate::store::lower_thread_priority(crate::state::BATCH_LINES_NICE);
-            rt.block_on(async move {
-                let db = match state.db.engine {
-                    Engine::Sqlite if !state.config.storage.database_url.contains(":memory:") => {
-                        Db::open(
-                            &state.config.storage.database_url,
-                            Some(2),
-                            state.db.timeout,
-                        )
-                        .await
-                        .unwrap_or_else(|e| {
-                            tracing::warn!(error = %e, "batch runner: sharing the main pool");
-                            state.db.clone()
-                        })
-                    }
-                    _ => state.db.clone(),
-                };
-                let permits = Arc::new(Semaphore::new(state.config.batches.concurrency));
-                let (answers, rx) = tokio::sync::mpsc::channel(1024);
-                tokio::spawn(record(state.clone(), db.clone(), rx));
-                let runner = Arc::new(Runner {
-                    state,
-                    db,
-                    wire,
-                    permits,
-                    pace: Mutex::new(HashMap::new()),
-                    answers,
-                    queue: Mutex::new(VecDeque::new()),
-                    queued: tokio::sync::Notify::new(),
-                    low: tokio::sync::Notify::new(),
-                });
-                runner.run().await
-            })
-        })?;
-    Ok(())
+    let db = match state.db.engine {
+        Engine::Sqlite if !state.config.storage.database_url.contains(":memory:") => Db::open(
+            &state.config.storage.database_url,
+            Some(2),
+            state.db.timeout,
+        )
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "batch runner: sharing the main pool");
+            state.db.clone()
+        }),
+        _ => state.db.clone(),
+    };
+    let permits = Arc::new(Semaphore::new(state.config.batches.concurrency));
+    let (answers, rx) = tokio::sync::mpsc::channel(1024);
+    tokio::spawn(record(state.clone(), db.clone(), rx));
+    let runner = Arc::new(Runner {
+        state,
+        db,
+        wire,
+        permits,
+        pace: Mutex::new(HashMap::new()),
+        answers,
+        queue: Mutex::new(VecDeque::new()),
+        queued: tokio::sync::Notify::new(),
+        low: tokio::sync::Notify::new(),
+    });
+    runner.run().await
 }
 
 impl Runner {

@@ -24,10 +24,6 @@ pub struct Gateway {
     state: Arc<AppState>,
     management: axum::Router,
     engine: Engine,
-    /// Serves batch lines (`server::serve`'s loopback listener): its thread runs
-    /// at a lower priority, so live requests on the gateway's threads take the
-    /// core first.
-    lines: bool,
 }
 
 impl Gateway {
@@ -36,28 +32,7 @@ impl Gateway {
             management: crate::api::router(state.clone()),
             engine: Engine::new(state.clone()),
             state,
-            lines: false,
         }
-    }
-
-    /// The gateway of the batch lines' listener.
-    pub fn for_batch_lines(state: Arc<AppState>) -> Gateway {
-        Gateway {
-            lines: true,
-            ..Gateway::new(state)
-        }
-    }
-}
-
-/// Lowers this thread's priority once (Pingora starts the service's thread; its
-/// first request is the first code of ours it runs).
-fn yield_to_live_requests() {
-    thread_local! {
-        static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-    if !LOWERED.get() {
-        crate::store::lower_thread_priority(crate::state::BATCH_LINES_NICE);
-        LOWERED.set(true);
     }
 }
 
@@ -193,9 +168,6 @@ impl ProxyHttp for Gateway {
         session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> pingora::Result<bool> {
-        if self.lines {
-            yield_to_live_requests();
-        }
         ctx.started = Instant::now();
         ctx.route = route(session.req_header().uri.path());
         let trail = ctx.trail.insert(self.state.tracer.start(
