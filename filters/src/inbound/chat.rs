@@ -117,12 +117,12 @@ fn opt_with<'a, T>(
 }
 
 fn members<'a>(v: &'a RawValue, param: impl fmt::Display) -> Result<Vec<Member<'a>>, ApiError> {
-    crate::json::split_object(v.get())
+    crate::json::split_valid_object(v)
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an object.")))
 }
 
 fn array(v: &RawValue, param: impl fmt::Display) -> Result<Vec<&RawValue>, ApiError> {
-    crate::json::split_array(v.get())
+    crate::json::split_valid_array(v)
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an array.")))
 }
 
@@ -694,7 +694,7 @@ fn tool_call(v: &RawValue, p: At) -> Result<Part, ApiError> {
 }
 
 fn content_parts(v: &RawValue, p: At) -> Result<Vec<Part>, ApiError> {
-    if let Ok(text) = crate::json::string_value(v.get()) {
+    if let Ok(text) = crate::json::valid_string_value(v) {
         return Ok(vec![Part::Text {
             text: text.into_owned(),
         }]);

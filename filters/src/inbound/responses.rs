@@ -117,12 +117,12 @@ fn missing(param: impl fmt::Display) -> ApiError {
 }
 
 fn members(v: &RawValue, param: impl fmt::Display) -> Result<Vec<Member<'_>>, ApiError> {
-    crate::json::split_object(v.get())
+    crate::json::split_valid_object(v)
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an object.")))
 }
 
 fn array(v: &RawValue, param: impl fmt::Display) -> Result<Vec<&RawValue>, ApiError> {
-    crate::json::split_array(v.get())
+    crate::json::split_valid_array(v)
         .map_err(|_| invalid(param.to_string(), format!("`{param}` must be an array.")))
 }
 

@@ -32,7 +32,7 @@ struct Object<'a> {
 /// The members of the object that is the whole of `text` (whitespace around it
 /// allowed); `None` when the scan declines or `text` is not an object.
 fn object(text: &str) -> Option<Object<'_>> {
-    let mut s = Scan { text, at: 0 };
+    let mut s = Scan::new(text);
     s.ws();
     let open = s.at;
     let base = text.as_ptr() as usize;

@@ -77,11 +77,29 @@ pub fn split_object(text: &str) -> Result<Vec<Member<'_>>, serde_json::Error> {
     }
 }
 
-/// Splits a JSON array into its items, as raw JSON; as [`split_object`] does.
-pub(crate) fn split_array(text: &str) -> Result<Vec<&RawValue>, serde_json::Error> {
-    match scan::items(text) {
+/// As [`split_object`], for a value already read as JSON: its strings are not
+/// checked again, only skipped.
+pub(crate) fn split_valid_object(v: &RawValue) -> Result<Vec<Member<'_>>, serde_json::Error> {
+    match scan::members_of(scan::Scan::of_valid(v)) {
+        Some(members) => Ok(members),
+        None => serde_json::from_str::<Members>(v.get()).map(|m| m.0),
+    }
+}
+
+/// The items of a JSON array, as raw JSON, for a value already read as JSON;
+/// as [`split_valid_object`] does.
+pub(crate) fn split_valid_array(v: &RawValue) -> Result<Vec<&RawValue>, serde_json::Error> {
+    match scan::items_of(scan::Scan::of_valid(v)) {
         Some(items) => Ok(items),
-        None => serde_json::from_str(text),
+        None => serde_json::from_str(v.get()),
+    }
+}
+
+/// As [`string_value`], for a value already read as JSON.
+pub(crate) fn valid_string_value(v: &RawValue) -> Result<Cow<'_, str>, serde_json::Error> {
+    match scan::plain_str_of(scan::Scan::of_valid(v)) {
+        Some(s) => Ok(Cow::Borrowed(s)),
+        None => serde_json::from_str::<String>(v.get()).map(Cow::Owned),
     }
 }
 

@@ -24,7 +24,7 @@ struct ChoiceSeen<'a> {
 }
 
 pub(super) fn inspect(text: &str) -> Option<Inspection<'_>> {
-    let mut s = Scan { text, at: 0 };
+    let mut s = Scan::new(text);
     let mut out = Inspection::default();
     let mut choices = 0usize;
     const TOP: [&str; 6] = ["choices", "usage", "error", "id", "model", "created"];
