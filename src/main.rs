@@ -131,11 +131,12 @@ enum AdminCommand {
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's options, read before `main`. Pingora's HTTP/1 body reader takes a
-/// 64 KiB buffer for every request body; above the default 32 KiB thread-cache
-/// limit each one went through the arena's extent allocator and back. Cached per
-/// thread it costs what a small allocation does. The cache's garbage collection
-/// runs after every `tcache_gc_incr_bytes` allocated: at the default 64 KiB that
-/// buffer alone set it off on every request; at 4 MiB it runs about every 60.
+/// 64 KiB buffer for a request body larger than what came with its header; above
+/// the default 32 KiB thread-cache limit each one went through the arena's extent
+/// allocator and back. Cached per thread it costs what a small allocation does.
+/// The cache's garbage collection runs after every `tcache_gc_incr_bytes`
+/// allocated: at the default 64 KiB one such buffer set it off; at 4 MiB it runs
+/// about every 60.
 #[export_name = "_rjem_malloc_conf"]
 #[allow(non_upper_case_globals)]
 static malloc_conf: Option<&'static std::ffi::c_char> =
