@@ -50,11 +50,13 @@ struct Lease {
     last_use: Instant,
     /// Granted locally while the shared store was away: nothing to give back.
     unbacked: bool,
+    /// A balance block is being fetched in the background.
+    refilling: bool,
 }
 
 pub struct LeasedCounters {
     inner: Arc<dyn Counters>,
-    leases: Mutex<HashMap<String, Lease>>,
+    leases: Arc<Mutex<HashMap<String, Lease>>>,
 }
 
 /// One window of a take, with its stored counter name, the part this instance's
@@ -64,6 +66,12 @@ struct Need<'a> {
     name: String,
     local: i64,
     remote: i64,
+}
+
+fn lock(
+    leases: &Mutex<HashMap<String, Lease>>,
+) -> std::sync::MutexGuard<'_, HashMap<String, Lease>> {
+    leases.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn block(limit: i64) -> i64 {
@@ -84,12 +92,42 @@ impl LeasedCounters {
     pub fn new(inner: Arc<dyn Counters>) -> Self {
         LeasedCounters {
             inner,
-            leases: Mutex::new(HashMap::new()),
+            leases: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lease>> {
-        self.leases.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.leases)
+    }
+
+    /// Fetches the next block of a balance in the background, so the draw that
+    /// would have found the lease empty does not wait on the shared store. What
+    /// arrives after its lease went (returned, or reseeded) goes back at once.
+    fn refill_balance(&self, draw: &BalanceReq) {
+        let (inner, leases) = (self.inner.clone(), self.leases.clone());
+        let mut req = draw.clone();
+        req.amount = balance_block(draw.amount);
+        tokio::spawn(async move {
+            let got = matches!(inner.take(&[], Some(&req)).await, Ok(WindowOutcome::Added));
+            let orphan = {
+                let mut leases = lock(&leases);
+                match leases.get_mut(&req.key) {
+                    Some(l) => {
+                        l.refilling = false;
+                        if got {
+                            l.available += req.amount;
+                        }
+                        false
+                    }
+                    None => got,
+                }
+            };
+            if orphan {
+                if let Err(e) = inner.correct_many(&[(req.key.clone(), req.amount)]).await {
+                    tracing::warn!(error = %e, "a balance block fetched for a lease that went was not given back");
+                }
+            }
+        });
     }
 
     /// Gives back what idle leases hold, and drops leases of windows that ended.
@@ -154,13 +192,16 @@ impl LeasedCounters {
             reqs.push(r);
             index.push(i);
         }
+        // The block is eight of the request's whole draws, not of the part the
+        // lease did not cover: a lease nearly enough would otherwise fetch a
+        // sliver of a block, and the next request would wait on the store again.
         let bal = balance.map(|(b, remote)| {
-            let mut b = b.clone();
-            b.amount = remote;
+            let mut req = b.clone();
+            req.amount = remote;
             if blocks {
-                b.amount = b.amount.saturating_add(balance_block(remote));
+                req.amount = req.amount.saturating_add(balance_block(b.amount));
             }
-            b
+            req
         });
         let out = self.inner.take(&reqs, bal.as_ref()).await?;
         Ok((out, index))
@@ -187,6 +228,7 @@ impl Counters for LeasedCounters {
             })
             .collect();
         let (mut bal_local, mut bal_remote) = (0, balance.map_or(0, |b| b.amount));
+        let mut refill = false;
         {
             let mut leases = self.lock();
             for n in &mut needs {
@@ -203,8 +245,21 @@ impl Counters for LeasedCounters {
                     bal_remote = b.amount - bal_local;
                     l.available -= bal_local;
                     l.last_use = Instant::now();
+                    // Covered, and half a block or less left: the next block is
+                    // fetched now, off this request's path.
+                    if bal_remote == 0
+                        && !l.refilling
+                        && !l.unbacked
+                        && l.available <= balance_block(b.amount) / 2
+                    {
+                        l.refilling = true;
+                        refill = true;
+                    }
                 }
             }
+        }
+        if let (true, Some(b)) = (refill, balance) {
+            self.refill_balance(b);
         }
         let remote_balance = balance.filter(|_| bal_remote > 0).map(|b| (b, bal_remote));
         if needs.iter().all(|n| n.remote == 0) && remote_balance.is_none() {
@@ -269,22 +324,24 @@ impl Counters for LeasedCounters {
                             .then(|| (now / n.req.window_secs + 1) * n.req.window_secs),
                         last_use: Instant::now(),
                         unbacked: false,
+                        refilling: false,
                     });
                     if with_blocks {
                         l.available += block(n.req.limit);
                     }
                     l.last_use = Instant::now();
                 }
-                if let Some((b, remote)) = remote_balance {
+                if let Some((b, _)) = remote_balance {
                     let l = leases.entry(b.key.clone()).or_insert_with(|| Lease {
                         available: 0,
                         balance: true,
                         ends: None,
                         last_use: Instant::now(),
                         unbacked: false,
+                        refilling: false,
                     });
                     if with_blocks {
-                        l.available += balance_block(remote);
+                        l.available += balance_block(b.amount);
                     }
                     l.last_use = Instant::now();
                 }
@@ -312,6 +369,7 @@ impl Counters for LeasedCounters {
                             .then(|| (now / n.req.window_secs + 1) * n.req.window_secs),
                         last_use: Instant::now(),
                         unbacked: true,
+                        refilling: false,
                     });
                     if !fresh && !l.unbacked || l.available < n.remote {
                         // Its one block is used: refused.
@@ -424,6 +482,8 @@ mod tests {
         inner: MemoryCounters,
         down: AtomicBool,
         takes: std::sync::atomic::AtomicUsize,
+        /// Closed: takes wait until it opens (a slow shared store).
+        gate: tokio::sync::watch::Sender<bool>,
     }
 
     impl Flaky {
@@ -443,6 +503,7 @@ mod tests {
             b: Option<&BalanceReq>,
         ) -> anyhow::Result<WindowOutcome> {
             self.check()?;
+            let _ = self.gate.subscribe().wait_for(|open| *open).await;
             self.takes.fetch_add(1, Ordering::Relaxed);
             self.inner.take(w, b).await
         }
@@ -484,6 +545,7 @@ mod tests {
             inner: MemoryCounters::new(),
             down: AtomicBool::new(false),
             takes: Default::default(),
+            gate: tokio::sync::watch::Sender::new(true),
         })
     }
 
@@ -564,6 +626,73 @@ mod tests {
         assert_eq!(store.get(&name).await.unwrap(), Some(120));
     }
 
+    /// Lets background refills run until the shared store has seen `takes`.
+    async fn settle(store: &Flaky, takes: usize) {
+        for _ in 0..1000 {
+            if store.takes.load(Ordering::Relaxed) >= takes {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(store.takes.load(Ordering::Relaxed), takes);
+    }
+
+    #[tokio::test]
+    async fn a_draw_never_waits_for_the_next_balance_block() {
+        let store = shared();
+        store
+            .seed_balance("bal:org_1", 10_000, 10_000)
+            .await
+            .unwrap();
+        let a = LeasedCounters::new(store.clone());
+        let draw = BalanceReq {
+            key: "bal:org_1".into(),
+            org_id: "org_1".into(),
+            credited: 10_000,
+            amount: 10,
+            floor: 0,
+        };
+        // The first draw takes a block of eight draws.
+        assert_eq!(
+            a.take(&[], Some(&draw)).await.unwrap(),
+            WindowOutcome::Added
+        );
+        // The shared store stops answering promptly: every later draw the lease
+        // covers is still admitted at once, though the next block is on its way.
+        store.gate.send_replace(false);
+        for i in 0..7 {
+            let took = tokio::time::timeout(Duration::from_secs(1), a.take(&[], Some(&draw)))
+                .await
+                .unwrap_or_else(|_| panic!("draw {i} waited on the shared store"));
+            assert_eq!(took.unwrap(), WindowOutcome::Added);
+        }
+        assert_eq!(store.takes.load(Ordering::Relaxed), 1);
+        // Once it answers, the block lands in the lease: 10 left + 80.
+        store.gate.send_replace(true);
+        settle(&store, 2).await;
+        assert_eq!(a.lock().get("bal:org_1").map(|l| l.available), Some(90));
+        assert_eq!(
+            store.get("bal:org_1").await.unwrap(),
+            Some(10_000 - 90 - 80)
+        );
+        // A block that arrives after its lease went back is given back too.
+        store.gate.send_replace(false);
+        for _ in 0..5 {
+            a.take(&[], Some(&draw)).await.unwrap();
+        }
+        a.return_idle(true).await;
+        store.gate.send_replace(true);
+        settle(&store, 3).await;
+        assert_eq!(
+            store.get("bal:org_1").await.unwrap(),
+            Some(10_000 - 130),
+            "the shared balance is down by exactly what was drawn"
+        );
+    }
+
     #[tokio::test]
     async fn balances_are_leased_in_blocks_and_exact_when_low() {
         let store = shared();
@@ -588,7 +717,9 @@ mod tests {
                 WindowOutcome::Added
             );
         }
-        assert_eq!(store.takes.load(Ordering::Relaxed), 1);
+        // Half the block used: the next one was fetched in the background.
+        settle(&store, 2).await;
+        assert_eq!(store.get("bal:org_1").await.unwrap(), Some(830));
         // Low: a draw the blocks cannot cover asks for its exact amount, and one
         // the balance cannot cover is refused with the balance.
         assert_eq!(
