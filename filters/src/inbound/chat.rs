@@ -88,7 +88,7 @@ fn opt<'a, T: Deserialize<'a>>(
     param: impl fmt::Display,
     what: &str,
 ) -> Result<Option<T>, ApiError> {
-    opt_with(v, param, what, serde_json::from_str)
+    opt_with(v, param, what, |v| serde_json::from_str(v.get()))
 }
 
 /// [`opt`] of a string, borrowed from the body when it holds no escapes.
@@ -96,7 +96,7 @@ fn opt_str<'a>(
     v: Option<&'a RawValue>,
     param: impl fmt::Display,
 ) -> Result<Option<Cow<'a, str>>, ApiError> {
-    opt_with(v, param, "a string", crate::json::string_value)
+    opt_with(v, param, "a string", crate::json::valid_string_value)
 }
 
 /// An optional member read by `read`; `null` is absent, anything `read` refuses is
@@ -105,12 +105,12 @@ fn opt_with<'a, T>(
     v: Option<&'a RawValue>,
     param: impl fmt::Display,
     what: &str,
-    read: impl FnOnce(&'a str) -> Result<T, serde_json::Error>,
+    read: impl FnOnce(&'a RawValue) -> Result<T, serde_json::Error>,
 ) -> Result<Option<T>, ApiError> {
     match v {
         None => Ok(None),
         Some(v) if is_null(v) => Ok(None),
-        Some(v) => read(v.get())
+        Some(v) => read(v)
             .map(Some)
             .map_err(|_| invalid(param.to_string(), format!("`{param}` must be {what}."))),
     }

@@ -71,18 +71,21 @@ impl<'de> Deserialize<'de> for Key<'de> {
 /// classify (syntax: not JSON; data: JSON that is not an object). The common shape
 /// is split in one validating pass; anything else is serde's to read.
 pub fn split_object(text: &str) -> Result<Vec<Member<'_>>, serde_json::Error> {
-    match scan::members(text) {
-        Some(members) => Ok(members),
-        None => serde_json::from_str::<Members>(text).map(|m| m.0),
-    }
+    members_or_serde(scan::Scan::new(text))
 }
 
 /// As [`split_object`], for a value already read as JSON: its strings are not
 /// checked again, only skipped.
 pub(crate) fn split_valid_object(v: &RawValue) -> Result<Vec<Member<'_>>, serde_json::Error> {
-    match scan::members_of(scan::Scan::of_valid(v)) {
+    members_or_serde(scan::Scan::of_valid(v))
+}
+
+/// The scan's split of the object, or serde's where the scan declines.
+fn members_or_serde(s: scan::Scan<'_>) -> Result<Vec<Member<'_>>, serde_json::Error> {
+    let text = s.text;
+    match scan::members_of(s) {
         Some(members) => Ok(members),
-        None => serde_json::from_str::<Members>(v.get()).map(|m| m.0),
+        None => serde_json::from_str::<Members>(text).map(|m| m.0),
     }
 }
 
@@ -95,19 +98,11 @@ pub(crate) fn split_valid_array(v: &RawValue) -> Result<Vec<&RawValue>, serde_js
     }
 }
 
-/// As [`string_value`], for a value already read as JSON.
+/// A JSON string value already read as JSON, borrowed when it holds no escapes.
 pub(crate) fn valid_string_value(v: &RawValue) -> Result<Cow<'_, str>, serde_json::Error> {
     match scan::plain_str_of(scan::Scan::of_valid(v)) {
         Some(s) => Ok(Cow::Borrowed(s)),
         None => serde_json::from_str::<String>(v.get()).map(Cow::Owned),
-    }
-}
-
-/// A JSON string value, borrowed from `text` when it holds no escapes.
-pub(crate) fn string_value(text: &str) -> Result<Cow<'_, str>, serde_json::Error> {
-    match scan::plain_str(text) {
-        Some(s) => Ok(Cow::Borrowed(s)),
-        None => serde_json::from_str::<String>(text).map(Cow::Owned),
     }
 }
 

@@ -47,6 +47,7 @@ impl<'a> Scan<'a> {
 /// allowed), as serde's reading of it gives them: in document order, repeats kept,
 /// values borrowed as raw JSON. `None` when an escaped key or anything unusual
 /// calls for serde.
+#[cfg(test)]
 pub(crate) fn members(text: &str) -> Option<Vec<Member<'_>>> {
     members_of(Scan::new(text))
 }
@@ -80,6 +81,7 @@ pub(crate) fn items_of(mut s: Scan<'_>) -> Option<Vec<&RawValue>> {
 }
 
 /// The string that is the whole of `text`, when it holds no escapes.
+#[cfg(test)]
 pub(crate) fn plain_str(text: &str) -> Option<&str> {
     plain_str_of(Scan::new(text))
 }

@@ -54,6 +54,33 @@ struct Lease {
     refilling: bool,
 }
 
+impl Lease {
+    /// A lease of a window, ending with it; `unbacked` when granted while the
+    /// shared store was away.
+    fn window(req: &WindowReq, now: u64, available: i64, unbacked: bool) -> Lease {
+        Lease {
+            available,
+            balance: false,
+            ends: (req.window_secs > 0).then(|| (now / req.window_secs + 1) * req.window_secs),
+            last_use: Instant::now(),
+            unbacked,
+            refilling: false,
+        }
+    }
+
+    /// An empty lease of a balance.
+    fn balance() -> Lease {
+        Lease {
+            available: 0,
+            balance: true,
+            ends: None,
+            last_use: Instant::now(),
+            unbacked: false,
+            refilling: false,
+        }
+    }
+}
+
 pub struct LeasedCounters {
     inner: Arc<dyn Counters>,
     leases: Arc<Mutex<HashMap<String, Lease>>>,
@@ -317,29 +344,16 @@ impl Counters for LeasedCounters {
             Some(Ok(with_blocks)) => {
                 let mut leases = self.lock();
                 for n in needs.iter().filter(|n| n.remote > 0) {
-                    let l = leases.entry(n.name.clone()).or_insert_with(|| Lease {
-                        available: 0,
-                        balance: false,
-                        ends: (n.req.window_secs > 0)
-                            .then(|| (now / n.req.window_secs + 1) * n.req.window_secs),
-                        last_use: Instant::now(),
-                        unbacked: false,
-                        refilling: false,
-                    });
+                    let l = leases
+                        .entry(n.name.clone())
+                        .or_insert_with(|| Lease::window(n.req, now, 0, false));
                     if with_blocks {
                         l.available += block(n.req.limit);
                     }
                     l.last_use = Instant::now();
                 }
                 if let Some((b, _)) = remote_balance {
-                    let l = leases.entry(b.key.clone()).or_insert_with(|| Lease {
-                        available: 0,
-                        balance: true,
-                        ends: None,
-                        last_use: Instant::now(),
-                        unbacked: false,
-                        refilling: false,
-                    });
+                    let l = leases.entry(b.key.clone()).or_insert_with(Lease::balance);
                     if with_blocks {
                         l.available += balance_block(b.amount);
                     }
@@ -362,15 +376,9 @@ impl Counters for LeasedCounters {
                 let mut leases = self.lock();
                 for n in needs.iter().filter(|n| n.remote > 0) {
                     let fresh = !leases.contains_key(&n.name);
-                    let l = leases.entry(n.name.clone()).or_insert_with(|| Lease {
-                        available: block(n.req.limit),
-                        balance: false,
-                        ends: (n.req.window_secs > 0)
-                            .then(|| (now / n.req.window_secs + 1) * n.req.window_secs),
-                        last_use: Instant::now(),
-                        unbacked: true,
-                        refilling: false,
-                    });
+                    let l = leases
+                        .entry(n.name.clone())
+                        .or_insert_with(|| Lease::window(n.req, now, block(n.req.limit), true));
                     if !fresh && !l.unbacked || l.available < n.remote {
                         // Its one block is used: refused.
                         drop(leases);
