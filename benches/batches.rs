@@ -9,7 +9,8 @@
 //! generator sends them), `BATCH_BENCH_ROUNDS` (default 3: each round measures
 //! the idle latency, the live run and the batch; the medians are printed), `BATCH_BENCH_PIN` (default 1: the gateway on core 0,
 //! this process, the mock and the clients on core 1, as benches/load pins them;
-//! 0 lets the scheduler place them).
+//! 0 lets the scheduler place them), `SLUICE_BIN` (another build of the binary,
+//! for comparing two builds run after run).
 //!
 //! Prints: the throughput of N live requests sent at concurrency C, the batch's
 //! throughput (create to completed), and the live c=1 p50 added latency (the
@@ -130,12 +131,14 @@ fn main() {
     }
     mock.set_recording(false);
     let dir = tempfile::tempdir().unwrap();
+    // SLUICE_BIN: another build of the binary, to set two builds side by side.
+    let bin = std::env::var("SLUICE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sluice").into());
     let mut cmd = if pin {
         let mut c = Command::new("taskset");
-        c.args(["-c", "0", env!("CARGO_BIN_EXE_sluice")]);
+        c.args(["-c", "0", &bin]);
         c
     } else {
-        Command::new(env!("CARGO_BIN_EXE_sluice"))
+        Command::new(&bin)
     };
     let mut child = cmd
         .current_dir(env!("CARGO_MANIFEST_DIR"))

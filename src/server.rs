@@ -185,36 +185,40 @@ impl BackgroundService for Lifecycle {
     }
 }
 
-/// The batch lines' listener and the batch runner, on one thread at a lower
-/// priority than live requests: the runner's requests to the listener and their
-/// answers stay within one event loop.
+/// The batch runner and the gateway that serves its lines, on one thread at a
+/// lower priority than live requests: each line's connection is an in-memory
+/// pipe whose far end this gateway serves as it serves a client's (no listener,
+/// no socket), so a line's request and answer stay within one event loop.
 struct BatchLines {
-    lines: pingora::services::listening::Service<pingora::proxy::HttpProxy<Gateway, ()>>,
+    gateway: Arc<pingora::proxy::HttpProxy<Gateway, ()>>,
     state: Arc<AppState>,
-    addr: SocketAddr,
 }
 
 #[async_trait]
 impl pingora::services::Service for BatchLines {
     async fn start_service(
         &mut self,
-        fds: Option<pingora::server::ListenFds>,
-        shutdown: ShutdownWatch,
-        listeners_per_fd: usize,
+        _fds: Option<pingora::server::ListenFds>,
+        mut shutdown: ShutdownWatch,
+        _listeners_per_fd: usize,
     ) {
+        use pingora::apps::ServerApp as _;
         crate::store::lower_thread_priority(crate::state::BATCH_LINES_NICE);
-        tokio::spawn(crate::batches::runner::run(self.state.clone(), self.addr));
-        self.lines
-            .start_service(fds, shutdown, listeners_per_fd)
-            .await
+        let (gateway, closing) = (self.gateway.clone(), shutdown.clone());
+        let lines: crate::batches::Lines = Arc::new(move |end| {
+            let (gateway, closing) = (gateway.clone(), closing.clone());
+            tokio::spawn(async move { gateway.process_new(Box::new(end), &closing).await });
+        });
+        tokio::spawn(crate::batches::runner::run(self.state.clone(), lines));
+        let _ = shutdown.changed().await;
     }
 
     fn name(&self) -> &str {
-        pingora::services::Service::name(&self.lines)
+        "batch-lines"
     }
 
     fn threads(&self) -> Option<usize> {
-        pingora::services::Service::threads(&self.lines)
+        Some(1)
     }
 }
 
@@ -323,24 +327,15 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     gateway.threads = Some(config.gateway_threads());
     server.add_service(gateway);
 
-    // Batch lines come in on a listener of their own: loopback only, plain (the
-    // runner's credential is a per-process secret), one thread at a lower
+    // Batch lines reach a gateway of their own on one thread at a lower
     // priority, so a batch takes what the live requests leave of the core.
     if config.batches.concurrency > 0 {
-        let lines_addr = TcpListener::bind("127.0.0.1:0")
-            .context("binding the batch lines' listener")?
-            .local_addr()?;
-        let mut lines = pingora::proxy::http_proxy_service_with_name(
-            &server.configuration,
-            Gateway::new(state.clone()),
-            "batch-lines",
-        );
-        lines.add_listener(unbuffered_reads(&lines_addr.to_string()));
-        lines.threads = Some(1);
         server.add_service(BatchLines {
-            lines,
+            gateway: Arc::new(pingora::proxy::http_proxy(
+                &server.configuration,
+                Gateway::new(state.clone()),
+            )),
             state: state.clone(),
-            addr: lines_addr,
         });
     }
     let web_router = crate::web::router(state.clone(), gateway_addr)?;

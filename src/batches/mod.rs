@@ -1,10 +1,11 @@
 //! Files and batches (issue 26): OpenAI's Files API (`/v1/files`) over the object
 //! store of `[storage] objects`, and its Batch API (`/v1/batches`) whose lines are
-//! served by [`runner`] through this instance's own gateway listener, so each line
+//! served by [`runner`] through this instance's own gateway ([`Lines`]), so each line
 //! meets the same validation, waterfall, gates and prices as a live request.
 //!
 //! The doors: the proxy's dispatch hands `/v1/files*` and `/v1/batches*` (and the
-//! unprefixed twins) to [`serve`]; `server.rs` starts [`runner::spawn`]. Nothing
+//! unprefixed twins) to [`serve`]; `server.rs` starts [`runner::run`] with
+//! the [`Lines`] that serve a line's connection. Nothing
 //! here imports `proxy` or `inference`.
 
 mod batch;
@@ -13,6 +14,7 @@ pub mod jsonl;
 mod recorder;
 pub mod runner;
 mod wire;
+pub use wire::Lines;
 
 use crate::accounts::{presented_key, KeyRecord, OrgRecord};
 use crate::downstream::answer::{send_error, send_json};

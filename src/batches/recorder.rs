@@ -1,5 +1,7 @@
 //! The batch runner's recorder: each line's answer, as its output file line, goes
-//! to the database a few to a transaction, with the batch's request counts. An
+//! to the database a few to a transaction, with the batch's request counts: the
+//! line is marked done and its answer appended to `batch_answers` (a row of its
+//! own, so the line's row keeps its size and its page is not split). An
 //! answer not recorded leaves its line leased: it runs again (billed once:
 //! `batch_line` on its usage event).
 
@@ -82,23 +84,43 @@ pub(super) async fn record(
         let write = async {
             let mut tx = db.pool.begin().await?;
             for same in pending.chunk_by(|a, b| a.batch_id == b.batch_id) {
+                let batch = &same[0].batch_id;
                 let (mut ok, mut failed) = (0i64, 0i64);
+                let mut fresh = Vec::with_capacity(same.len());
                 for part in crate::store::db::fixed_chunks(same, &[64, 16, 4, 1]) {
-                    let sql = record_sql(db.engine, part.len());
+                    let sql = done_sql(db.engine, part.len());
                     let mut q = sqlx::query(&sql);
                     for a in part {
-                        q = q.bind(a.line_no).bind(a.ok as i64).bind(&a.output);
+                        q = q.bind(a.line_no).bind(a.ok as i64);
                     }
                     // Kept: which instance served the line.
-                    q = q.bind(&state.instance_id).bind(&same[0].batch_id);
+                    q = q.bind(&state.instance_id).bind(batch);
                     // A line recorded already (it ran twice: a lease that lapsed)
-                    // is not returned, nor counted again.
+                    // is not returned, nor counted or its answer stored again.
                     for r in q.fetch_all(&mut *tx).await? {
                         match r.get::<i64, _>("ok") {
                             1 => ok += 1,
                             _ => failed += 1,
                         }
+                        fresh.push(r.get::<i64, _>("line_no"));
                     }
+                }
+                fresh.sort_unstable();
+                let answers: Vec<&Answered> = same
+                    .iter()
+                    .filter(|a| fresh.binary_search(&a.line_no).is_ok())
+                    .collect();
+                for part in crate::store::db::fixed_chunks(&answers, &[64, 16, 4, 1]) {
+                    let sql = format!(
+                        "INSERT INTO batch_answers (batch_id, line_no, output) VALUES {} \
+                         ON CONFLICT DO NOTHING",
+                        db.engine.value_rows(part.len(), 3)
+                    );
+                    let mut q = sqlx::query(&sql);
+                    for a in part {
+                        q = q.bind(batch).bind(a.line_no).bind(&a.output);
+                    }
+                    q.execute(&mut *tx).await?;
                 }
                 sqlx::query(
                     "UPDATE batches SET completed_count = completed_count + $1, \
@@ -106,7 +128,7 @@ pub(super) async fn record(
                 )
                 .bind(ok)
                 .bind(failed)
-                .bind(&same[0].batch_id)
+                .bind(batch)
                 .execute(&mut *tx)
                 .await?;
             }
@@ -119,16 +141,17 @@ pub(super) async fn record(
     }
 }
 
-/// One statement recording `n` answers of one batch: parameters are `n` triples
-/// (line, ok, output), then the instance and the batch, in the text's order.
-fn record_sql(engine: Engine, n: usize) -> String {
-    let (claimant, batch) = (engine.param(3 * n + 1), engine.param(3 * n + 2));
+/// One statement marking `n` lines of one batch done: parameters are `n` pairs
+/// (line, ok), then the instance and the batch, in the text's order. It returns
+/// the lines it marked (not those done already), whose answers are then stored.
+fn done_sql(engine: Engine, n: usize) -> String {
+    let (claimant, batch) = (engine.param(2 * n + 1), engine.param(2 * n + 2));
     format!(
-        "WITH v (line_no, ok, output) AS (VALUES {}) \
-         UPDATE batch_lines SET done = 1, ok = v.ok, output = v.output, claimed_by = {claimant} \
+        "WITH v (line_no, ok) AS (VALUES {}) \
+         UPDATE batch_lines SET done = 1, ok = v.ok, claimed_by = {claimant} \
          FROM v WHERE batch_lines.batch_id = {batch} AND batch_lines.line_no = v.line_no \
-         AND batch_lines.done = 0 RETURNING batch_lines.ok",
-        engine.value_rows(n, 3)
+         AND batch_lines.done = 0 RETURNING batch_lines.line_no, batch_lines.ok",
+        engine.value_rows(n, 2)
     )
 }
 

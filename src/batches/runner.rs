@@ -4,8 +4,8 @@
 //! and a line runs on one at a time. A line whose claimant stopped beating
 //! (`instances`) or whose lease ran out is claimed again.
 //!
-//! Each line goes to this instance's own gateway listener over loopback, as a
-//! client's request would, with the internal credential naming the batch's key
+//! Each line goes to this instance's own gateway over an in-memory connection
+//! (`wire`), as a client's request would, with the internal credential naming the batch's key
 //! and the line (`state::BATCH_HEADER`): the same validation, waterfall, gates,
 //! limits and prices apply, and the usage event is marked batch and names the
 //! line. A line is billed once however often it runs: the usage store keeps one
@@ -23,7 +23,7 @@
 use super::batch::counts;
 use super::files::{self, FileRow};
 use super::recorder::{output_line, record, Answered};
-use super::wire::{Answer, Wire};
+use super::wire::{Answer, Lines, Wire};
 use crate::state::{AppState, BATCH_HEADER};
 use crate::store::db::Engine;
 use crate::store::instances::HEARTBEAT_TTL;
@@ -32,7 +32,6 @@ use crate::store::Db;
 use serde_json::{json, Value};
 use sqlx::Row;
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
@@ -83,13 +82,13 @@ struct Claimed {
     body: String,
 }
 
-/// Runs the runner; `lines` is the loopback listener that serves batch lines.
-/// It runs on that listener's own thread (`server::BatchLines`), at the batch
-/// lines' lower priority: a line's request and its answer then pass between the
-/// runner and the gateway within one event loop, not between two threads taking
-/// turns on the core. On SQLite it opens its own connections there, so their
+/// Runs the runner; `lines` serves a connection to the gateway for batch lines.
+/// It runs on the batch lines' own thread (`server::BatchLines`), at their lower
+/// priority, as do the connections it opens: a line's request and its answer
+/// pass between the runner and the gateway within one event loop, not between
+/// two threads taking turns on the core. On SQLite it opens its own connections there, so their
 /// threads run at that priority too.
-pub async fn run(state: Arc<AppState>, lines: SocketAddr) {
+pub async fn run(state: Arc<AppState>, lines: Lines) {
     let deadline = Duration::from_millis(state.config.limits.request_deadline_ms);
     let wire = Wire::new(lines, deadline + Duration::from_secs(30));
     let db = match state.db.engine {
@@ -518,14 +517,17 @@ impl Runner {
             let (id, total): (String, i64) = (r.get("id"), r.get("total"));
             let mut from = 0;
             while from < total {
-                let q = sqlx::query(
-                    "DELETE FROM batch_lines WHERE batch_id = $1 AND line_no >= $2 AND line_no < $3",
-                )
-                .bind(&id)
-                .bind(from)
-                .bind(from + PURGE_STEP)
-                .execute(&db.pool);
-                db.bounded(q).await?;
+                for table in ["batch_answers", "batch_lines"] {
+                    let sql = format!(
+                        "DELETE FROM {table} WHERE batch_id = $1 AND line_no >= $2 AND line_no < $3"
+                    );
+                    let q = sqlx::query(&sql)
+                        .bind(&id)
+                        .bind(from)
+                        .bind(from + PURGE_STEP)
+                        .execute(&db.pool);
+                    db.bounded(q).await?;
+                }
                 from += PURGE_STEP;
             }
             let q = sqlx::query("UPDATE batches SET lines_purged = 1 WHERE id = $1")
@@ -589,8 +591,9 @@ impl Runner {
         let mut after = -1i64;
         loop {
             let q = sqlx::query(
-                "SELECT line_no, custom_id, done, ok, output FROM batch_lines \
-                 WHERE batch_id = $1 AND line_no > $2 ORDER BY line_no LIMIT $3",
+                "SELECT l.line_no, l.custom_id, l.done, l.ok, a.output FROM batch_lines l \
+                 LEFT JOIN batch_answers a ON a.batch_id = l.batch_id AND a.line_no = l.line_no \
+                 WHERE l.batch_id = $1 AND l.line_no > $2 ORDER BY l.line_no LIMIT $3",
             )
             .bind(batch_id)
             .bind(after)

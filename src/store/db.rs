@@ -84,6 +84,9 @@ pub struct Db {
     pub timeout: std::time::Duration,
 }
 
+/// How long a SQLite statement waits for another connection's lock.
+pub(super) const BUSY_TIMEOUT: &str = "PRAGMA busy_timeout=5000";
+
 /// The default bound of database calls when the configuration gives none.
 const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -197,6 +200,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0051_batch_lines_once.sql"),
         include_str!("../../migrations/postgres/0051_batch_lines_once.sql"),
     ),
+    (
+        52,
+        "batch answers in a table of their own",
+        include_str!("../../migrations/sqlite/0052_batch_answers.sql"),
+        include_str!("../../migrations/postgres/0052_batch_answers.sql"),
+    ),
 ];
 
 impl Db {
@@ -233,11 +242,14 @@ impl Db {
             Engine::Postgres
         };
         let mut url = url.to_string();
-        if engine == Engine::Sqlite && !url.contains(":memory:") {
+        let file = engine == Engine::Sqlite && !url.contains(":memory:");
+        let mut path_of_file = None;
+        if file {
             let path = url
                 .trim_start_matches("sqlite://")
                 .trim_start_matches("sqlite:");
             let path = path.split('?').next().unwrap_or(path);
+            path_of_file = Some(path.to_string());
             if let Some(dir) = Path::new(path).parent() {
                 if !dir.as_os_str().is_empty() {
                     std::fs::create_dir_all(dir)
@@ -277,11 +289,15 @@ impl Db {
             .connect(&url)
             .await
             .with_context(|| format!("connecting to the {engine:?} database"))?;
-        Ok(Db {
+        let db = Db {
             pool,
             engine,
             timeout,
-        })
+        };
+        if let Some(path) = path_of_file {
+            super::checkpoint::keep(&path, db.clone());
+        }
+        Ok(db)
     }
 
     /// Applies pending migrations of this engine.

@@ -1,6 +1,7 @@
 //! State: the durable database (sqlx over SQLite or PostgreSQL) and the fast
 //! counters (Redis or in-process).
 
+mod checkpoint;
 pub mod counters;
 pub mod db;
 pub mod instances;
