@@ -575,6 +575,33 @@ impl SlowBatch {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_starts_and_finishes_at_once_not_at_the_next_poll() {
+    // With a poll of a minute, a batch that waited for the runner's poll to start
+    // or to be finalized would take that long; opening it and recording its last
+    // line wake the runner.
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sluice::start(
+        &b,
+        opts_in(&mock, dir.path()).env("SLUICE_BATCHES__POLL_MS", "60000"),
+    )
+    .await;
+    let (_, _, key) = s.org_and_key().await;
+    // The runner's first look (at its start) has passed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lines: Vec<String> = (0..4)
+        .map(|i| chat_line(&format!("r-{i}"), "g-std", "hi"))
+        .collect();
+    let file = upload(&s, &key, &jsonl(&lines)).await;
+    let batch = create_batch(&s, &key, &file).await;
+    let id = batch["id"].as_str().unwrap();
+    let done = wait_status(&s, &key, id, &["completed"], Duration::from_secs(10)).await;
+    assert_eq!(done["request_counts"]["completed"], 4, "{done}");
+    assert_eq!(lines_of(&s, &key, &done["output_file_id"]).await.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_new_lines_and_finalizes_with_what_is_done() {
     // `_b` and `_dir` are bound (not `..`): the backend's folder lives to the end.
     let SlowBatch {

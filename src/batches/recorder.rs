@@ -59,12 +59,14 @@ pub(super) fn output_line(
 }
 
 /// Records answers as they come, up to [`RECORD_BATCH`] to a transaction, with
-/// the batch's request counts. An answer not recorded leaves its line leased: it
+/// the batch's request counts; `finished` hears of a batch whose lines are all
+/// recorded. An answer not recorded leaves its line leased: it
 /// runs again (billed once: `batch_line` on its usage event).
 pub(super) async fn record(
     state: Arc<AppState>,
     db: Db,
     mut rx: tokio::sync::mpsc::Receiver<Answered>,
+    finished: Arc<tokio::sync::Notify>,
 ) {
     let mut pending = Vec::with_capacity(RECORD_BATCH);
     while rx.recv_many(&mut pending, RECORD_BATCH).await > 0 {
@@ -81,6 +83,7 @@ pub(super) async fn record(
         }
         let db = &db;
         pending.sort_by(|a, b| a.batch_id.cmp(&b.batch_id));
+        let mut all_done = false;
         let write = async {
             let mut tx = db.pool.begin().await?;
             for same in pending.chunk_by(|a, b| a.batch_id == b.batch_id) {
@@ -122,20 +125,28 @@ pub(super) async fn record(
                     }
                     q.execute(&mut *tx).await?;
                 }
-                sqlx::query(
+                let short: i64 = sqlx::query_scalar(
                     "UPDATE batches SET completed_count = completed_count + $1, \
-                     failed_count = failed_count + $2 WHERE id = $3",
+                     failed_count = failed_count + $2 WHERE id = $3 \
+                     RETURNING total - completed_count - failed_count",
                 )
                 .bind(ok)
                 .bind(failed)
                 .bind(batch)
-                .execute(&mut *tx)
+                .fetch_one(&mut *tx)
                 .await?;
+                all_done |= short <= 0;
             }
             tx.commit().await
         };
-        if let Err(e) = db.bounded(write).await {
-            tracing::warn!(error = %e, lines = pending.len(), "batch answers were not recorded");
+        match db.bounded(write).await {
+            // A batch whose last line this was is finalized now, not at the
+            // finalizer's next poll (`batches.poll_ms`, 500 ms by default).
+            Ok(()) if all_done => finished.notify_one(),
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, lines = pending.len(), "batch answers were not recorded")
+            }
         }
         pending.clear();
     }

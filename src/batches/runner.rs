@@ -64,6 +64,17 @@ struct Runner {
     queued: tokio::sync::Notify,
     /// The queue ran low (starter to claimer).
     low: tokio::sync::Notify,
+    /// A batch's last line was recorded (recorder to finalizer).
+    finished: Arc<tokio::sync::Notify>,
+}
+
+/// A batch was opened in this process: its runner claims now, not at its next
+/// poll (`batches.poll_ms`). Other instances find it at theirs.
+static OPENED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Tells this process's runner that a batch opened.
+pub(super) fn batch_opened() {
+    OPENED.notify_one();
 }
 
 /// How long the runner trusts its list of open batches.
@@ -106,7 +117,8 @@ pub async fn run(state: Arc<AppState>, lines: Lines) {
     };
     let permits = Arc::new(Semaphore::new(state.config.batches.concurrency));
     let (answers, rx) = tokio::sync::mpsc::channel(1024);
-    tokio::spawn(record(state.clone(), db.clone(), rx));
+    let finished = Arc::new(tokio::sync::Notify::new());
+    tokio::spawn(record(state.clone(), db.clone(), rx, finished.clone()));
     let runner = Arc::new(Runner {
         state,
         db,
@@ -117,12 +129,14 @@ pub async fn run(state: Arc<AppState>, lines: Lines) {
         queue: Mutex::new(VecDeque::new()),
         queued: tokio::sync::Notify::new(),
         low: tokio::sync::Notify::new(),
+        finished,
     });
     runner.run().await
 }
 
 impl Runner {
-    /// Three loops: the finalizer (every poll), the claimer (keeps the queue of
+    /// Three loops: the finalizer (every poll, and when a batch's last line is
+    /// recorded), the claimer (keeps the queue of
     /// claimed lines topped up) and the starter (a line per free slot). Claims and
     /// finalization passes take database round trips; apart, neither holds a
     /// free slot idle while it waits.
@@ -139,7 +153,10 @@ impl Runner {
                         tracing::warn!(error = %e, "purging finished batches' lines failed");
                     }
                 }
-                tokio::time::sleep(poll).await;
+                tokio::select! {
+                    () = tokio::time::sleep(poll) => {}
+                    () = me.finished.notified() => {}
+                }
             }
         });
         let me = self.clone();
@@ -201,7 +218,11 @@ impl Runner {
                 for (b, line) in &queued {
                     self.put_back(b, line, Duration::ZERO).await;
                 }
-                tokio::time::sleep(poll).await;
+                // Not up yet, or draining: a batch opened here says it is up.
+                tokio::select! {
+                    () = tokio::time::sleep(poll) => {}
+                    () = OPENED.notified() => open.0 = Instant::now() - OPEN_FRESH,
+                }
                 continue;
             }
             let claimed = match self.claim_ahead(&mut open).await {
@@ -215,8 +236,12 @@ impl Runner {
                 self.queued.notify_one();
             }
             if claimed == 0 || self.lock_queue().len() >= self.ahead().1 {
-                // Nothing to claim, or enough ahead: until the starter runs low.
-                let _ = tokio::time::timeout(poll, low).await;
+                // Nothing to claim, or enough ahead: until the starter runs low,
+                // or a batch opens here.
+                tokio::select! {
+                    _ = tokio::time::timeout(poll, low) => {}
+                    () = OPENED.notified() => open.0 = Instant::now() - OPEN_FRESH,
+                }
             }
         }
     }
