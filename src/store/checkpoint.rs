@@ -1,5 +1,5 @@
-//! SQLite's log (WAL) is copied into the database file by one task per file every
-//! [`EVERY`], not by whichever commit finds the log past 1,000 frames.
+//! SQLite's log (WAL) is copied into the database file by one task per file, not
+//! by whichever commit finds the log past 1,000 frames.
 //!
 //! SQLite's own rule counts the frames in the log, and the log only starts over
 //! when a writer finds it wholly copied and no reader in it. Under steady load
@@ -7,27 +7,32 @@
 //! (53 MB in a 10,000-line batch) and from then on *every* commit ran a
 //! checkpoint: a sort of the log's current segment, a copy and an `fsync` of the
 //! database file, on the committing connection's thread. That was a quarter of
-//! the database's CPU in the batch bench. Here a commit only appends; a
-//! checkpoint every [`EVERY`] copies each page changed since once, whatever
-//! number of commits changed it.
+//! the database's CPU in the batch bench. Here a commit only appends; the task
+//! looks at the log's size every [`LOOK`] and copies it at most every [`EVERY`]
+//! (each page changed since is copied once, whatever number of commits changed
+//! it).
 //!
-//! Bound: the log starts over only when a writer finds it wholly copied with no
-//! reader in it, which steady load rarely allows; so past [`RESTART_FRAMES`] the
-//! task makes it start over (`TRUNCATE`): it holds off new writers and waits for
-//! the readers in the log to finish, each at most [`RESTART_WAIT`], then empties
-//! the log. So the log stays near 16 MiB, and writers (the usage writer, the
-//! batch recorder, never a request) wait at most twice [`RESTART_WAIT`] for it.
-//! A restart that did not get its turn is tried again the next tick.
+//! Bound: past [`RESTART_BYTES`] the task makes the log start over at once
+//! (`RESTART`): it holds off new writers and waits for the readers in the log
+//! to finish, each at most [`RESTART_WAIT`]; the next commit then writes from the
+//! log's start again, into the file's blocks as they are (`TRUNCATE` made each
+//! restart allocate them again). So the log
+//! holds at most [`RESTART_BYTES`] plus what is written in one [`LOOK`] and in
+//! the restarts that did not get their turn (tried again at the next look);
+//! writers (the usage writer, the batch recorder, never a request) wait at most
+//! twice [`RESTART_WAIT`] for a restart.
 
 use super::db::Db;
 use std::collections::HashSet;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How often the log is copied into the database file.
+/// How often the task looks at the log's size.
+const LOOK: Duration = Duration::from_millis(100);
+/// How often a log that grew is copied into the database file.
 pub const EVERY: Duration = Duration::from_millis(500);
-/// Frames (4 KiB pages) past which the log is made to start over: 16 MiB.
-const RESTART_FRAMES: i64 = 4096;
+/// Past this the log is made to start over at the next look: 16 MiB.
+const RESTART_BYTES: u64 = 16 << 20;
 /// How long a restart waits for the writer, then for the readers, in the log.
 const RESTART_WAIT: &str = "PRAGMA busy_timeout=25";
 
@@ -47,16 +52,29 @@ pub(super) fn keep(path: &str, db: Db) {
         }
     }
     let path = path.to_string();
+    let log = format!("{path}-wal");
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(EVERY);
+        let mut tick = tokio::time::interval(LOOK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let (mut last, mut copied) = (Instant::now(), 0u64);
         loop {
             tick.tick().await;
             if db.pool.is_closed() {
                 break;
             }
-            if let Err(e) = once(&db).await {
-                tracing::debug!(error = %e, "SQLite checkpoint skipped; again next tick");
+            let size = std::fs::metadata(&log).map_or(0, |m| m.len());
+            let restart = size >= RESTART_BYTES;
+            if !restart && (size == copied || last.elapsed() < EVERY) {
+                continue;
+            }
+            match once(&db, restart).await {
+                Ok(()) => {
+                    last = Instant::now();
+                    copied = std::fs::metadata(&log).map_or(0, |m| m.len());
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "SQLite checkpoint skipped; again at the next look")
+                }
             }
         }
         let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
@@ -64,21 +82,19 @@ pub(super) fn keep(path: &str, db: Db) {
     });
 }
 
-/// One pass: copies what no reader still needs (PASSIVE never waits); a long
-/// log is then made to start over, waiting at most [`RESTART_WAIT`] (on this
-/// connection, for that one statement).
-async fn once(db: &Db) -> Result<(), sqlx::Error> {
-    use sqlx::Row;
+/// One pass: copies what no reader still needs (PASSIVE never waits); with
+/// `restart`, the log is then made to start over, waiting at most
+/// [`RESTART_WAIT`] (on this connection, for that one statement).
+async fn once(db: &Db, restart: bool) -> Result<(), sqlx::Error> {
     let pass = async {
         let mut conn = db.pool.acquire().await?;
-        let r = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .fetch_one(&mut *conn)
+        sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .execute(&mut *conn)
             .await?;
-        let log: i64 = r.try_get(1)?;
-        if log >= RESTART_FRAMES {
+        if restart {
             sqlx::query(RESTART_WAIT).execute(&mut *conn).await?;
-            let restarted = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-                .fetch_one(&mut *conn)
+            let restarted = sqlx::query("PRAGMA wal_checkpoint(RESTART)")
+                .execute(&mut *conn)
                 .await;
             sqlx::query(super::db::BUSY_TIMEOUT)
                 .execute(&mut *conn)
@@ -93,6 +109,7 @@ async fn once(db: &Db) -> Result<(), sqlx::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sqlx::Row;
 
     fn log_bytes(dir: &std::path::Path) -> u64 {
         std::fs::metadata(dir.join("c.db-wal")).map_or(0, |m| m.len())
@@ -104,6 +121,12 @@ mod tests {
         let db = Db::connect(&format!("sqlite://{}", dir.path().join("c.db").display()))
             .await
             .unwrap();
+        // Commits leave the log to the task.
+        let auto: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(auto, 0);
         sqlx::query("CREATE TABLE t (v TEXT)")
             .execute(&db.pool)
             .await
@@ -123,16 +146,27 @@ mod tests {
                 .unwrap();
         }
         let grown = log_bytes(dir.path());
-        assert!(grown > RESTART_FRAMES as u64 * 4096, "{grown}");
+        assert!(grown > RESTART_BYTES, "{grown}");
         drop(reader);
-        // Within two ticks the task has copied the log and started it over.
-        tokio::time::sleep(EVERY * 3).await;
-        let after = log_bytes(dir.path());
-        assert!(after < 1 << 20, "the log is still {after} bytes");
+        // Within a few looks the task has copied the log and made it start over:
+        // the next commit writes its frames from the log's start.
+        tokio::time::sleep(EVERY * 2).await;
+        sqlx::query("INSERT INTO t (v) VALUES ('after')")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        let frames: i64 = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+            .get(1);
+        assert!(frames < 16, "the log holds {frames} frames");
+        // Its blocks are kept for the next frames (no reallocation).
+        assert!(log_bytes(dir.path()) >= grown);
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM t")
             .fetch_one(&db.pool)
             .await
             .unwrap();
-        assert_eq!(n, 2500);
+        assert_eq!(n, 2501);
     }
 }

@@ -278,9 +278,16 @@ impl Db {
                         for pragma in [
                             "PRAGMA journal_mode=WAL",
                             "PRAGMA synchronous=NORMAL",
-                            "PRAGMA busy_timeout=5000",
+                            BUSY_TIMEOUT,
                         ] {
                             sqlx::query(pragma).execute(&mut *conn).await?;
+                        }
+                        // A file's log is copied by its checkpoint task
+                        // (`store::checkpoint`), not at commits.
+                        if file {
+                            sqlx::query("PRAGMA wal_autocheckpoint=0")
+                                .execute(&mut *conn)
+                                .await?;
                         }
                     }
                     Ok(())
