@@ -290,7 +290,7 @@ pub(super) async fn create(
             .bind(&id)
             .execute(&state.db.pool);
             state.db.bounded(q).await.map_err(db_err("batch start"))?;
-            super::runner::batch_opened();
+            super::wake::batch_opened();
         }
         Err(e) => {
             let del = sqlx::query("DELETE FROM batch_lines WHERE batch_id = $1")

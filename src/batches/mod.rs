@@ -13,6 +13,7 @@ mod files;
 pub mod jsonl;
 mod recorder;
 pub mod runner;
+mod wake;
 mod wire;
 pub use wire::Lines;
 

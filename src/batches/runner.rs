@@ -68,15 +68,6 @@ struct Runner {
     finished: Arc<tokio::sync::Notify>,
 }
 
-/// A batch was opened in this process: its runner claims now, not at its next
-/// poll (`batches.poll_ms`). Other instances find it at theirs.
-static OPENED: tokio::sync::Notify = tokio::sync::Notify::const_new();
-
-/// Tells this process's runner that a batch opened.
-pub(super) fn batch_opened() {
-    OPENED.notify_one();
-}
-
 /// How long the runner trusts its list of open batches.
 const OPEN_FRESH: Duration = Duration::from_millis(20);
 
@@ -221,7 +212,7 @@ impl Runner {
                 // Not up yet, or draining: a batch opened here says it is up.
                 tokio::select! {
                     () = tokio::time::sleep(poll) => {}
-                    () = OPENED.notified() => open.0 = Instant::now() - OPEN_FRESH,
+                    () = super::wake::opened() => open.0 = Instant::now() - OPEN_FRESH,
                 }
                 continue;
             }
@@ -240,7 +231,7 @@ impl Runner {
                 // or a batch opens here.
                 tokio::select! {
                     _ = tokio::time::timeout(poll, low) => {}
-                    () = OPENED.notified() => open.0 = Instant::now() - OPEN_FRESH,
+                    () = super::wake::opened() => open.0 = Instant::now() - OPEN_FRESH,
                 }
             }
         }

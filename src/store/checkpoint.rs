@@ -22,7 +22,7 @@
 //! writers (the usage writer, the batch recorder, never a request) wait at most
 //! twice [`RESTART_WAIT`] for a restart.
 
-use super::db::Db;
+use sqlx::AnyPool;
 use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -35,13 +35,17 @@ pub const EVERY: Duration = Duration::from_millis(500);
 const RESTART_BYTES: u64 = 16 << 20;
 /// How long a restart waits for the writer, then for the readers, in the log.
 const RESTART_WAIT: &str = "PRAGMA busy_timeout=25";
+/// How long any other SQLite statement waits for another connection's lock (set
+/// on every connection; the restart puts it back after its own).
+pub(super) const BUSY_TIMEOUT: &str = "PRAGMA busy_timeout=5000";
 
 /// Files that have their checkpoint task in this process.
 static RUNNING: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 
-/// Starts the checkpoint task for `path` unless this process runs it already.
-/// Connections of a pool with this task set `wal_autocheckpoint=0`.
-pub(super) fn keep(path: &str, db: Db) {
+/// Starts the checkpoint task for `path` unless this process runs it already;
+/// each pass is bounded by `bound`. Connections of a pool with this task set
+/// `wal_autocheckpoint=0`.
+pub(super) fn keep(path: &str, pool: AnyPool, bound: Duration) {
     {
         let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
         if !running
@@ -59,7 +63,7 @@ pub(super) fn keep(path: &str, db: Db) {
         let (mut last, mut copied) = (Instant::now(), 0u64);
         loop {
             tick.tick().await;
-            if db.pool.is_closed() {
+            if pool.is_closed() {
                 break;
             }
             let size = std::fs::metadata(&log).map_or(0, |m| m.len());
@@ -67,7 +71,7 @@ pub(super) fn keep(path: &str, db: Db) {
             if !restart && (size == copied || last.elapsed() < EVERY) {
                 continue;
             }
-            match once(&db, restart).await {
+            match once(&pool, bound, restart).await {
                 Ok(()) => {
                     last = Instant::now();
                     copied = std::fs::metadata(&log).map_or(0, |m| m.len());
@@ -85,9 +89,9 @@ pub(super) fn keep(path: &str, db: Db) {
 /// One pass: copies what no reader still needs (PASSIVE never waits); with
 /// `restart`, the log is then made to start over, waiting at most
 /// [`RESTART_WAIT`] (on this connection, for that one statement).
-async fn once(db: &Db, restart: bool) -> Result<(), sqlx::Error> {
+async fn once(pool: &AnyPool, bound: Duration, restart: bool) -> Result<(), sqlx::Error> {
     let pass = async {
-        let mut conn = db.pool.acquire().await?;
+        let mut conn = pool.acquire().await?;
         sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
             .execute(&mut *conn)
             .await?;
@@ -96,19 +100,20 @@ async fn once(db: &Db, restart: bool) -> Result<(), sqlx::Error> {
             let restarted = sqlx::query("PRAGMA wal_checkpoint(RESTART)")
                 .execute(&mut *conn)
                 .await;
-            sqlx::query(super::db::BUSY_TIMEOUT)
-                .execute(&mut *conn)
-                .await?;
+            sqlx::query(BUSY_TIMEOUT).execute(&mut *conn).await?;
             restarted?;
         }
         Ok(())
     };
-    db.bounded(pass).await
+    tokio::time::timeout(bound, pass)
+        .await
+        .unwrap_or(Err(sqlx::Error::PoolTimedOut))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Db;
     use sqlx::Row;
 
     fn log_bytes(dir: &std::path::Path) -> u64 {

@@ -4,6 +4,7 @@
 //! The SQL is portable: `$N` placeholders (SQLite accepts them), BIGINT times and
 //! money, TEXT ids. Nothing on the request hot path waits on it.
 
+use super::checkpoint::{self, BUSY_TIMEOUT};
 use anyhow::Context;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -83,9 +84,6 @@ pub struct Db {
     /// take (`storage.database_timeout_ms`).
     pub timeout: std::time::Duration,
 }
-
-/// How long a SQLite statement waits for another connection's lock.
-pub(super) const BUSY_TIMEOUT: &str = "PRAGMA busy_timeout=5000";
 
 /// The default bound of database calls when the configuration gives none.
 const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -302,7 +300,7 @@ impl Db {
             timeout,
         };
         if let Some(path) = path_of_file {
-            super::checkpoint::keep(&path, db.clone());
+            checkpoint::keep(&path, db.pool.clone(), timeout);
         }
         Ok(db)
     }
