@@ -185,6 +185,47 @@ impl BackgroundService for Lifecycle {
     }
 }
 
+/// A listening service whose socket was bound before Pingora started: it goes
+/// into Pingora's table of inherited listeners under the address Pingora looks
+/// up, so Pingora listens on it instead of binding again. Learning a free port
+/// from a probe socket and letting Pingora bind it later left a window in which
+/// another process could take the port (a test's sluice once answered another's
+/// requests with its web app's 404).
+struct PreBound<S> {
+    inner: S,
+    listener: Option<TcpListener>,
+    /// The address as Pingora's listener writes it (`ServerAddress`'s text).
+    key: String,
+}
+
+#[async_trait]
+impl<S: pingora::services::Service> pingora::services::Service for PreBound<S> {
+    async fn start_service(
+        &mut self,
+        fds: Option<pingora::server::ListenFds>,
+        shutdown: ShutdownWatch,
+        listeners_per_fd: usize,
+    ) {
+        use std::os::fd::IntoRawFd as _;
+        if let (Some(table), Some(listener)) = (&fds, self.listener.take()) {
+            table
+                .lock()
+                .add(std::mem::take(&mut self.key), listener.into_raw_fd());
+        }
+        self.inner
+            .start_service(fds, shutdown, listeners_per_fd)
+            .await
+    }
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn threads(&self) -> Option<usize> {
+        self.inner.threads()
+    }
+}
+
 /// The batch runner and the gateway that serves its lines, on one thread at a
 /// lower priority than live requests: each line's connection is an in-memory
 /// pipe whose far end this gateway serves as it serves a client's (no listener,
@@ -283,12 +324,10 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     let ops = bind(&config.server.ops_listen)?;
     let web_addr = web.local_addr()?;
     let ops_addr = ops.local_addr()?;
-    // Pingora binds the gateway itself; for port 0 we learn a free port first.
-    let gateway_addr = {
-        let probe = TcpListener::bind(&config.server.listen)
-            .with_context(|| format!("binding {}", config.server.listen))?;
-        probe.local_addr()?
-    };
+    // Bound here (port 0 learns its port from the bind itself) and handed to
+    // Pingora as a listener it inherited (`PreBound`).
+    let gateway_listener = bind(&config.server.listen)?;
+    let gateway_addr = gateway_listener.local_addr()?;
 
     let tls = &config.server;
     let web_tls = if tls.tls_cert.is_empty() {
@@ -325,7 +364,11 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     }
     gateway.add_listener(endpoint);
     gateway.threads = Some(config.gateway_threads());
-    server.add_service(gateway);
+    server.add_service(PreBound {
+        key: gateway_addr.to_string(),
+        listener: Some(gateway_listener),
+        inner: gateway,
+    });
 
     // Batch lines reach a gateway of their own on one thread at a lower
     // priority, so a batch takes what the live requests leave of the core.
