@@ -232,6 +232,19 @@ mod tests {
     }
 
     #[test]
+    fn a_number_past_u64_keeps_its_value_through_any_path() {
+        // Found by the json_edit fuzz target: with a backslash in a key the edit
+        // may go through serde, and serde's default float reading did not give
+        // back the same number for the text it wrote (`float_roundtrip` now).
+        let json = r#"{" \\ue":111742290702200011174229070}"#;
+        let want = reference(json, &[], "provider", &Value::from("openai:m")).unwrap();
+        assert_eq!(
+            edited(json, &[], "provider", &Value::from("openai:m")),
+            want
+        );
+    }
+
+    #[test]
     fn pretty_and_compact_answers_get_their_cost() {
         let compact = r#"{"id":"x","usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
         let pretty = "{\n  \"id\": \"x\",\n  \"usage\": {\n    \"prompt_tokens\": 3\n  }\n}\n";
