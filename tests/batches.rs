@@ -575,7 +575,7 @@ impl SlowBatch {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_starts_and_finishes_at_once_not_at_the_next_poll() {
+async fn a_batch_starts_and_finishes_at_once_not_at_the_next_poll_and_long_lines_flow() {
     // With a poll of a minute, a batch that waited for the runner's poll to start
     // or to be finalized would take that long; opening it and recording its last
     // line wake the runner.
@@ -590,15 +590,22 @@ async fn a_batch_starts_and_finishes_at_once_not_at_the_next_poll() {
     let (_, _, key) = s.org_and_key().await;
     // The runner's first look (at its start) has passed.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let lines: Vec<String> = (0..4)
+    let mut lines: Vec<String> = (0..3)
         .map(|i| chat_line(&format!("r-{i}"), "g-std", "hi"))
         .collect();
+    // A line far longer than the runner's in-memory pipe holds at once (64 KiB)
+    // flows through it.
+    lines.push(chat_line("long", "g-std", &"long history ".repeat(40_000)));
     let file = upload(&s, &key, &jsonl(&lines)).await;
     let batch = create_batch(&s, &key, &file).await;
     let id = batch["id"].as_str().unwrap();
     let done = wait_status(&s, &key, id, &["completed"], Duration::from_secs(10)).await;
     assert_eq!(done["request_counts"]["completed"], 4, "{done}");
-    assert_eq!(lines_of(&s, &key, &done["output_file_id"]).await.len(), 4);
+    let out = lines_of(&s, &key, &done["output_file_id"]).await;
+    assert_eq!(out.len(), 4);
+    assert!(out
+        .iter()
+        .all(|l| l["response"]["status_code"] == 200 && l["error"].is_null()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
