@@ -13,17 +13,17 @@
 //! it).
 //!
 //! Bound: past [`RESTART_BYTES`] the task makes the log start over at once
-//! (`RESTART`): it holds off new writers and waits for the readers in the log
-//! to finish, each at most [`RESTART_WAIT`]; the next commit then writes from the
-//! log's start again, into the file's blocks as they are (`TRUNCATE` made each
-//! restart allocate them again). So the log
+//! (`TRUNCATE`): it holds off new writers and waits for the readers in the log
+//! to finish, each at most [`RESTART_WAIT`], then empties the file. The file's
+//! size is then the log's, which is what the task looks at (`RESTART` kept the
+//! file at its largest, so every look past 16 MiB restarted the log again and
+//! held the writers off each time). So the log
 //! holds at most [`RESTART_BYTES`] plus what is written in one [`LOOK`] and in
 //! the restarts that did not get their turn (tried again at the next look);
 //! writers (the usage writer, the batch recorder, never a request) wait at most
 //! twice [`RESTART_WAIT`] for a restart.
 
 use sqlx::AnyPool;
-use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -40,7 +40,7 @@ const RESTART_WAIT: &str = "PRAGMA busy_timeout=25";
 pub(super) const BUSY_TIMEOUT: &str = "PRAGMA busy_timeout=5000";
 
 /// Files that have their checkpoint task in this process.
-static RUNNING: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+static RUNNING: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// Starts the checkpoint task for `path` unless this process runs it already;
 /// each pass is bounded by `bound`. Connections of a pool with this task set
@@ -48,12 +48,10 @@ static RUNNING: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 pub(super) fn keep(path: &str, pool: AnyPool, bound: Duration) {
     {
         let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
-        if !running
-            .get_or_insert_with(HashSet::new)
-            .insert(path.to_string())
-        {
+        if running.iter().any(|p| p == path) {
             return;
         }
+        running.push(path.to_string());
     }
     let path = path.to_string();
     let log = format!("{path}-wal");
@@ -82,7 +80,7 @@ pub(super) fn keep(path: &str, pool: AnyPool, bound: Duration) {
             }
         }
         let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
-        running.get_or_insert_with(HashSet::new).remove(&path);
+        running.retain(|p| *p != path);
     });
 }
 
@@ -97,7 +95,7 @@ async fn once(pool: &AnyPool, bound: Duration, restart: bool) -> Result<(), sqlx
             .await?;
         if restart {
             sqlx::query(RESTART_WAIT).execute(&mut *conn).await?;
-            let restarted = sqlx::query("PRAGMA wal_checkpoint(RESTART)")
+            let restarted = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
                 .execute(&mut *conn)
                 .await;
             sqlx::query(BUSY_TIMEOUT).execute(&mut *conn).await?;
@@ -153,8 +151,8 @@ mod tests {
         let grown = log_bytes(dir.path());
         assert!(grown > RESTART_BYTES, "{grown}");
         drop(reader);
-        // Within a few looks the task has copied the log and made it start over:
-        // the next commit writes its frames from the log's start.
+        // Within a few looks the task has copied the log and emptied it: the
+        // next commit writes its frames from the log's start.
         tokio::time::sleep(EVERY * 2).await;
         sqlx::query("INSERT INTO t (v) VALUES ('after')")
             .execute(&db.pool)
@@ -166,8 +164,9 @@ mod tests {
             .unwrap()
             .get(1);
         assert!(frames < 16, "the log holds {frames} frames");
-        // Its blocks are kept for the next frames (no reallocation).
-        assert!(log_bytes(dir.path()) >= grown);
+        // And the file, whose size the task watches, is the log's size again.
+        let after = log_bytes(dir.path());
+        assert!(after < 1 << 20, "the log file is still {after} bytes");
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM t")
             .fetch_one(&db.pool)
             .await

@@ -240,14 +240,14 @@ impl Db {
             Engine::Postgres
         };
         let mut url = url.to_string();
-        let file = engine == Engine::Sqlite && !url.contains(":memory:");
-        let mut path_of_file = None;
-        if file {
+        // A SQLite file (not `:memory:`): its path.
+        let file = (engine == Engine::Sqlite && !url.contains(":memory:")).then(|| {
             let path = url
                 .trim_start_matches("sqlite://")
                 .trim_start_matches("sqlite:");
-            let path = path.split('?').next().unwrap_or(path);
-            path_of_file = Some(path.to_string());
+            path.split('?').next().unwrap_or(path).to_string()
+        });
+        if let Some(path) = &file {
             if let Some(dir) = Path::new(path).parent() {
                 if !dir.as_os_str().is_empty() {
                     std::fs::create_dir_all(dir)
@@ -263,6 +263,7 @@ impl Db {
             }
         }
         let max = max.unwrap_or(if engine == Engine::Sqlite { 4 } else { 16 });
+        let on_file = file.is_some();
         let pool = AnyPoolOptions::new()
             .max_connections(max)
             .acquire_timeout(timeout)
@@ -282,7 +283,7 @@ impl Db {
                         }
                         // A file's log is copied by its checkpoint task
                         // (`store::checkpoint`), not at commits.
-                        if file {
+                        if on_file {
                             sqlx::query("PRAGMA wal_autocheckpoint=0")
                                 .execute(&mut *conn)
                                 .await?;
@@ -299,7 +300,7 @@ impl Db {
             engine,
             timeout,
         };
-        if let Some(path) = path_of_file {
+        if let Some(path) = file {
             checkpoint::keep(&path, db.pool.clone(), timeout);
         }
         Ok(db)
