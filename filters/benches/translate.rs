@@ -206,5 +206,37 @@ fn small_exchange(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, requests, streams, embeddings, small_exchange);
+/// The load bench's 100 KB body (one long user turn) to a native rung: the split
+/// alone (the one checking pass), then the request read and rendered as above.
+fn large_exchange(c: &mut Criterion) {
+    let text = "lorem ipsum dolor sit amet ".repeat(4000)[..100_000].to_string();
+    let body = serde_json::to_vec(&serde_json::json!({
+        "model": "bench-1",
+        "messages": [{"role": "user", "content": text}],
+    }))
+    .unwrap();
+    let mut g = c.benchmark_group("large_exchange");
+    g.throughput(criterion::Throughput::Bytes(body.len() as u64));
+    g.bench_function("split_100kb_body", |b| {
+        b.iter(|| RawObject::parse(std::str::from_utf8(black_box(&body)).unwrap()).map(drop))
+    });
+    g.bench_function("request_parse_and_render_100kb", |b| {
+        b.iter(|| {
+            let o = RawObject::parse(std::str::from_utf8(black_box(&body)).unwrap()).unwrap();
+            let req = chat::parse(black_box(&body)).unwrap();
+            black_box(&req);
+            black_box(openai_chat::render_request(&o, "bench-model", false))
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    requests,
+    streams,
+    embeddings,
+    small_exchange,
+    large_exchange
+);
 criterion_main!(benches);
