@@ -12,7 +12,7 @@ use crate::downstream::body::{read_capped, BodyError};
 use crate::state::AppState;
 use bytes::Bytes;
 use pingora::proxy::Session;
-use sluice_filters::json::{split_object as split, Member};
+use sluice_filters::json::{split_object_bytes as split, Member};
 use sluice_filters::slug::split_suffixes;
 use sluice_filters::{ApiError, ErrorCode, Route};
 use std::sync::Arc;
@@ -211,20 +211,22 @@ pub fn split_object(body: &[u8]) -> Result<Vec<Member<'_>>, ApiError> {
         )
     };
     let starts_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-    match std::str::from_utf8(body) {
-        Ok(text) if starts_object => split(text).map_err(|e| match e.classify() {
+    if starts_object {
+        // One pass checks the JSON and its UTF-8 together; bytes that are not
+        // UTF-8 are a syntax error, so not JSON.
+        return split(body).map_err(|e| match e.classify() {
             serde_json::error::Category::Data => not_object(),
             _ => ApiError::invalid_json(e),
-        }),
-        // Valid JSON of another shape is a malformed request; anything else
-        // (bytes that are not UTF-8 among them) is not JSON.
-        _ => Err(
-            match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
-                Ok(_) => not_object(),
-                Err(e) => ApiError::invalid_json(e),
-            },
-        ),
+        });
     }
+    // Valid JSON of another shape is a malformed request; anything else is not
+    // JSON.
+    Err(
+        match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+            Ok(_) => not_object(),
+            Err(e) => ApiError::invalid_json(e),
+        },
+    )
 }
 
 /// The org's active route for the model: its own order and accounts, the
@@ -352,7 +354,41 @@ fn client_country(state: &AppState, session: &Session) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::review_message;
+    use super::{review_message, split_object};
+    use sluice_filters::ErrorCode;
+
+    /// A body's bytes are checked as UTF-8 by the same pass that splits it: a
+    /// string that is not UTF-8 is not JSON, wherever it sits and however long
+    /// the body; text past ASCII is split as written.
+    #[test]
+    fn a_body_that_is_not_utf8_is_invalid_json_and_one_that_is_splits() {
+        let long = "x".repeat(200);
+        for bad in [
+            b"{\"model\":\"m\xff\"}".to_vec(),
+            [
+                format!("{{\"model\":\"m\",\"a\":\"{long}").into_bytes(),
+                b"\xc3\"}".to_vec(),
+            ]
+            .concat(),
+            [
+                b"{\"a\":\"".to_vec(),
+                long.clone().into_bytes(),
+                vec![0xe9, b'"', b'}'],
+            ]
+            .concat(),
+        ] {
+            let code = split_object(&bad).err().map(|e| e.code);
+            assert_eq!(code, Some(ErrorCode::InvalidJson), "{bad:?}");
+        }
+        let good = format!("{{\"model\":\"caf\u{e9}\",\"a\":\"{long}\u{1F600}\"}}");
+        let members = split_object(good.as_bytes())
+            .map_err(|e| e.message)
+            .unwrap();
+        assert_eq!(members[0].1.get(), "\"caf\u{e9}\"");
+        assert_eq!(members[1].1.get().len(), 200 + 4 + 2);
+        let code = split_object(b"[1]").err().map(|e| e.code);
+        assert_eq!(code, Some(ErrorCode::InvalidRequest));
+    }
 
     #[test]
     fn review_messages_are_one_sentence_without_counts() {

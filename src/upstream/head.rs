@@ -34,8 +34,9 @@ impl<'a> Head<'a> {
         self.fields.push((name, value));
     }
 
-    /// The request as HTTP/1.1 bytes followed by the body; `None` when a name or
-    /// value could break the framing (a credential with a line break, say).
+    /// The request as HTTP/1.1 bytes followed by `body` (the whole body, or none
+    /// when the caller sends it beside the head); `None` when a name or value
+    /// could break the framing (a credential with a line break, say).
     pub(super) fn to_h1(&self, body: &[u8]) -> Option<Vec<u8>> {
         if !self.path.bytes().all(|b| b.is_ascii_graphic()) {
             return None;

@@ -20,7 +20,7 @@ pub use target::Target;
 use crate::catalog::RungSpec;
 use crate::config::{Config, ProviderConfig};
 use auth::{google, sigv4};
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use egress::parse_base;
 use head::{Head, Val};
 use pingora::connectors::http::Connector;
@@ -37,6 +37,9 @@ use tokio::io::AsyncWriteExt;
 
 /// The Anthropic messages API version we speak.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
+/// Past this size a request body is not copied behind its head but written beside
+/// it: the copy of a long chat history costs more than a second slice in one write.
+const INLINE_BODY: usize = 16 * 1024;
 const DNS_TTL: Duration = Duration::from_secs(60);
 /// Hosts the DNS cache holds at most: org URLs name hosts too, so it is bounded.
 const DNS_MAX: usize = 1024;
@@ -647,13 +650,20 @@ impl Upstreams {
         let started = Instant::now();
         let session = match conn {
             // HTTP/1.1: header and body leave in one write. Pingora's client flushes
-            // the header on its own, which costs a second send per request.
+            // the header on its own, which costs a second send per request. A
+            // small body is copied behind the head; a large one is not copied but
+            // sent beside it (one vectored write).
             Conn::H1(mut stream) => {
+                let inline = body.len() <= INLINE_BODY;
                 let wire = head
-                    .to_h1(&body)
+                    .to_h1(if inline { &body } else { &[] })
                     .ok_or_else(|| Failure::Connect("bad request header".into()))?;
                 let sent = async {
-                    stream.write_all(&wire).await?;
+                    if inline {
+                        stream.write_all(&wire).await?;
+                    } else {
+                        stream.write_all_buf(&mut (&wire[..]).chain(body)).await?;
+                    }
                     stream.flush().await
                 };
                 match fast_timeout(t.header_timeout, sent).await {

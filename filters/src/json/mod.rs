@@ -71,18 +71,33 @@ impl<'de> Deserialize<'de> for Key<'de> {
 /// classify (syntax: not JSON; data: JSON that is not an object). The common shape
 /// is split in one validating pass; anything else is serde's to read.
 pub fn split_object(text: &str) -> Result<Vec<Member<'_>>, serde_json::Error> {
-    members_or_serde(scan::Scan::new(text))
+    members_or_serde(scan::Scan::new(text), text)
+}
+
+/// As [`split_object`], for bytes off the wire: the one pass that checks the JSON
+/// checks its UTF-8 too (no pass of its own over a long body first). Bytes that
+/// are not UTF-8 are serde's syntax error.
+pub fn split_object_bytes(bytes: &[u8]) -> Result<Vec<Member<'_>>, serde_json::Error> {
+    match scan::members_of(scan::Scan::of_bytes(bytes)) {
+        Some(members) => Ok(members),
+        None => match std::str::from_utf8(bytes) {
+            Ok(text) => serde_json::from_str::<Members>(text).map(|m| m.0),
+            Err(_) => serde_json::from_slice::<Members>(bytes).map(|m| m.0),
+        },
+    }
 }
 
 /// As [`split_object`], for a value already read as JSON: its strings are not
 /// checked again, only skipped.
 pub(crate) fn split_valid_object(v: &RawValue) -> Result<Vec<Member<'_>>, serde_json::Error> {
-    members_or_serde(scan::Scan::of_valid(v))
+    members_or_serde(scan::Scan::of_valid(v), v.get())
 }
 
-/// The scan's split of the object, or serde's where the scan declines.
-fn members_or_serde(s: scan::Scan<'_>) -> Result<Vec<Member<'_>>, serde_json::Error> {
-    let text = s.text;
+/// The scan's split of the object that is `text`, or serde's where it declines.
+fn members_or_serde<'a>(
+    s: scan::Scan<'a>,
+    text: &'a str,
+) -> Result<Vec<Member<'a>>, serde_json::Error> {
     match scan::members_of(s) {
         Some(members) => Ok(members),
         None => serde_json::from_str::<Members>(text).map(|m| m.0),

@@ -14,32 +14,62 @@ use std::borrow::Cow;
 const MAX_DEPTH: usize = 100;
 
 pub(crate) struct Scan<'a> {
-    pub(crate) text: &'a str,
+    /// The document. Every span the scan hands out as `str` is UTF-8: it came as
+    /// a `str`, or (`utf8_known` false) each string's bytes past ASCII are checked
+    /// as the string is skipped, and outside strings the scan takes only ASCII.
+    bytes: &'a [u8],
     pub(crate) at: usize,
     /// The text is known to be JSON (a `RawValue`'s): strings are skipped to their
     /// closing quote, not checked again. A chat body's long content would
     /// otherwise be checked once per level it sits under (body, messages array,
     /// message, content).
     pub(crate) known_valid: bool,
+    /// The bytes came as a `str`: their UTF-8 is not checked again.
+    utf8_known: bool,
 }
 
 impl<'a> Scan<'a> {
     /// A scan that checks everything it reads.
     pub(crate) fn new(text: &'a str) -> Self {
         Scan {
-            text,
+            bytes: text.as_bytes(),
             at: 0,
             known_valid: false,
+            utf8_known: true,
+        }
+    }
+
+    /// A scan that checks everything it reads, UTF-8 included: a body read from
+    /// the wire needs no pass of its own before it (the strings' bytes are looked
+    /// at once, for both checks).
+    pub(crate) fn of_bytes(bytes: &'a [u8]) -> Self {
+        Scan {
+            bytes,
+            at: 0,
+            known_valid: false,
+            utf8_known: false,
         }
     }
 
     /// A scan of a `RawValue`'s text, valid JSON by that type's invariant.
     pub(crate) fn of_valid(v: &'a RawValue) -> Self {
         Scan {
-            text: v.get(),
+            bytes: v.get().as_bytes(),
             at: 0,
             known_valid: true,
+            utf8_known: true,
         }
+    }
+
+    /// The document's span `r`, which the scan has read (see `bytes`).
+    fn text(&self, r: std::ops::Range<usize>) -> &'a str {
+        let bytes = &self.bytes[r];
+        debug_assert!(std::str::from_utf8(bytes).is_ok());
+        // SAFETY: spans are only taken of what the scan has read, and what it has
+        // read is UTF-8: a `str`'s bytes, checked string bytes, or ASCII it took
+        // outside strings (`bytes`). Each span starts and ends at an ASCII byte
+        // or the document's ends, so it never splits a character.
+        unsafe { std::str::from_utf8_unchecked(bytes) }
     }
 }
 
@@ -105,11 +135,11 @@ impl<'a> Scan<'a> {
     /// Only whitespace is left.
     pub(crate) fn end(&mut self) -> Option<()> {
         self.ws();
-        (self.at == self.text.len()).then_some(())
+        (self.at == self.bytes.len()).then_some(())
     }
 
     pub(crate) fn peek(&self) -> Option<u8> {
-        self.text.as_bytes().get(self.at).copied()
+        self.bytes.get(self.at).copied()
     }
 
     pub(crate) fn ws(&mut self) {
@@ -191,7 +221,7 @@ impl<'a> Scan<'a> {
         read: impl FnOnce(&mut Self) -> Option<T>,
     ) -> Option<Option<T>> {
         self.ws();
-        if self.text.as_bytes()[self.at..].starts_with(b"null") {
+        if self.bytes[self.at..].starts_with(b"null") {
             self.at += 4;
             return Some(None);
         }
@@ -202,16 +232,16 @@ impl<'a> Scan<'a> {
     pub(crate) fn plain_string(&mut self) -> Option<&'a str> {
         let start = self.at;
         let escaped = self.skip_string()?;
-        (!escaped).then(|| &self.text[start + 1..self.at - 1])
+        (!escaped).then(|| self.text(start + 1..self.at - 1))
     }
 
     /// A string value: borrowed, or unescaped by serde when it has escapes.
     pub(crate) fn string(&mut self) -> Option<Cow<'a, str>> {
         let start = self.at;
         if !self.skip_string()? {
-            return Some(Cow::Borrowed(&self.text[start + 1..self.at - 1]));
+            return Some(Cow::Borrowed(self.text(start + 1..self.at - 1)));
         }
-        serde_json::from_str::<String>(&self.text[start..self.at])
+        serde_json::from_str::<String>(self.text(start..self.at))
             .ok()
             .map(Cow::Owned)
     }
@@ -220,13 +250,13 @@ impl<'a> Scan<'a> {
     pub(crate) fn uint(&mut self) -> Option<u64> {
         let start = self.at;
         self.skip_number()?;
-        self.text[start..self.at].parse().ok()
+        self.text(start..self.at).parse().ok()
     }
 
     pub(crate) fn int(&mut self) -> Option<i64> {
         let start = self.at;
         self.skip_number()?;
-        self.text[start..self.at].parse().ok()
+        self.text(start..self.at).parse().ok()
     }
 
     /// A value of any type, as its raw JSON text.
@@ -234,7 +264,7 @@ impl<'a> Scan<'a> {
         self.ws();
         let start = self.at;
         self.skip_value(0)?;
-        Some(&self.text[start..self.at])
+        Some(self.text(start..self.at))
     }
 
     pub(crate) fn skip_value(&mut self, depth: usize) -> Option<()> {
@@ -254,14 +284,14 @@ impl<'a> Scan<'a> {
     }
 
     pub(crate) fn literal(&mut self, word: &[u8]) -> Option<()> {
-        self.text.as_bytes()[self.at..]
+        self.bytes[self.at..]
             .starts_with(word)
             .then(|| self.at += word.len())
     }
 
     /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
     pub(crate) fn skip_number(&mut self) -> Option<()> {
-        let b = self.text.as_bytes();
+        let b = self.bytes;
         let digits = |at: &mut usize| {
             let from = *at;
             while b.get(*at).is_some_and(u8::is_ascii_digit) {
@@ -303,7 +333,7 @@ impl<'a> Scan<'a> {
     /// only the defined escapes, and `\u` surrogates in pairs. True when it held
     /// an escape.
     pub(crate) fn skip_string(&mut self) -> Option<bool> {
-        let b = self.text.as_bytes();
+        let b = self.bytes;
         if b.get(self.at) != Some(&b'"') {
             return None;
         }
@@ -321,10 +351,23 @@ impl<'a> Scan<'a> {
                 at += 2;
             }
         }
+        let check_utf8 = !self.utf8_known;
         loop {
-            at += plain_run(&b[at..]);
+            at += if check_utf8 {
+                plain_run::<true>(&b[at..])
+            } else {
+                plain_run::<false>(&b[at..])
+            };
             match *b.get(at)? {
                 b'"' | b'\\' => {}
+                0x80.. => {
+                    // Bytes past ASCII: UTF-8, up to the next byte a string looks
+                    // at (all ASCII, so no character runs across it).
+                    let run = at + plain_run::<false>(&b[at..]);
+                    std::str::from_utf8(&b[at..run]).ok()?;
+                    at = run;
+                    continue;
+                }
                 _ => return None, // a control character
             }
             if b[at] == b'"' {
@@ -360,38 +403,46 @@ impl<'a> Scan<'a> {
 }
 
 /// The length of the leading run of bytes that need no look in a string: not a
-/// quote, a backslash or a control character. Sixty-four bytes a step with AVX2
+/// quote, a backslash or a control character, nor (`HIGH`) a byte past ASCII,
+/// whose UTF-8 the caller checks. Sixty-four bytes a step with AVX2
 /// where the CPU has it (detected once; a long content string is most of a big
 /// body's scan), else sixteen at a time with SSE2 (part of every x86_64), else
 /// eight at a time in a word (SWAR).
-fn plain_run(b: &[u8]) -> usize {
+fn plain_run<const HIGH: bool>(b: &[u8]) -> usize {
     #[cfg(target_arch = "x86_64")]
     {
         if b.len() >= 64 && std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2, checked just above.
-            return unsafe { plain_run_avx2(b) };
+            return unsafe { plain_run_avx2::<HIGH>(b) };
         }
-        plain_run_sse2(b)
+        plain_run_sse2::<HIGH>(b)
     }
     #[cfg(not(target_arch = "x86_64"))]
-    plain_run_swar(b)
+    plain_run_swar::<HIGH>(b)
 }
 
 /// [`plain_run`] two 32-byte vectors a step; the tail goes to the SSE2 run.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn plain_run_avx2(b: &[u8]) -> usize {
+unsafe fn plain_run_avx2<const HIGH: bool>(b: &[u8]) -> usize {
     use std::arch::x86_64::*;
     let quote = _mm256_set1_epi8(b'"' as i8);
     let backslash = _mm256_set1_epi8(b'\\' as i8);
     let below_space = _mm256_set1_epi8(0x1f);
+    let top = _mm256_set1_epi8(i8::MIN);
     // min(v, 0x1f) == v exactly where v <= 0x1f (unsigned).
     let flagged = |v: __m256i| {
         let control = _mm256_cmpeq_epi8(_mm256_min_epu8(v, below_space), v);
-        _mm256_or_si256(
+        let hit = _mm256_or_si256(
             _mm256_or_si256(_mm256_cmpeq_epi8(v, quote), _mm256_cmpeq_epi8(v, backslash)),
             control,
-        )
+        );
+        // A byte past ASCII has its top bit set, which is all the masks look at.
+        if HIGH {
+            _mm256_or_si256(hit, v)
+        } else {
+            hit
+        }
     };
     let mut at = 0;
     while at + 64 <= b.len() {
@@ -402,19 +453,21 @@ unsafe fn plain_run_avx2(b: &[u8]) -> usize {
                 flagged(_mm256_loadu_si256(b.as_ptr().add(at + 32).cast())),
             )
         };
-        if _mm256_testz_si256(_mm256_or_si256(lo, hi), _mm256_or_si256(lo, hi)) == 0 {
+        // Only the top bits count (a compare sets all of a byte's; `HIGH` adds
+        // the bytes themselves).
+        if _mm256_testz_si256(_mm256_or_si256(lo, hi), top) == 0 {
             let mask = (_mm256_movemask_epi8(lo) as u32 as u64)
                 | ((_mm256_movemask_epi8(hi) as u32 as u64) << 32);
             return at + mask.trailing_zeros() as usize;
         }
         at += 64;
     }
-    at + plain_run_sse2(&b[at..])
+    at + plain_run_sse2::<HIGH>(&b[at..])
 }
 
 /// [`plain_run`] sixteen bytes at a time; the tail goes to the SWAR run.
 #[cfg(target_arch = "x86_64")]
-fn plain_run_sse2(b: &[u8]) -> usize {
+fn plain_run_sse2<const HIGH: bool>(b: &[u8]) -> usize {
     use std::arch::x86_64::*;
     let mut at = 0;
     // SAFETY: SSE2 is in the x86_64 baseline; each load reads 16 bytes that
@@ -426,10 +479,13 @@ fn plain_run_sse2(b: &[u8]) -> usize {
         while at + 16 <= b.len() {
             let v = _mm_loadu_si128(b.as_ptr().add(at).cast());
             let control = _mm_cmpeq_epi8(_mm_min_epu8(v, below_space), v);
-            let hit = _mm_or_si128(
+            let mut hit = _mm_or_si128(
                 _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
                 control,
             );
+            if HIGH {
+                hit = _mm_or_si128(hit, v);
+            }
             let mask = _mm_movemask_epi8(hit) as u32;
             if mask != 0 {
                 return at + mask.trailing_zeros() as usize;
@@ -437,21 +493,24 @@ fn plain_run_sse2(b: &[u8]) -> usize {
             at += 16;
         }
     }
-    at + plain_run_swar(&b[at..])
+    at + plain_run_swar::<HIGH>(&b[at..])
 }
 
 /// [`plain_run`] eight bytes at a time: the lowest flagged byte of each word is
 /// exact, which is the one that counts.
-fn plain_run_swar(b: &[u8]) -> usize {
+fn plain_run_swar<const HIGH: bool>(b: &[u8]) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    const TOP: u64 = 0x8080_8080_8080_8080;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & TOP;
     let mut at = 0;
     while let Some(chunk) = b.get(at..at + 8) {
         let w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
-        let flagged = zero(w ^ (ONES * u64::from(b'"')))
+        let mut flagged = zero(w ^ (ONES * u64::from(b'"')))
             | zero(w ^ (ONES * u64::from(b'\\')))
-            | (w.wrapping_sub(ONES * 0x20) & !w & HIGH);
+            | (w.wrapping_sub(ONES * 0x20) & !w & TOP);
+        if HIGH {
+            flagged |= w & TOP;
+        }
         if flagged != 0 {
             return at + (flagged.trailing_zeros() / 8) as usize;
         }
@@ -459,7 +518,7 @@ fn plain_run_swar(b: &[u8]) -> usize {
     }
     while b
         .get(at)
-        .is_some_and(|&c| c != b'"' && c != b'\\' && c >= 0x20)
+        .is_some_and(|&c| c != b'"' && c != b'\\' && c >= 0x20 && !(HIGH && c >= 0x80))
     {
         at += 1;
     }
@@ -643,14 +702,98 @@ mod tests {
                 for at in 0..200 {
                     let mut text = vec![fill; 260];
                     text[at] = stop;
-                    assert_eq!(plain_run(&text), at, "stop {stop:#x} fill {fill:#x}");
+                    assert_eq!(
+                        plain_run::<false>(&text),
+                        at,
+                        "stop {stop:#x} fill {fill:#x}"
+                    );
+                    assert_eq!(
+                        plain_run::<true>(&text),
+                        at.min(if fill >= 0x80 { 0 } else { at })
+                    );
                 }
-                assert_eq!(plain_run(&vec![fill; 259]), 259);
+                assert_eq!(plain_run::<false>(&vec![fill; 259]), 259);
+                assert_eq!(
+                    plain_run::<true>(&vec![fill; 259]),
+                    if fill >= 0x80 { 0 } else { 259 }
+                );
             }
         }
     }
 
+    /// The run that also stops past ASCII stops at the first such byte, at every
+    /// offset across the vector steps and their tails; the other runs over it.
+    #[test]
+    fn a_run_checking_utf8_stops_at_every_byte_past_ascii() {
+        for high in [0x80u8, 0xc3, 0xe9, 0xff] {
+            for at in 0..200 {
+                let mut text = vec![b'a'; 260];
+                text[at] = high;
+                assert_eq!(plain_run::<true>(&text), at, "byte {high:#x}");
+                assert_eq!(plain_run::<false>(&text), 260);
+            }
+        }
+    }
+
+    /// The byte scan's verdict on bytes that may not be UTF-8: where it splits,
+    /// the bytes are UTF-8 and serde splits them the same.
+    fn agrees_on_bytes(b: &[u8]) -> bool {
+        let Some(m) = members_of(Scan::of_bytes(b)) else {
+            return true;
+        };
+        let Ok(text) = std::str::from_utf8(b) else {
+            return false;
+        };
+        let m: Vec<_> = m
+            .into_iter()
+            .map(|(k, v)| (k.into_owned(), v.get().to_string()))
+            .collect();
+        Some(m) == serde_members(text)
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_never_split() {
+        for bad in [
+            &b"{\"a\":\"\xff\"}"[..],
+            b"{\"a\":\"\xc3\"}",
+            b"{\"a\":\"\xc3(\"}",
+            b"{\"a\":\"\xed\xa0\x80\"}", // a surrogate, encoded
+            b"{\"a\":\"\xf0\x9f\x98\"}",
+            b"{\"\xe9\":1}",
+        ] {
+            assert!(members_of(Scan::of_bytes(bad)).is_none(), "{bad:?}");
+        }
+        let long = format!(
+            "{{\"a\":\"{}\u{e9}\u{1F600}{}\"}}",
+            "x".repeat(100),
+            "y".repeat(70)
+        );
+        assert_eq!(
+            members_of(Scan::of_bytes(long.as_bytes())).map(|m| m.len()),
+            Some(1)
+        );
+    }
+
     proptest! {
+        /// Bytes past ASCII put anywhere in a document (in its strings, a long
+        /// run of them, or outside them): the byte scan splits only UTF-8, and as
+        /// serde does.
+        #[test]
+        fn the_byte_scan_splits_only_utf8_and_as_serde_does(
+            v in value(),
+            cut in 0usize..400,
+            pad in 0usize..100,
+            bytes in proptest::collection::vec(any::<u8>(), 1..6),
+        ) {
+            let mut b = v.clone().into_bytes();
+            prop_assert!(agrees_on_bytes(&b));
+            let at = cut % (b.len() + 1);
+            let mut inserted = vec![b'x'; pad];
+            inserted.extend_from_slice(&bytes);
+            b.splice(at..at, inserted);
+            prop_assert!(agrees_on_bytes(&b), "{:?}", String::from_utf8_lossy(&b));
+        }
+
         /// The vector runs (64 and 16 bytes a step) find the first byte a string
         /// must look at, wherever it falls and whatever surrounds it.
         #[test]
@@ -666,7 +809,7 @@ mod tests {
                 .iter()
                 .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
                 .unwrap_or(text.len());
-            prop_assert_eq!(plain_run(&text), want);
+            prop_assert_eq!(plain_run::<false>(&text), want);
         }
     }
 }
