@@ -12,7 +12,7 @@ use crate::downstream::body::{read_capped, BodyError};
 use crate::state::AppState;
 use bytes::Bytes;
 use pingora::proxy::Session;
-use sluice_filters::json::{split_object_bytes as split, Member};
+use sluice_filters::json::{split_object_bytes as split, Member, Split};
 use sluice_filters::slug::split_suffixes;
 use sluice_filters::{ApiError, ErrorCode, Route};
 use std::sync::Arc;
@@ -203,7 +203,8 @@ pub fn worst_case(
 
 /// Splits the body into its top-level members (values unparsed), once: the native
 /// rungs forward them and the chat format validates them without a second read.
-pub fn split_object(body: &[u8]) -> Result<Vec<Member<'_>>, ApiError> {
+/// The long strings it found come along (`with_long_strings`).
+pub fn split_object(body: &[u8]) -> Result<Split<'_>, ApiError> {
     let not_object = || {
         ApiError::new(
             ErrorCode::InvalidRequest,
@@ -381,7 +382,7 @@ mod tests {
             assert_eq!(code, Some(ErrorCode::InvalidJson), "{bad:?}");
         }
         let good = format!("{{\"model\":\"caf\u{e9}\",\"a\":\"{long}\u{1F600}\"}}");
-        let members = split_object(good.as_bytes())
+        let (members, _) = split_object(good.as_bytes())
             .map_err(|e| e.message)
             .unwrap();
         assert_eq!(members[0].1.get(), "\"caf\u{e9}\"");

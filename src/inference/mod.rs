@@ -28,7 +28,7 @@ use pingora::proxy::Session;
 use plan::{ParsedRequest, CACHEABLE_BYTES};
 use settle::Settling;
 use sluice_filters::inbound::Inbound;
-use sluice_filters::json::RawObject;
+use sluice_filters::json::{with_long_strings, RawObject};
 use sluice_filters::Route;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,7 +85,7 @@ impl Engine {
         trail.identify(&key, &org);
         admit::not_under_review(&org)?;
         let read = admit::read_body(state, session, route, started).await?;
-        let mut members = admit::split_object(&read)?;
+        let (mut members, mut long) = admit::split_object(&read)?;
         let mut body = &read;
         // The responses store: a continued conversation is rebuilt in front of the
         // request's own input, before anything else reads the body.
@@ -100,7 +100,7 @@ impl Engine {
             if let Some(b) = begun.body {
                 continued = Bytes::from(b);
                 body = &continued;
-                members = admit::split_object(body)?;
+                (members, long) = admit::split_object(body)?;
             }
         }
         let asked = admit::model(state, session, &org, &members, route)?;
@@ -139,7 +139,9 @@ impl Engine {
         let outcome = match inbound {
             Some(inbound) => {
                 // Structural validation before anything is charged or sent.
-                let mut req = inbound.parse(body, &members)?;
+                // The body's long strings were found by the split: the parse
+                // jumps over them instead of looking through them again.
+                let mut req = with_long_strings(&long, || inbound.parse(body, &members))?;
                 req.model = asked.name.clone();
                 streamed = req.stream;
                 trail.streaming(streamed);

@@ -7,6 +7,8 @@
 pub mod edit;
 pub(crate) mod scan;
 
+pub use scan::{with_long_strings, LongStrings};
+
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -77,15 +79,25 @@ pub fn split_object(text: &str) -> Result<Vec<Member<'_>>, serde_json::Error> {
 /// As [`split_object`], for bytes off the wire: the one pass that checks the JSON
 /// checks its UTF-8 too (no pass of its own over a long body first). Bytes that
 /// are not UTF-8 are serde's syntax error.
-pub fn split_object_bytes(bytes: &[u8]) -> Result<Vec<Member<'_>>, serde_json::Error> {
-    match scan::members_of(scan::Scan::of_bytes(bytes)) {
-        Some(members) => Ok(members),
+/// The long strings it read come with the members: hold them
+/// ([`with_long_strings`]) while the members are read further, and those strings
+/// are not looked through again.
+pub fn split_object_bytes(bytes: &[u8]) -> Result<Split<'_>, serde_json::Error> {
+    match scan::members_and_long_of(scan::Scan::of_bytes(bytes)) {
+        Some((members, long)) => Ok((members, long)),
         None => match std::str::from_utf8(bytes) {
-            Ok(text) => serde_json::from_str::<Members>(text).map(|m| m.0),
-            Err(_) => serde_json::from_slice::<Members>(bytes).map(|m| m.0),
+            Ok(text) => {
+                serde_json::from_str::<Members>(text).map(|m| (m.0, LongStrings::default()))
+            }
+            Err(_) => {
+                serde_json::from_slice::<Members>(bytes).map(|m| (m.0, LongStrings::default()))
+            }
         },
     }
 }
+
+/// A body's members and the long strings among them.
+pub type Split<'a> = (Vec<Member<'a>>, LongStrings<'a>);
 
 /// As [`split_object`], for a value already read as JSON: its strings are not
 /// checked again, only skipped.

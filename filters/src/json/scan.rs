@@ -26,6 +26,76 @@ pub(crate) struct Scan<'a> {
     pub(crate) known_valid: bool,
     /// The bytes came as a `str`: their UTF-8 is not checked again.
     utf8_known: bool,
+    /// The long strings a checking scan has read (see [`LongStrings`]).
+    long: Vec<Long>,
+}
+
+/// A string of at least [`LONG`] bytes by where it lies: the address of its
+/// opening quote, the address just past its closing quote, and whether it holds
+/// an escape.
+#[derive(Clone, Copy, Debug)]
+struct Long {
+    start: usize,
+    end: usize,
+    escaped: bool,
+}
+
+/// A string this long is noted by the checking scan that reads it.
+const LONG: usize = 4096;
+
+/// Where the long strings of a document lie, as the checking scan of the whole
+/// document found them. While [`with_long_strings`] holds it, a scan of a value
+/// of that document known to be valid jumps over each of them instead of
+/// looking for its closing quote again: a chat body's long content is otherwise
+/// skipped once more at each level it sits under (messages array, message,
+/// content). Tied to the document's lifetime, so the document is alive (and its
+/// addresses are its own) while the index is in use.
+#[derive(Debug, Default)]
+pub struct LongStrings<'a> {
+    strings: Vec<Long>,
+    of: std::marker::PhantomData<&'a [u8]>,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many long strings known-valid scans have jumped over on this thread.
+    pub(crate) static JUMPS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+thread_local! {
+    /// The index [`with_long_strings`] holds on this thread, or null.
+    static HELD: std::cell::Cell<*const Vec<Long>> = const { std::cell::Cell::new(std::ptr::null()) };
+}
+
+/// Runs `f` with `long` consulted by every known-valid scan on this thread.
+pub fn with_long_strings<T>(long: &LongStrings<'_>, f: impl FnOnce() -> T) -> T {
+    if long.strings.is_empty() {
+        return f();
+    }
+    struct Release(*const Vec<Long>);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            HELD.with(|h| h.set(self.0));
+        }
+    }
+    let _release = Release(HELD.with(|h| h.replace(&long.strings)));
+    f()
+}
+
+/// The long string whose opening quote is at `addr`, if the held index has it.
+fn long_at(addr: usize) -> Option<Long> {
+    let held = HELD.with(|h| h.get());
+    if held.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null pointer is set only by `with_long_strings`, which
+    // borrows the index for as long as it is set and resets it on the way out
+    // (unwinding included).
+    let strings = unsafe { &*held };
+    strings
+        .binary_search_by_key(&addr, |l| l.start)
+        .ok()
+        .map(|i| strings[i])
 }
 
 impl<'a> Scan<'a> {
@@ -36,6 +106,7 @@ impl<'a> Scan<'a> {
             at: 0,
             known_valid: false,
             utf8_known: true,
+            long: Vec::new(),
         }
     }
 
@@ -48,6 +119,7 @@ impl<'a> Scan<'a> {
             at: 0,
             known_valid: false,
             utf8_known: false,
+            long: Vec::new(),
         }
     }
 
@@ -58,6 +130,7 @@ impl<'a> Scan<'a> {
             at: 0,
             known_valid: true,
             utf8_known: true,
+            long: Vec::new(),
         }
     }
 
@@ -82,7 +155,8 @@ pub(crate) fn members(text: &str) -> Option<Vec<Member<'_>>> {
     members_of(Scan::new(text))
 }
 
-pub(crate) fn members_of(mut s: Scan<'_>) -> Option<Vec<Member<'_>>> {
+/// As [`members_of`], with the long strings the scan read.
+pub(crate) fn members_and_long_of(mut s: Scan<'_>) -> Option<(Vec<Member<'_>>, LongStrings<'_>)> {
     let mut out = Vec::with_capacity(8);
     s.object(|s, key| {
         let value = s.raw_value()?;
@@ -90,7 +164,15 @@ pub(crate) fn members_of(mut s: Scan<'_>) -> Option<Vec<Member<'_>>> {
         Some(())
     })?;
     s.end()?;
-    Some(out)
+    let long = LongStrings {
+        strings: s.long,
+        of: std::marker::PhantomData,
+    };
+    Some((out, long))
+}
+
+pub(crate) fn members_of(s: Scan<'_>) -> Option<Vec<Member<'_>>> {
+    members_and_long_of(s).map(|(members, _)| members)
 }
 
 /// The items of the array that is the whole of `text`, as raw JSON; `None` as for
@@ -337,9 +419,20 @@ impl<'a> Scan<'a> {
         if b.get(self.at) != Some(&b'"') {
             return None;
         }
-        let mut at = self.at + 1;
+        let start = self.at;
+        let mut at = start + 1;
         let mut escaped = false;
         if self.known_valid {
+            let here = b.as_ptr() as usize;
+            if let Some(l) = long_at(here + start) {
+                // The string lies whole within any value holding its start.
+                if l.end <= here + b.len() {
+                    #[cfg(test)]
+                    JUMPS.with(|j| j.set(j.get() + 1));
+                    self.at = l.end - here;
+                    return Some(l.escaped);
+                }
+            }
             // Only the closing quote matters: a backslash's next byte is never it.
             loop {
                 at += memchr::memchr2(b'"', b'\\', &b[at..])?;
@@ -372,6 +465,14 @@ impl<'a> Scan<'a> {
             }
             if b[at] == b'"' {
                 self.at = at + 1;
+                if self.at - start >= LONG {
+                    let here = b.as_ptr() as usize;
+                    self.long.push(Long {
+                        start: here + start,
+                        end: here + self.at,
+                        escaped,
+                    });
+                }
                 return Some(escaped);
             }
             escaped = true;
@@ -772,6 +873,109 @@ mod tests {
             members_of(Scan::of_bytes(long.as_bytes())).map(|m| m.len()),
             Some(1)
         );
+    }
+
+    /// Every value under `v`, read the way the inbound parsers read them: objects
+    /// and arrays split known-valid, strings unescaped, the rest as written.
+    fn read_all(v: &RawValue, out: &mut Vec<String>) {
+        match v.get().as_bytes()[0] {
+            b'{' => {
+                for (k, v) in crate::json::split_valid_object(v).unwrap() {
+                    out.push(k.into_owned());
+                    read_all(v, out);
+                }
+            }
+            b'[' => {
+                for v in crate::json::split_valid_array(v).unwrap() {
+                    read_all(v, out);
+                }
+            }
+            b'"' => out.push(crate::json::valid_string_value(v).unwrap().into_owned()),
+            _ => out.push(v.get().to_string()),
+        }
+    }
+
+    /// A body's reading with and without its long strings held, and how many
+    /// strings the held reading jumped over.
+    fn read_with_and_without_index(body: &[u8]) -> (Vec<String>, Vec<String>, usize) {
+        let (members, long) = crate::json::split_object_bytes(body).unwrap();
+        let read = |out: &mut Vec<String>| {
+            for (k, v) in &members {
+                out.push(k.to_string());
+                read_all(v, out);
+            }
+        };
+        let mut plain = Vec::new();
+        read(&mut plain);
+        let jumps = super::JUMPS.with(|j| j.get());
+        let mut held = Vec::new();
+        super::with_long_strings(&long, || read(&mut held));
+        let jumped = super::JUMPS.with(|j| j.get()) - jumps;
+        // Outside the scope nothing is jumped over.
+        let mut after = Vec::new();
+        read(&mut after);
+        assert_eq!(super::JUMPS.with(|j| j.get()) - jumps, jumped);
+        assert_eq!(after, plain);
+        (plain, held, jumped)
+    }
+
+    #[test]
+    fn long_strings_are_jumped_over_while_held_and_read_the_same() {
+        let long = "lorem ipsum ".repeat(500);
+        let escaped = format!("{}\\n\\\"\u{e9}{}", "a".repeat(3000), "b".repeat(3000));
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"{long}"}},{{"role":"assistant","content":[{{"type":"text","text":"{escaped}"}}]}}],"{long}":1}}"#
+        );
+        let (plain, held, jumped) = read_with_and_without_index(body.as_bytes());
+        assert_eq!(plain, held);
+        assert!(plain.iter().any(|s| s.contains("\n\"\u{e9}")));
+        // The content: as a message array's item, a message's member and a string;
+        // the escaped text likewise, a level deeper.
+        assert!(jumped >= 6, "{jumped}");
+        // A short body keeps no index and jumps nothing.
+        let (_, long) = crate::json::split_object_bytes(br#"{"a":"b"}"#).unwrap();
+        assert!(long.strings.is_empty());
+    }
+
+    /// A document whose strings may be long (past the noted length), with
+    /// escapes and text past ASCII among them.
+    fn long_doc() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            Just("x".to_string()),
+            Just("\\\"".to_string()),
+            Just("\u{e9}".to_string()),
+            Just("\\u00e9".to_string()),
+        ];
+        let leaf = prop_oneof![
+            (piece, 0usize..5000).prop_map(|(p, n)| format!("\"{}{}\"", "y".repeat(n), p)),
+            Just("1".to_string()),
+            Just("null".to_string()),
+        ];
+        leaf.prop_recursive(3, 12, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec(inner, 0..3).prop_map(|v| {
+                    let m: Vec<String> = v
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, v)| format!("\"k{i}\":{v}"))
+                        .collect();
+                    format!("{{{}}}", m.join(","))
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// With its long strings held, a document reads exactly as without.
+        #[test]
+        fn a_document_reads_the_same_with_its_long_strings_held(v in long_doc()) {
+            let body = format!("{{\"a\":{v},\"b\":{v}}}");
+            let (plain, held, _) = read_with_and_without_index(body.as_bytes());
+            prop_assert_eq!(plain, held);
+        }
     }
 
     proptest! {
