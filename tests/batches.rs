@@ -546,15 +546,25 @@ struct SlowBatch {
 
 impl SlowBatch {
     async fn start(prefix: &str, n: usize) -> SlowBatch {
+        Self::start_with(prefix, n, 1, None).await
+    }
+
+    /// `concurrency` slots, and the runner's poll when given.
+    async fn start_with(
+        prefix: &str,
+        n: usize,
+        concurrency: usize,
+        poll_ms: Option<u64>,
+    ) -> SlowBatch {
         let mock = Mock::start().await;
         mock.set_default("o1", Step::DelayHeaders(Duration::from_millis(300)));
         let b = Backend::fresh().await;
         let dir = tempfile::tempdir().unwrap();
-        let s = Sluice::start(
-            &b,
-            opts_in(&mock, dir.path()).env("SLUICE_BATCHES__CONCURRENCY", 1),
-        )
-        .await;
+        let mut opts = opts_in(&mock, dir.path()).env("SLUICE_BATCHES__CONCURRENCY", concurrency);
+        if let Some(ms) = poll_ms {
+            opts = opts.env("SLUICE_BATCHES__POLL_MS", ms);
+        }
+        let s = Sluice::start(&b, opts).await;
         let (_, _, key) = s.org_and_key().await;
         let lines: Vec<String> = (0..n)
             .map(|i| chat_line(&format!("{prefix}-{i}"), "g-std", "x"))
@@ -645,6 +655,39 @@ async fn cancel_stops_new_lines_and_finalizes_with_what_is_done() {
         mock.count("o1") as usize,
         served as usize,
         "no line after the cancel"
+    );
+}
+
+/// The runner claims lines ahead of its slots (64 with four); a cancel drops
+/// them at once. With a one-minute poll only the cancel (or the runner's look at
+/// the open batches while lines wait) tells the runner, and otherwise the queued
+/// lines would start one after another as slots free up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_drops_the_lines_claimed_ahead_at_once() {
+    let SlowBatch {
+        mock,
+        _b,
+        _dir,
+        s,
+        key,
+        id,
+    } = SlowBatch::start_with("q", 100, 4, Some(60_000)).await;
+    let sent = mock.count("o1") as usize;
+    assert!(
+        (1..=12).contains(&sent),
+        "{sent} lines started in the first 700 ms"
+    );
+    let (st, c) = s
+        .post(&format!("/v1/batches/{id}/cancel"), Some(&key), &json!({}))
+        .await;
+    assert_eq!(st, 200, "{c}");
+    let sent_at_cancel = mock.count("o1") as usize;
+    // Four 300 ms rounds of the slots: the queue would have started 16 more.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let after = mock.count("o1") as usize - sent_at_cancel;
+    assert!(
+        after <= 1,
+        "{after} lines reached the provider after the cancel"
     );
 }
 

@@ -192,6 +192,8 @@ pub(super) async fn cancel(state: &AppState, caller: &Caller, id: &str) -> Resul
     .bind(&caller.org.id)
     .execute(&state.db.pool);
     state.db.bounded(q).await.map_err(db_err("batch cancel"))?;
+    // This process's runner drops the batch's queued lines now.
+    super::wake::batches_changed();
     let b = find(state, &caller.org.id, id)
         .await?
         .ok_or_else(|| not_found("batch", "batch_id"))?;
@@ -290,7 +292,7 @@ pub(super) async fn create(
             .bind(&id)
             .execute(&state.db.pool);
             state.db.bounded(q).await.map_err(db_err("batch start"))?;
-            super::wake::batch_opened();
+            super::wake::batches_changed();
         }
         Err(e) => {
             let del = sqlx::query("DELETE FROM batch_lines WHERE batch_id = $1")

@@ -70,6 +70,8 @@ struct Runner {
 
 /// How long the runner trusts its list of open batches.
 const OPEN_FRESH: Duration = Duration::from_millis(20);
+/// How often the open batches are looked at while claimed lines wait to start.
+const QUEUED_LOOK: Duration = Duration::from_millis(50);
 
 /// An open batch the runner serves.
 struct Open {
@@ -181,11 +183,14 @@ impl Runner {
     }
 
     /// How many lines the queue holds at most, and below how many it is refilled:
-    /// four rounds of the slots (at least 16, at most 64), refilled at half. One
-    /// claim serves many lines; what a stopped instance held ahead is claimed
-    /// again once its heartbeat lapses.
+    /// sixteen rounds of the slots (at least 16, at most 256), refilled at half.
+    /// One claim serves many lines: each claim is a commit, and a commit writes
+    /// the pages it touched to the log whole, so fewer, fuller ones cost the
+    /// database less per line. What a stopped instance held ahead is claimed again
+    /// once its heartbeat lapses; a cancel here drops the batch's queued lines at
+    /// once (`wake`), another instance within `QUEUED_LOOK`.
     fn ahead(&self) -> (usize, usize) {
-        let ahead = (4 * self.state.config.batches.concurrency).clamp(16, 64);
+        let ahead = (16 * self.state.config.batches.concurrency).clamp(16, 256);
         (ahead, ahead / 2)
     }
 
@@ -212,7 +217,7 @@ impl Runner {
                 // Not up yet, or draining: a batch opened here says it is up.
                 tokio::select! {
                     () = tokio::time::sleep(poll) => {}
-                    () = super::wake::opened() => open.0 = Instant::now() - OPEN_FRESH,
+                    () = super::wake::changed() => open.0 = Instant::now() - OPEN_FRESH,
                 }
                 continue;
             }
@@ -226,12 +231,20 @@ impl Runner {
             if claimed > 0 {
                 self.queued.notify_one();
             }
-            if claimed == 0 || self.lock_queue().len() >= self.ahead().1 {
+            let queued = self.lock_queue().len();
+            if claimed == 0 || queued >= self.ahead().1 {
                 // Nothing to claim, or enough ahead: until the starter runs low,
-                // or a batch opens here.
+                // or a batch opens or is cancelled here. While lines wait in the
+                // queue the open batches are looked at every QUEUED_LOOK, so a
+                // cancel on another instance stops them soon after.
+                let wait = if queued > 0 {
+                    poll.min(QUEUED_LOOK)
+                } else {
+                    poll
+                };
                 tokio::select! {
-                    _ = tokio::time::timeout(poll, low) => {}
-                    () = super::wake::opened() => open.0 = Instant::now() - OPEN_FRESH,
+                    _ = tokio::time::timeout(wait, low) => {}
+                    () = super::wake::changed() => open.0 = Instant::now() - OPEN_FRESH,
                 }
             }
         }
