@@ -618,6 +618,15 @@ async fn a_batch_starts_and_finishes_at_once_not_at_the_next_poll_and_long_lines
         .all(|l| l["response"]["status_code"] == 200 && l["error"].is_null()));
 }
 
+/// Cancels batch `id`, which must be answered 200; its answer.
+async fn cancel(s: &Sluice, key: &str, id: &str) -> Value {
+    let (st, c) = s
+        .post(&format!("/v1/batches/{id}/cancel"), Some(key), &json!({}))
+        .await;
+    assert_eq!(st, 200, "{c}");
+    c
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_new_lines_and_finalizes_with_what_is_done() {
     // `_b` and `_dir` are bound (not `..`): the backend's folder lives to the end.
@@ -629,11 +638,8 @@ async fn cancel_stops_new_lines_and_finalizes_with_what_is_done() {
         key,
         id,
     } = SlowBatch::start("c", 20).await;
+    let c = cancel(&s, &key, &id).await;
     let id = id.as_str();
-    let (st, c) = s
-        .post(&format!("/v1/batches/{id}/cancel"), Some(&key), &json!({}))
-        .await;
-    assert_eq!(st, 200, "{c}");
     assert!(
         matches!(c["status"].as_str(), Some("cancelling" | "cancelled")),
         "{c}"
@@ -677,10 +683,7 @@ async fn a_cancel_drops_the_lines_claimed_ahead_at_once() {
         (1..=12).contains(&sent),
         "{sent} lines started in the first 700 ms"
     );
-    let (st, c) = s
-        .post(&format!("/v1/batches/{id}/cancel"), Some(&key), &json!({}))
-        .await;
-    assert_eq!(st, 200, "{c}");
+    cancel(&s, &key, &id).await;
     let sent_at_cancel = mock.count("o1") as usize;
     // Four 300 ms rounds of the slots: the queue would have started 16 more.
     tokio::time::sleep(Duration::from_millis(1_300)).await;
