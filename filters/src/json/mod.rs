@@ -85,14 +85,8 @@ pub fn split_object(text: &str) -> Result<Vec<Member<'_>>, serde_json::Error> {
 pub fn split_object_bytes(bytes: &[u8]) -> Result<Split<'_>, serde_json::Error> {
     match scan::members_and_long_of(scan::Scan::of_bytes(bytes)) {
         Some((members, long)) => Ok((members, long)),
-        None => match std::str::from_utf8(bytes) {
-            Ok(text) => {
-                serde_json::from_str::<Members>(text).map(|m| (m.0, LongStrings::default()))
-            }
-            Err(_) => {
-                serde_json::from_slice::<Members>(bytes).map(|m| (m.0, LongStrings::default()))
-            }
-        },
+        // serde checks the UTF-8 of what it reads.
+        None => serde_json::from_slice::<Members>(bytes).map(|m| (m.0, LongStrings::default())),
     }
 }
 
