@@ -80,6 +80,20 @@ fn cpu_by_thread(pid: u32) -> std::collections::BTreeMap<String, f64> {
     out
 }
 
+/// Bytes the process has had written to storage so far (`write_bytes` of
+/// /proc/PID/io: the database's log and file, the batch's files). Unlike its CPU
+/// time, it does not move with the machine's noise.
+fn written(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("write_bytes: "))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
 /// The CPU each thread group used between two readings, per `n` requests.
 fn per_request(
     before: &std::collections::BTreeMap<String, f64>,
@@ -294,13 +308,14 @@ fn main() {
                 idle.push(probe(http.clone(), gw.clone(), key.clone()).await);
             }
             idles.push(p50(idle, delay));
-            let cpu0 = cpu_by_thread(pid);
+            let (cpu0, w0) = (cpu_by_thread(pid), written(pid));
             lives.push(live(false, round).await);
             let live_cpu = per_request(&cpu0, &cpu_by_thread(pid), n);
+            let live_kb = (written(pid) - w0) / n as f64 / 1024.0;
             let f: Value = http.post(format!("{gw}/v1/files")).bearer_auth(&key)
                 .header("content-type", format!("multipart/form-data; boundary={boundary}"))
                 .body(upload.clone()).send().await.unwrap().json().await.unwrap();
-            let cpu1 = cpu_by_thread(pid);
+            let (cpu1, w1) = (cpu_by_thread(pid), written(pid));
             let t1 = Instant::now();
             let b: Value = http.post(format!("{gw}/v1/batches")).bearer_auth(&key)
                 .json(&json!({"input_file_id": f["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"}))
@@ -321,6 +336,7 @@ fn main() {
             };
             let took = t1.elapsed();
             let batch_cpu = per_request(&cpu1, &cpu_by_thread(pid), n);
+            let batch_kb = (written(pid) - w1) / n as f64 / 1024.0;
             assert_eq!(done["status"], "completed", "{done}");
             assert_eq!(done["request_counts"]["completed"], n, "{done}");
             batches.push(n as f64 / took.as_secs_f64());
@@ -335,6 +351,7 @@ fn main() {
             // during the batch included).
             eprintln!("  instance CPU per live request: {live_cpu}");
             eprintln!("  instance CPU per batch line:   {batch_cpu}");
+            eprintln!("  written to storage: {live_kb:.2} KB per live request, {batch_kb:.2} KB per batch line");
         }
         // Each round's own ratio: live and batch run back to back, so a slow spell
         // of the machine weighs on both alike.

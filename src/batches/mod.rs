@@ -9,6 +9,7 @@
 //! here imports `proxy` or `inference`.
 
 mod batch;
+mod claims;
 mod files;
 pub mod jsonl;
 mod recorder;

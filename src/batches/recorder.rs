@@ -2,10 +2,10 @@
 //! to the database a few to a transaction, with the batch's request counts: the
 //! line is marked done and its answer appended to `batch_answers` (a row of its
 //! own, so the line's row keeps its size and its page is not split). An
-//! answer not recorded leaves its line leased: it runs again (billed once:
-//! `batch_line` on its usage event).
+//! answer not recorded runs its line again (its claim is let go, or its lease
+//! lapses), billed once: `batch_line` on its usage event.
 
-use crate::state::AppState;
+use super::claims::Claims;
 use crate::store::db::Engine;
 use crate::store::Db;
 use sqlx::Row;
@@ -61,12 +61,11 @@ pub(super) fn output_line(
 
 /// Records answers as they come, up to [`RECORD_BATCH`] to a transaction, with
 /// the batch's request counts; `finished` hears of a batch whose lines are all
-/// recorded. An answer not recorded leaves its line leased: it
-/// runs again (billed once: `batch_line` on its usage event).
+/// recorded. Then the lines' claims are let go (`Claims::recorded`).
 pub(super) async fn record(
-    state: Arc<AppState>,
     db: Db,
     mut rx: tokio::sync::mpsc::Receiver<Answered>,
+    claims: Arc<Claims>,
     finished: Arc<tokio::sync::Notify>,
 ) {
     let mut pending = Vec::with_capacity(RECORD_BATCH);
@@ -97,8 +96,8 @@ pub(super) async fn record(
                     for a in part {
                         q = q.bind(a.line_no).bind(a.ok as i64);
                     }
-                    // Kept: which instance served the line.
-                    q = q.bind(&state.instance_id).bind(batch);
+                    // Kept where claims are leases: which instance served the line.
+                    q = q.bind(claims.claimant()).bind(batch);
                     // A line recorded already (it ran twice: a lease that lapsed)
                     // is not returned, nor counted or its answer stored again.
                     for r in q.fetch_all(&mut *tx).await? {
@@ -148,6 +147,10 @@ pub(super) async fn record(
             Err(e) => {
                 tracing::warn!(error = %e, lines = pending.len(), "batch answers were not recorded")
             }
+        }
+        // Recorded or not, the lines are let go: a line not recorded runs again.
+        for same in pending.chunk_by(|a, b| a.batch_id == b.batch_id) {
+            claims.recorded(&same[0].batch_id, same.iter().map(|a| a.line_no));
         }
         pending.clear();
     }

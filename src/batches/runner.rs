@@ -1,8 +1,6 @@
-//! The batch runner, one in every instance. It claims lines of open batches with a
-//! lease in the database (an atomic conditional UPDATE; on PostgreSQL the candidate
-//! rows are taken `FOR UPDATE SKIP LOCKED`), so several instances share a batch
-//! and a line runs on one at a time. A line whose claimant stopped beating
-//! (`instances`) or whose lease ran out is claimed again.
+//! The batch runner, one in every instance. It claims lines of open batches
+//! ([`Claims`]: a lease in the database where several instances share a batch, in
+//! memory where the instance runs alone), so a line runs on one at a time.
 //!
 //! Each line goes to this instance's own gateway over an in-memory connection
 //! (`wire`), as a client's request would, with the internal credential naming the batch's key
@@ -21,12 +19,12 @@
 //! no new line and is finalized once its lines in flight end.
 
 use super::batch::counts;
+use super::claims::{Claimed, Claims};
 use super::files::{self, FileRow};
 use super::recorder::{output_line, record, Answered};
 use super::wire::{Answer, Lines, Wire};
 use crate::state::{AppState, BATCH_HEADER};
 use crate::store::db::Engine;
-use crate::store::instances::HEARTBEAT_TTL;
 use crate::store::now_ms;
 use crate::store::Db;
 use serde_json::{json, Value};
@@ -52,6 +50,7 @@ struct Runner {
     /// PostgreSQL.
     db: Db,
     wire: Wire,
+    claims: Arc<Claims>,
     permits: Arc<Semaphore>,
     /// When each key (by hash) may start its next line here.
     pace: Mutex<HashMap<String, Instant>>,
@@ -80,12 +79,6 @@ struct Open {
     endpoint: String,
 }
 
-struct Claimed {
-    line_no: i64,
-    custom_id: String,
-    body: String,
-}
-
 /// Runs the runner; `lines` serves a connection to the gateway for batch lines.
 /// It runs on the batch lines' own thread (`server::BatchLines`), at their lower
 /// priority, as do the connections it opens: a line's request and its answer
@@ -111,11 +104,17 @@ pub async fn run(state: Arc<AppState>, lines: Lines) {
     let permits = Arc::new(Semaphore::new(state.config.batches.concurrency));
     let (answers, rx) = tokio::sync::mpsc::channel(1024);
     let finished = Arc::new(tokio::sync::Notify::new());
-    tokio::spawn(record(state.clone(), db.clone(), rx, finished.clone()));
+    let claims = Arc::new(Claims::new(
+        db.engine,
+        &state.instance_id,
+        state.config.batches.lease_ms,
+    ));
+    tokio::spawn(record(db.clone(), rx, claims.clone(), finished.clone()));
     let runner = Arc::new(Runner {
         state,
         db,
         wire,
+        claims,
         permits,
         pace: Mutex::new(HashMap::new()),
         answers,
@@ -336,64 +335,13 @@ impl Runner {
             if want == 0 {
                 continue;
             }
-            let lines = self.claim(&b.id, want).await?;
+            let lines = self.claims.claim(&self.db, &b.id, want).await?;
             tracing::debug!(batch = %b.id, want, claimed = lines.len(), "batch lines claimed");
             claimed += lines.len();
             self.lock_queue()
                 .extend(lines.into_iter().map(|l| (b.clone(), l)));
         }
         Ok(claimed)
-    }
-
-    async fn claim(&self, batch_id: &str, n: usize) -> anyhow::Result<Vec<Claimed>> {
-        let db = &self.db;
-        let now = now_ms();
-        // Lines of an instance that stopped are freed by `progress`; so a free line
-        // is one whose lease is past, and the claim walks the index
-        // (batch_id, done, lease_until) from the never-claimed lines up.
-        let free = "done = 0 AND lease_until < $4";
-        let open = "EXISTS (SELECT 1 FROM batches WHERE id = $3 AND status = 'in_progress' \
-                    AND expires_at > $4)";
-        let sql = if db.engine == Engine::Postgres {
-            // The candidates are picked once (a CTE), locked and skipped by other
-            // claimers; an IN (subquery ... LIMIT) may be evaluated again per row.
-            format!(
-                "WITH picked AS (SELECT line_no FROM batch_lines \
-                 WHERE batch_id = $3 AND {free} AND {open} \
-                 LIMIT $5 FOR UPDATE SKIP LOCKED) \
-                 UPDATE batch_lines SET claimed_by = $1, lease_until = $2 FROM picked \
-                 WHERE batch_lines.batch_id = $3 AND batch_lines.line_no = picked.line_no \
-                 RETURNING batch_lines.line_no, batch_lines.custom_id, batch_lines.body"
-            )
-        } else {
-            // SQLite: one writer at a time, so the statement is the claim. The
-            // candidates are named by rowid: by line_no, the planner would walk
-            // every free line of the batch to test each against the list.
-            format!(
-                "UPDATE batch_lines SET claimed_by = $1, lease_until = $2 \
-                 WHERE rowid IN (SELECT rowid FROM batch_lines \
-                 WHERE batch_id = $3 AND {free} LIMIT $5) AND {free} \
-                 AND {open} RETURNING line_no, custom_id, body"
-            )
-        };
-        let q = sqlx::query(&sql)
-            .bind(&self.state.instance_id)
-            .bind(now + self.state.config.batches.lease_ms as i64)
-            .bind(batch_id)
-            .bind(now)
-            .bind(n as i64)
-            .fetch_all(&db.pool);
-        let rows = db.bounded(q).await?;
-        let mut lines: Vec<Claimed> = rows
-            .iter()
-            .map(|r| Claimed {
-                line_no: r.get("line_no"),
-                custom_id: r.get("custom_id"),
-                body: r.get("body"),
-            })
-            .collect();
-        lines.sort_by_key(|l| l.line_no);
-        Ok(lines)
     }
 
     async fn serve_line(&self, b: &Open, mut line: Claimed) {
@@ -442,25 +390,18 @@ impl Runner {
             output: output_line(&line.custom_id, status, request_id.as_deref(), &bytes),
         };
         if self.answers.send(answered).await.is_err() {
-            tracing::warn!(batch = %b.id, "the batch recorder stopped; the line's lease will lapse");
+            tracing::warn!(batch = %b.id, "the batch recorder stopped; the line waits");
+            self.claims
+                .put_back(&self.db, &b.id, line.line_no, BACKOFF)
+                .await;
         }
     }
 
     /// Gives a claimed line back, not to be claimed again for `wait`.
     async fn put_back(&self, b: &Open, line: &Claimed, wait: Duration) {
-        let db = &self.db;
-        let q = sqlx::query(
-            "UPDATE batch_lines SET claimed_by = NULL, lease_until = $1 \
-             WHERE batch_id = $2 AND line_no = $3 AND claimed_by = $4 AND done = 0",
-        )
-        .bind(now_ms() + wait.as_millis() as i64)
-        .bind(&b.id)
-        .bind(line.line_no)
-        .bind(&self.state.instance_id)
-        .execute(&db.pool);
-        if let Err(e) = db.bounded(q).await {
-            tracing::warn!(error = %e, "a batch line was not given back; its lease will lapse");
-        }
+        self.claims
+            .put_back(&self.db, &b.id, line.line_no, wait)
+            .await;
     }
 
     /// Finalizes every batch that is ready: all lines done, cancelled with none in
@@ -487,7 +428,7 @@ impl Runner {
             let cancelling: Option<i64> = r.get("cancelling_at");
             let final_until: Option<i64> = r.get("final_until");
             let done: i64 = r.get("done");
-            let in_flight = self.in_flight(&id).await?;
+            let in_flight = self.claims.in_flight(&self.db, &id).await?;
             if status == "in_progress" {
                 waiting += (total - done).max(0);
             }
@@ -566,43 +507,6 @@ impl Runner {
             tracing::debug!(batch = %id, "finished batch's lines deleted");
         }
         Ok(())
-    }
-
-    /// Lines held by a live claimant (the lines done are counted on the batch).
-    async fn in_flight(&self, batch_id: &str) -> anyhow::Result<i64> {
-        let db = &self.db;
-        let now = now_ms();
-        let stale = now - HEARTBEAT_TTL.as_millis() as i64;
-        // Counted on the index (batch_id, done, lease_until), leased lines only:
-        // those leased, and those leased by an instance that stopped beating.
-        let q = sqlx::query(
-            "SELECT (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0 \
-              AND lease_until >= $2 AND claimed_by IS NOT NULL) AS held, \
-             (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0 \
-              AND lease_until >= $2 AND claimed_by IN \
-              (SELECT id FROM instances WHERE seen_at < $3)) AS dead",
-        )
-        .bind(batch_id)
-        .bind(now)
-        .bind(stale)
-        .fetch_one(&db.pool);
-        let r = db.bounded(q).await?;
-        let (held, dead): (i64, i64) = (r.get("held"), r.get("dead"));
-        if dead > 0 {
-            // Their claimant is gone: free to claim again (a line that ran there
-            // runs again, billed once).
-            let q = sqlx::query(
-                "UPDATE batch_lines SET claimed_by = NULL, lease_until = 0 \
-                 WHERE batch_id = $1 AND done = 0 AND lease_until >= $2 AND claimed_by IN \
-                 (SELECT id FROM instances WHERE seen_at < $3)",
-            )
-            .bind(batch_id)
-            .bind(now)
-            .bind(stale)
-            .execute(&db.pool);
-            db.bounded(q).await?;
-        }
-        Ok(held - dead)
     }
 
     /// Writes the output and error files and ends the batch as `target`.
@@ -736,6 +640,7 @@ impl Runner {
             .bind(&state.instance_id)
             .execute(&db.pool);
         db.bounded(q).await?;
+        self.claims.forget(batch_id);
         let (ok, failed) = counts(state, batch_id).await.unwrap_or_default();
         tracing::info!(batch = %batch_id, status = target, ok, failed, "batch finalized");
         Ok(())
