@@ -113,6 +113,18 @@ fn streams(c: &mut Criterion) {
             out.clear();
         })
     });
+    // A native stream's chunk as the gateway passes it on: read (inspect), and
+    // rewritten with the rung named, into the pending write.
+    g.bench_function("openai_chat_native", |b| {
+        let native = br#"{"id":"chatcmpl-mock312001","object":"chat.completion.chunk","created":1795466564,"model":"bench-model-2025-04-14","service_tier":"default","system_fingerprint":"fp_mock0001","choices":[{"index":0,"delta":{"content":"Hello there, "},"logprobs":null,"finish_reason":null}]}"#;
+        let mut out = Vec::with_capacity(4096);
+        b.iter(|| {
+            let info = openai_chat::inspect(black_box(native)).unwrap();
+            json_edit::set_member_into(&mut out, native, "provider", br#""openai:bench-model""#);
+            black_box(info);
+            out.clear();
+        })
+    });
     g.bench_function("anthropic_to_chat", |b| {
         let mut sse = SseDecoder::new();
         let mut dec = anthropic::Decoder::new();

@@ -317,7 +317,13 @@ impl Pump<'_> {
         decoder: &mut SseDecoder,
         idle: Duration,
     ) -> Attempt {
-        // Events already decoded in the committing read.
+        // The committing event (with the preamble held before it) goes out at
+        // once: the first token does not wait while the rest of its read is
+        // rewritten (a provider's burst can hold the whole answer). Then the
+        // events already decoded in that read, in one more write.
+        if !self.flush(session, tally, false).await {
+            return Attempt::ClientGone;
+        }
         let mut done = self.drain(tally, decoder);
         if !self.flush(session, tally, false).await {
             return Attempt::ClientGone;

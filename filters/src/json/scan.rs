@@ -509,14 +509,27 @@ impl<'a> Scan<'a> {
 /// where the CPU has it (detected once; a long content string is most of a big
 /// body's scan), else sixteen at a time with SSE2 (part of every x86_64), else
 /// eight at a time in a word (SWAR).
+///
+/// Most strings are short (keys, and the values of a stream's chunks), so the
+/// first sixteen bytes are looked at here, inline: the AVX2 run is a call of its
+/// own, taken only for a string that goes on past them.
+#[inline]
 fn plain_run<const HIGH: bool>(b: &[u8]) -> usize {
     #[cfg(target_arch = "x86_64")]
     {
-        if b.len() >= 64 && std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2, checked just above.
-            return unsafe { plain_run_avx2::<HIGH>(b) };
+        if b.len() < 16 {
+            return plain_run_swar::<HIGH>(b);
         }
-        plain_run_sse2::<HIGH>(b)
+        let first = sse2_flags::<HIGH>(b, 0);
+        if first != 0 {
+            return first.trailing_zeros() as usize;
+        }
+        let rest = &b[16..];
+        if rest.len() >= 64 && std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return 16 + unsafe { plain_run_avx2::<HIGH>(rest) };
+        }
+        16 + plain_run_sse2::<HIGH>(rest)
     }
     #[cfg(not(target_arch = "x86_64"))]
     plain_run_swar::<HIGH>(b)
@@ -569,32 +582,40 @@ unsafe fn plain_run_avx2<const HIGH: bool>(b: &[u8]) -> usize {
 /// [`plain_run`] sixteen bytes at a time; the tail goes to the SWAR run.
 #[cfg(target_arch = "x86_64")]
 fn plain_run_sse2<const HIGH: bool>(b: &[u8]) -> usize {
-    use std::arch::x86_64::*;
     let mut at = 0;
-    // SAFETY: SSE2 is in the x86_64 baseline; each load reads 16 bytes that
-    // lie within `b` (unaligned loads).
-    unsafe {
-        let quote = _mm_set1_epi8(b'"' as i8);
-        let backslash = _mm_set1_epi8(b'\\' as i8);
-        let below_space = _mm_set1_epi8(0x1f);
-        while at + 16 <= b.len() {
-            let v = _mm_loadu_si128(b.as_ptr().add(at).cast());
-            let control = _mm_cmpeq_epi8(_mm_min_epu8(v, below_space), v);
-            let mut hit = _mm_or_si128(
-                _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
-                control,
-            );
-            if HIGH {
-                hit = _mm_or_si128(hit, v);
-            }
-            let mask = _mm_movemask_epi8(hit) as u32;
-            if mask != 0 {
-                return at + mask.trailing_zeros() as usize;
-            }
-            at += 16;
+    while at + 16 <= b.len() {
+        let mask = sse2_flags::<HIGH>(b, at);
+        if mask != 0 {
+            return at + mask.trailing_zeros() as usize;
         }
+        at += 16;
     }
     at + plain_run_swar::<HIGH>(&b[at..])
+}
+
+/// The flagged bytes of `b[at..at + 16]` as a bit mask (bit i: byte at + i).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn sse2_flags<const HIGH: bool>(b: &[u8], at: usize) -> u32 {
+    use std::arch::x86_64::*;
+    assert!(at + 16 <= b.len());
+    // SAFETY: SSE2 is in the x86_64 baseline; the load reads the 16 bytes
+    // checked just above (an unaligned load).
+    unsafe {
+        let v = _mm_loadu_si128(b.as_ptr().add(at).cast());
+        let control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+        let mut hit = _mm_or_si128(
+            _mm_or_si128(
+                _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8)),
+                _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8)),
+            ),
+            control,
+        );
+        if HIGH {
+            hit = _mm_or_si128(hit, v);
+        }
+        _mm_movemask_epi8(hit) as u32
+    }
 }
 
 /// [`plain_run`] eight bytes at a time: the lowest flagged byte of each word is
@@ -812,6 +833,15 @@ mod tests {
                         plain_run::<true>(&text),
                         at.min(if fill >= 0x80 { 0 } else { at })
                     );
+                }
+                // Short runs too: below, at and past the inline first step.
+                for len in 0..100 {
+                    for at in 0..len {
+                        let mut text = vec![fill; len];
+                        text[at] = stop;
+                        assert_eq!(plain_run::<false>(&text), at, "len {len}");
+                    }
+                    assert_eq!(plain_run::<false>(&vec![fill; len]), len);
                 }
                 assert_eq!(plain_run::<false>(&vec![fill; 259]), 259);
                 assert_eq!(

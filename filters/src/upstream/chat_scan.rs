@@ -23,8 +23,10 @@ struct ChoiceSeen<'a> {
     finish_reason: Option<Cow<'a, str>>,
 }
 
-pub(super) fn inspect(text: &str) -> Option<Inspection<'_>> {
-    let mut s = Scan::new(text);
+pub(super) fn inspect(json: &[u8]) -> Option<Inspection<'_>> {
+    // The bytes as they came: the scan checks the strings' UTF-8 as it reads them
+    // (outside strings it takes only ASCII), so the text needs no pass of its own.
+    let mut s = Scan::of_bytes(json);
     let mut out = Inspection::default();
     let mut choices = 0usize;
     const TOP: [&str; 6] = ["choices", "usage", "error", "id", "model", "created"];

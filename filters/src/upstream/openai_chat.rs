@@ -163,11 +163,11 @@ fn text_len(content: Option<&RawValue>) -> usize {
 /// Reads a completion body or a chunk's data; `None` when it is not JSON of the
 /// expected shape.
 pub fn inspect(json: &[u8]) -> Option<Inspection<'_>> {
-    // One UTF-8 check of the whole text: read from a slice, serde_json would check
-    // every string (keys included) on its own.
-    let text = std::str::from_utf8(json).ok()?;
-    // The common shape is read in one pass; anything else by serde.
-    super::chat_scan::inspect(text).or_else(|| inspect_serde(text))
+    // The common shape is read in one pass, its UTF-8 checked on the way (every
+    // chunk of a stream comes here). Anything else goes to serde after one UTF-8
+    // check of the whole text: read from a slice, serde_json would check every
+    // string (keys included) on its own.
+    super::chat_scan::inspect(json).or_else(|| inspect_serde(std::str::from_utf8(json).ok()?))
 }
 
 /// [`inspect`] by a serde parse: the reading the one-pass scan must agree with.
@@ -884,7 +884,10 @@ pub(crate) fn policy_reason(code: &str) -> Option<RefusalReason> {
 /// The one-pass scan held to the serde reading.
 #[cfg(test)]
 mod scan_tests {
-    use super::super::chat_scan::inspect;
+    /// The one-pass reading of a text.
+    fn inspect(text: &str) -> Option<super::Inspection<'_>> {
+        super::super::chat_scan::inspect(text.as_bytes())
+    }
     use super::inspect_serde;
     use proptest::prelude::*;
 
@@ -1018,6 +1021,10 @@ mod scan_tests {
             b[at] = byte;
             if let Ok(text) = std::str::from_utf8(&b) {
                 prop_assert!(agrees(text), "{}", text);
+            } else {
+                // Bytes that are not UTF-8 are no answer, in the one pass too.
+                prop_assert!(super::super::chat_scan::inspect(&b).is_none());
+                prop_assert!(super::inspect(&b).is_none());
             }
             prop_assert!(agrees(&ANSWER[..at]));
         }
