@@ -586,46 +586,42 @@ fn worst_case_micro() -> i64 {
     (MAX_TOKENS as i64) * 2 + 100
 }
 
+/// The one number a query returns (its column `n`).
+async fn sql_number(db: &str, sql: &str) -> i64 {
+    sql_rows(db, sql).await[0]["n"].as_i64().unwrap()
+}
+
 async fn org_balance(db: &str, org: &str) -> i64 {
-    let r = sql_rows(
-        db,
-        &format!("SELECT balance_micro_usd AS b FROM orgs WHERE id = '{org}'"),
-    )
-    .await;
-    r[0]["b"].as_i64().unwrap()
+    let sql = format!("SELECT balance_micro_usd AS n FROM orgs WHERE id = '{org}'");
+    sql_number(db, &sql).await
+}
+
+/// What the usage events that `filter` picks cost, in micro-dollars.
+async fn cost_of(db: &str, filter: &str) -> i64 {
+    let sql = format!(
+        "SELECT CAST(COALESCE(SUM(cost_micro_usd), 0) AS BIGINT) AS n FROM usage_events WHERE {filter}"
+    );
+    sql_number(db, &sql).await
 }
 
 async fn org_cost(db: &str, org: &str) -> i64 {
-    let r = sql_rows(
-        db,
-        &format!("SELECT CAST(COALESCE(SUM(cost_micro_usd), 0) AS BIGINT) AS c FROM usage_events WHERE org_id = '{org}'"),
-    )
-    .await;
-    r[0]["c"].as_i64().unwrap()
+    cost_of(db, &format!("org_id = '{org}'")).await
 }
 
 async fn key_cost(db: &str, key: &str) -> i64 {
-    let r = sql_rows(
-        db,
-        &format!("SELECT CAST(COALESCE(SUM(cost_micro_usd), 0) AS BIGINT) AS c FROM usage_events WHERE key_id = '{key}'"),
-    )
-    .await;
-    r[0]["c"].as_i64().unwrap()
+    cost_of(db, &format!("key_id = '{key}'")).await
 }
 
 async fn event_count(db: &str) -> i64 {
-    let r = sql_rows(db, "SELECT COUNT(*) AS n FROM usage_events").await;
-    r[0]["n"].as_i64().unwrap()
+    sql_number(db, "SELECT COUNT(*) AS n FROM usage_events").await
 }
 
 /// Served (200) events of a key for a model.
 async fn ok_events(db: &str, key: &str, model: &str) -> i64 {
-    let r = sql_rows(
-        db,
-        &format!("SELECT COUNT(*) AS n FROM usage_events WHERE key_id = '{key}' AND model = '{model}' AND status = 200 AND incomplete = 0"),
-    )
-    .await;
-    r[0]["n"].as_i64().unwrap()
+    let sql = format!(
+        "SELECT COUNT(*) AS n FROM usage_events WHERE key_id = '{key}' AND model = '{model}' AND status = 200 AND incomplete = 0"
+    );
+    sql_number(db, &sql).await
 }
 
 async fn only_key(db: &str, org: &str) -> String {
