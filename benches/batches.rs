@@ -81,8 +81,8 @@ fn cpu_by_thread(pid: u32) -> std::collections::BTreeMap<String, f64> {
 }
 
 /// Bytes the process has had written to storage so far (`write_bytes` of
-/// /proc/PID/io: the database's log and file, the batch's files). Unlike its CPU
-/// time, it does not move with the machine's noise.
+/// /proc/PID/io: the database's log and file, the batch's files). It moves far
+/// less than CPU time with the machine's noise (checkpoints fall where they fall).
 fn written(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/io"))
         .ok()

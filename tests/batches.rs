@@ -629,23 +629,16 @@ async fn cancel(s: &Sluice, key: &str, id: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_new_lines_and_finalizes_with_what_is_done() {
-    // `_b` and `_dir` are bound (not `..`): the backend's folder lives to the end.
-    let SlowBatch {
-        mock,
-        _b,
-        _dir,
-        s,
-        key,
-        id,
-    } = SlowBatch::start("c", 20).await;
-    let c = cancel(&s, &key, &id).await;
-    let id = id.as_str();
+    // Held whole: the backend's folder lives to the end.
+    let slow = SlowBatch::start("c", 20).await;
+    let (mock, s, key, id) = (&slow.mock, &slow.s, slow.key.as_str(), slow.id.as_str());
+    let c = cancel(s, key, id).await;
     assert!(
         matches!(c["status"].as_str(), Some("cancelling" | "cancelled")),
         "{c}"
     );
     let sent_at_cancel = mock.count("o1") as usize;
-    let done = wait_status(&s, &key, id, &["cancelled"], Duration::from_secs(10)).await;
+    let done = wait_status(s, key, id, &["cancelled"], Duration::from_secs(10)).await;
     assert!(done["cancelling_at"].is_i64() && done["cancelled_at"].is_i64());
     let served = done["request_counts"]["completed"].as_i64().unwrap();
     assert!((1..20).contains(&served), "{done}");
@@ -653,7 +646,7 @@ async fn cancel_stops_new_lines_and_finalizes_with_what_is_done() {
         mock.count("o1") as usize <= sent_at_cancel + 1,
         "at most the line in flight ends"
     );
-    let out = lines_of(&s, &key, &done["output_file_id"]).await;
+    let out = lines_of(s, key, &done["output_file_id"]).await;
     assert_eq!(out.len() as i64, served);
     assert_eq!(done["error_file_id"], Value::Null);
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -670,20 +663,14 @@ async fn cancel_stops_new_lines_and_finalizes_with_what_is_done() {
 /// lines would start one after another as slots free up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_drops_the_lines_claimed_ahead_at_once() {
-    let SlowBatch {
-        mock,
-        _b,
-        _dir,
-        s,
-        key,
-        id,
-    } = SlowBatch::start_with("q", 100, 4, Some(60_000)).await;
+    let slow = SlowBatch::start_with("q", 100, 4, Some(60_000)).await;
+    let mock = &slow.mock;
     let sent = mock.count("o1") as usize;
     assert!(
         (1..=12).contains(&sent),
         "{sent} lines started in the first 700 ms"
     );
-    cancel(&s, &key, &id).await;
+    cancel(&slow.s, &slow.key, &slow.id).await;
     let sent_at_cancel = mock.count("o1") as usize;
     // Four 300 ms rounds of the slots: the queue would have started 16 more.
     tokio::time::sleep(Duration::from_millis(1_300)).await;
@@ -696,24 +683,17 @@ async fn a_cancel_drops_the_lines_claimed_ahead_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn work_past_the_window_expires_into_the_error_file() {
-    let SlowBatch {
-        mock: _mock,
-        _b,
-        _dir,
-        s,
-        key,
-        id,
-    } = SlowBatch::start("e", 10).await;
-    let id = id.as_str();
+    let slow = SlowBatch::start("e", 10).await;
+    let (s, key, id) = (&slow.s, slow.key.as_str(), slow.id.as_str());
     // The window ends now (24 hours are not waited for in a test).
-    let pool = db(&s).await;
+    let pool = db(s).await;
     sqlx::query("UPDATE batches SET expires_at = $1 WHERE id = $2")
         .bind(now_ms())
         .bind(id)
         .execute(&pool)
         .await
         .unwrap();
-    let done = wait_status(&s, &key, id, &["expired"], Duration::from_secs(10)).await;
+    let done = wait_status(s, key, id, &["expired"], Duration::from_secs(10)).await;
     assert!(done["expired_at"].is_i64());
     let served = done["request_counts"]["completed"].as_i64().unwrap();
     assert!((1..10).contains(&served), "{done}");
@@ -721,13 +701,13 @@ async fn work_past_the_window_expires_into_the_error_file() {
         done["request_counts"]["failed"].as_i64().unwrap(),
         10 - served
     );
-    let errs = lines_of(&s, &key, &done["error_file_id"]).await;
+    let errs = lines_of(s, key, &done["error_file_id"]).await;
     assert_eq!(errs.len() as i64, 10 - served);
     for e in &errs {
         assert_eq!(e["error"]["code"], "batch_expired", "{e}");
         assert_eq!(e["response"], Value::Null);
     }
-    let out = lines_of(&s, &key, &done["output_file_id"]).await;
+    let out = lines_of(s, key, &done["output_file_id"]).await;
     assert_eq!(out.len() as i64, served);
 }
 

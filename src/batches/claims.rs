@@ -17,9 +17,10 @@
 use crate::store::db::Engine;
 use crate::store::instances::HEARTBEAT_TTL;
 use crate::store::{now_ms, Db};
+use sqlx::any::AnyRow;
 use sqlx::Row;
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// A claimed line.
@@ -29,14 +30,28 @@ pub(super) struct Claimed {
     pub body: String,
 }
 
-pub(super) enum Claims {
-    Leased { instance: String, lease_ms: i64 },
-    Local(Mutex<HashMap<String, Circle>>),
+impl Claimed {
+    fn of(r: &AnyRow) -> Self {
+        Claimed {
+            line_no: r.get("line_no"),
+            custom_id: r.get("custom_id"),
+            body: r.get("body"),
+        }
+    }
 }
 
-/// A batch's lines as this instance alone holds them (`Claims::Local`).
+pub(super) enum Claims {
+    Leased { instance: String, lease_ms: i64 },
+    Local(Local),
+}
+
+/// The claims of an instance that runs alone: each batch's circle, by batch id.
 #[derive(Default)]
-pub(super) struct Circle {
+pub(super) struct Local(Mutex<HashMap<String, Circle>>);
+
+/// A batch's lines as this instance alone holds them.
+#[derive(Default)]
+struct Circle {
     /// The claims go round the batch's open lines (by rowid) from past this one.
     after: i64,
     /// Lines claimed, and neither recorded nor given back yet.
@@ -45,25 +60,19 @@ pub(super) struct Circle {
     rested: HashMap<i64, Instant>,
 }
 
-/// The batch is open: in progress and inside its window (`$2` is now).
+/// The batch is open: in progress and inside its window (`$1` is the batch, `$2`
+/// now).
 const OPEN: &str = "EXISTS (SELECT 1 FROM batches WHERE id = $1 AND status = 'in_progress' \
                     AND expires_at > $2)";
 
 impl Claims {
     pub fn new(engine: Engine, instance: &str, lease_ms: u64) -> Self {
         match engine {
-            Engine::Sqlite => Claims::Local(Mutex::default()),
+            Engine::Sqlite => Claims::Local(Local::default()),
             Engine::Postgres => Claims::Leased {
                 instance: instance.to_string(),
                 lease_ms: lease_ms as i64,
             },
-        }
-    }
-
-    fn circles(&self) -> Option<std::sync::MutexGuard<'_, HashMap<String, Circle>>> {
-        match self {
-            Claims::Local(m) => Some(m.lock().unwrap_or_else(|p| p.into_inner())),
-            Claims::Leased { .. } => None,
         }
     }
 
@@ -84,107 +93,17 @@ impl Claims {
             Claims::Leased { instance, lease_ms } => {
                 leased(db, instance, *lease_ms, batch_id, n).await?
             }
-            Claims::Local(_) => self.local(db, batch_id, n).await?,
+            Claims::Local(local) => local.claim(db, batch_id, n).await?,
         };
         lines.sort_by_key(|l| l.line_no);
         Ok(lines)
     }
 
-    /// Goes round the open lines from where the last claim stopped, taking those
-    /// not held and not resting, until `n` are taken or the circle is closed.
-    async fn local(&self, db: &Db, batch_id: &str, n: usize) -> anyhow::Result<Vec<Claimed>> {
-        let known = self.circles().is_some_and(|c| c.contains_key(batch_id));
-        if !known {
-            // Leases a build with leased claims left here are not this instance's.
-            let q = sqlx::query(
-                "UPDATE batch_lines SET claimed_by = NULL, lease_until = 0 \
-                 WHERE batch_id = $1 AND done = 0 AND lease_until <> 0",
-            )
-            .bind(batch_id)
-            .execute(&db.pool);
-            db.bounded(q).await?;
-            if let Some(mut c) = self.circles() {
-                c.entry(batch_id.to_string()).or_default();
-            }
-        }
-        // Open lines only, on the index (batch_id, done, lease_until, rowid).
-        let sql = format!(
-            "SELECT rowid AS at, line_no, custom_id, body FROM batch_lines \
-             WHERE batch_id = $1 AND done = 0 AND lease_until = 0 AND rowid > $3 AND {OPEN} \
-             ORDER BY rowid LIMIT $4"
-        );
-        let page = n.max(16);
-        let mut out = Vec::new();
-        let mut wrapped = false;
-        while out.len() < n {
-            let Some(after) = self
-                .circles()
-                .and_then(|c| c.get(batch_id).map(|c| c.after))
-            else {
-                break; // forgotten meanwhile (finalized)
-            };
-            let q = sqlx::query(&sql)
-                .bind(batch_id)
-                .bind(now_ms())
-                .bind(after)
-                .bind(page as i64)
-                .fetch_all(&db.pool);
-            let rows = db.bounded(q).await?;
-            let now = Instant::now();
-            let mut circles = self.circles();
-            let Some(c) = circles.as_mut().and_then(|c| c.get_mut(batch_id)) else {
-                break;
-            };
-            let mut full = false;
-            for r in &rows {
-                if out.len() >= n {
-                    full = true;
-                    break;
-                }
-                c.after = r.get("at");
-                let line_no: i64 = r.get("line_no");
-                if c.held.contains(&line_no) {
-                    continue;
-                }
-                match c.rested.get(&line_no) {
-                    Some(until) if *until > now => continue,
-                    Some(_) => {
-                        c.rested.remove(&line_no);
-                    }
-                    None => {}
-                }
-                c.held.insert(line_no);
-                out.push(Claimed {
-                    line_no,
-                    custom_id: r.get("custom_id"),
-                    body: r.get("body"),
-                });
-            }
-            if !full && rows.len() < page {
-                // The end: the next look starts from the first open line again.
-                c.after = 0;
-                if wrapped {
-                    break;
-                }
-                wrapped = true;
-            }
-        }
-        Ok(out)
-    }
-
     /// Gives a claimed line back, not to be claimed again for `wait`.
     pub async fn put_back(&self, db: &Db, batch_id: &str, line_no: i64, wait: Duration) {
-        if let Some(mut circles) = self.circles() {
-            if let Some(c) = circles.get_mut(batch_id) {
-                c.held.remove(&line_no);
-                if !wait.is_zero() {
-                    c.rested.insert(line_no, Instant::now() + wait);
-                }
-            }
-            return;
-        }
-        let Claims::Leased { instance, .. } = self else {
-            return;
+        let instance = match self {
+            Claims::Local(local) => return local.put_back(batch_id, line_no, wait),
+            Claims::Leased { instance, .. } => instance,
         };
         let q = sqlx::query(
             "UPDATE batch_lines SET claimed_by = NULL, lease_until = $1 \
@@ -204,8 +123,8 @@ impl Claims {
     /// again). A lease needs nothing: a line done is not claimed, and one whose
     /// answer was not recorded is claimed again when its lease lapses.
     pub fn recorded(&self, batch_id: &str, lines: impl Iterator<Item = i64>) {
-        if let Some(mut circles) = self.circles() {
-            if let Some(c) = circles.get_mut(batch_id) {
+        if let Claims::Local(local) = self {
+            if let Some(c) = local.lock().get_mut(batch_id) {
                 for l in lines {
                     c.held.remove(&l);
                 }
@@ -215,49 +134,106 @@ impl Claims {
 
     /// A finalized batch's claims are dropped.
     pub fn forget(&self, batch_id: &str) {
-        if let Some(mut circles) = self.circles() {
-            circles.remove(batch_id);
+        if let Claims::Local(local) = self {
+            local.lock().remove(batch_id);
         }
     }
 
     /// Lines of the batch held by a live claimant (the lines done are counted on
     /// the batch). Leases held by an instance that stopped beating are freed.
     pub async fn in_flight(&self, db: &Db, batch_id: &str) -> anyhow::Result<i64> {
-        if let Some(circles) = self.circles() {
-            return Ok(circles.get(batch_id).map_or(0, |c| c.held.len() as i64));
+        match self {
+            Claims::Local(local) => Ok(local
+                .lock()
+                .get(batch_id)
+                .map_or(0, |c| c.held.len() as i64)),
+            Claims::Leased { .. } => leases_in_flight(db, batch_id).await,
         }
-        let now = now_ms();
-        let stale = now - HEARTBEAT_TTL.as_millis() as i64;
-        // Counted on the index (batch_id, done, lease_until), leased lines only:
-        // those leased, and those leased by an instance that stopped beating.
-        let q = sqlx::query(
-            "SELECT (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0 \
-              AND lease_until >= $2 AND claimed_by IS NOT NULL) AS held, \
-             (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0 \
-              AND lease_until >= $2 AND claimed_by IN \
-              (SELECT id FROM instances WHERE seen_at < $3)) AS dead",
-        )
-        .bind(batch_id)
-        .bind(now)
-        .bind(stale)
-        .fetch_one(&db.pool);
-        let r = db.bounded(q).await?;
-        let (held, dead): (i64, i64) = (r.get("held"), r.get("dead"));
-        if dead > 0 {
-            // Their claimant is gone: free to claim again (a line that ran there
-            // runs again, billed once).
+    }
+}
+
+impl Local {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Circle>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Goes round the open lines from where the last claim stopped, taking those
+    /// not held and not resting, until `n` are taken or the circle is closed.
+    async fn claim(&self, db: &Db, batch_id: &str, n: usize) -> anyhow::Result<Vec<Claimed>> {
+        if !self.lock().contains_key(batch_id) {
+            // Leases a build with leased claims left here are not this instance's.
             let q = sqlx::query(
                 "UPDATE batch_lines SET claimed_by = NULL, lease_until = 0 \
-                 WHERE batch_id = $1 AND done = 0 AND lease_until >= $2 AND claimed_by IN \
-                 (SELECT id FROM instances WHERE seen_at < $3)",
+                 WHERE batch_id = $1 AND done = 0 AND lease_until <> 0",
             )
             .bind(batch_id)
-            .bind(now)
-            .bind(stale)
             .execute(&db.pool);
             db.bounded(q).await?;
+            self.lock().entry(batch_id.to_string()).or_default();
         }
-        Ok(held - dead)
+        // Open lines only, on the index (batch_id, done, lease_until, rowid).
+        let sql = format!(
+            "SELECT rowid AS at, line_no, custom_id, body FROM batch_lines \
+             WHERE batch_id = $1 AND done = 0 AND lease_until = 0 AND rowid > $3 AND {OPEN} \
+             ORDER BY rowid LIMIT $4"
+        );
+        let page = n.max(16);
+        let mut out = Vec::new();
+        let mut wrapped = false;
+        while out.len() < n {
+            let Some(after) = self.lock().get(batch_id).map(|c| c.after) else {
+                break; // forgotten meanwhile (finalized)
+            };
+            let q = sqlx::query(&sql)
+                .bind(batch_id)
+                .bind(now_ms())
+                .bind(after)
+                .bind(page as i64)
+                .fetch_all(&db.pool);
+            let rows = db.bounded(q).await?;
+            let now = Instant::now();
+            let mut circles = self.lock();
+            let Some(c) = circles.get_mut(batch_id) else {
+                break;
+            };
+            let mut full = false;
+            for r in &rows {
+                if out.len() >= n {
+                    full = true;
+                    break;
+                }
+                c.after = r.get("at");
+                let line = Claimed::of(r);
+                let resting = c
+                    .rested
+                    .get(&line.line_no)
+                    .is_some_and(|until| *until > now);
+                if c.held.contains(&line.line_no) || resting {
+                    continue;
+                }
+                c.rested.remove(&line.line_no);
+                c.held.insert(line.line_no);
+                out.push(line);
+            }
+            if !full && rows.len() < page {
+                // The end: the next look starts from the first open line again.
+                c.after = 0;
+                if wrapped {
+                    break;
+                }
+                wrapped = true;
+            }
+        }
+        Ok(out)
+    }
+
+    fn put_back(&self, batch_id: &str, line_no: i64, wait: Duration) {
+        if let Some(c) = self.lock().get_mut(batch_id) {
+            c.held.remove(&line_no);
+            if !wait.is_zero() {
+                c.rested.insert(line_no, Instant::now() + wait);
+            }
+        }
     }
 }
 
@@ -274,30 +250,58 @@ async fn leased(
     n: usize,
 ) -> anyhow::Result<Vec<Claimed>> {
     let now = now_ms();
-    let q = sqlx::query(
+    let sql = format!(
         "WITH picked AS (SELECT line_no FROM batch_lines \
-         WHERE batch_id = $1 AND done = 0 AND lease_until < $2 AND EXISTS \
-         (SELECT 1 FROM batches WHERE id = $1 AND status = 'in_progress' AND expires_at > $2) \
+         WHERE batch_id = $1 AND done = 0 AND lease_until < $2 AND {OPEN} \
          LIMIT $5 FOR UPDATE SKIP LOCKED) \
          UPDATE batch_lines SET claimed_by = $3, lease_until = $4 FROM picked \
          WHERE batch_lines.batch_id = $1 AND batch_lines.line_no = picked.line_no \
-         RETURNING batch_lines.line_no, batch_lines.custom_id, batch_lines.body",
+         RETURNING batch_lines.line_no, batch_lines.custom_id, batch_lines.body"
+    );
+    let q = sqlx::query(&sql)
+        .bind(batch_id)
+        .bind(now)
+        .bind(instance)
+        .bind(now + lease_ms)
+        .bind(n as i64)
+        .fetch_all(&db.pool);
+    Ok(db.bounded(q).await?.iter().map(Claimed::of).collect())
+}
+
+/// Leased lines of the batch held by a live claimant; those of an instance that
+/// stopped beating are freed to be claimed again (a line that ran there runs
+/// again, billed once).
+async fn leases_in_flight(db: &Db, batch_id: &str) -> anyhow::Result<i64> {
+    let now = now_ms();
+    let stale = now - HEARTBEAT_TTL.as_millis() as i64;
+    // Counted on the index (batch_id, done, lease_until), leased lines only:
+    // those leased, and those leased by an instance that stopped beating.
+    let q = sqlx::query(
+        "SELECT (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0 \
+          AND lease_until >= $2 AND claimed_by IS NOT NULL) AS held, \
+         (SELECT COUNT(*) FROM batch_lines WHERE batch_id = $1 AND done = 0 \
+          AND lease_until >= $2 AND claimed_by IN \
+          (SELECT id FROM instances WHERE seen_at < $3)) AS dead",
     )
     .bind(batch_id)
     .bind(now)
-    .bind(instance)
-    .bind(now + lease_ms)
-    .bind(n as i64)
-    .fetch_all(&db.pool);
-    let rows = db.bounded(q).await?;
-    Ok(rows
-        .iter()
-        .map(|r| Claimed {
-            line_no: r.get("line_no"),
-            custom_id: r.get("custom_id"),
-            body: r.get("body"),
-        })
-        .collect())
+    .bind(stale)
+    .fetch_one(&db.pool);
+    let r = db.bounded(q).await?;
+    let (held, dead): (i64, i64) = (r.get("held"), r.get("dead"));
+    if dead > 0 {
+        let q = sqlx::query(
+            "UPDATE batch_lines SET claimed_by = NULL, lease_until = 0 \
+             WHERE batch_id = $1 AND done = 0 AND lease_until >= $2 AND claimed_by IN \
+             (SELECT id FROM instances WHERE seen_at < $3)",
+        )
+        .bind(batch_id)
+        .bind(now)
+        .bind(stale)
+        .execute(&db.pool);
+        db.bounded(q).await?;
+    }
+    Ok(held - dead)
 }
 
 #[cfg(test)]

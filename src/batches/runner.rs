@@ -391,9 +391,7 @@ impl Runner {
         };
         if self.answers.send(answered).await.is_err() {
             tracing::warn!(batch = %b.id, "the batch recorder stopped; the line waits");
-            self.claims
-                .put_back(&self.db, &b.id, line.line_no, BACKOFF)
-                .await;
+            self.put_back(b, &line, BACKOFF).await;
         }
     }
 
