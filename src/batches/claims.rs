@@ -407,7 +407,8 @@ mod tests {
         let after = Claims::new(Engine::Sqlite, "j", 1000);
         let all = after.claim(&db, "b", 100).await.unwrap();
         assert_eq!(nos(&all), [0, 1, 2, 5, 6, 7, 8, 9]);
-        // Marking a line done leaves its row as it was otherwise: no claimant.
+        // The claimant a recorded line names: none here (its row keeps its
+        // size), the lease's instance on PostgreSQL.
         assert_eq!(after.claimant(), None);
         assert_eq!(
             Claims::new(Engine::Postgres, "i", 1000).claimant(),
