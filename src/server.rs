@@ -231,7 +231,7 @@ impl<S: pingora::services::Service> pingora::services::Service for PreBound<S> {
 /// pipe whose far end this gateway serves as it serves a client's (no listener,
 /// no socket), so a line's request and answer stay within one event loop.
 struct BatchLines {
-    gateway: Arc<pingora::proxy::HttpProxy<Gateway, ()>>,
+    gateway: Arc<Gateway>,
     state: Arc<AppState>,
 }
 
@@ -350,34 +350,36 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
-    let mut gateway = pingora::proxy::http_proxy_service_with_name(
-        &server.configuration,
-        Gateway::new(state.clone()),
-        "gateway",
-    );
-    let mut endpoint = unbuffered_reads(&gateway_addr.to_string());
-    if !tls.tls_cert.is_empty() {
+    if tls.tls_cert.is_empty() {
+        server.add_service(crate::downstream::listener::PlainListener {
+            name: "gateway",
+            app: Arc::new(Gateway::new(state.clone())),
+            listener: Some(gateway_listener),
+            threads: config.gateway_threads(),
+        });
+    } else {
+        // TLS through Pingora's listener (its handshake, its rustls acceptor).
         let settings =
             pingora::listeners::tls::TlsSettings::intermediate(&tls.tls_cert, &tls.tls_key)
                 .map_err(|e| anyhow::anyhow!("the gateway's TLS listener: {e}"))?;
-        endpoint = endpoint.tls(settings);
+        let mut service = pingora::services::listening::Service::new(
+            "gateway".into(),
+            Gateway::new(state.clone()),
+        );
+        service.add_listener(unbuffered_reads(&gateway_addr.to_string()).tls(settings));
+        service.threads = Some(config.gateway_threads());
+        server.add_service(PreBound {
+            key: gateway_addr.to_string(),
+            listener: Some(gateway_listener),
+            inner: service,
+        });
     }
-    gateway.add_listener(endpoint);
-    gateway.threads = Some(config.gateway_threads());
-    server.add_service(PreBound {
-        key: gateway_addr.to_string(),
-        listener: Some(gateway_listener),
-        inner: gateway,
-    });
 
     // Batch lines reach a gateway of their own on one thread at a lower
     // priority, so a batch takes what the live requests leave of the core.
     if config.batches.concurrency > 0 {
         server.add_service(BatchLines {
-            gateway: Arc::new(pingora::proxy::http_proxy(
-                &server.configuration,
-                Gateway::new(state.clone()),
-            )),
+            gateway: Arc::new(Gateway::new(state.clone())),
             state: state.clone(),
         });
     }

@@ -1287,3 +1287,94 @@ async fn a_revocation_stamped_by_a_lagging_clock_still_reaches_every_instance() 
     }
     assert_eq!(s.get("/v1/models", Some(&later)).await.0, 200);
 }
+
+/// One raw HTTP/1.1 exchange on `conn`: writes `request`, reads one answer (its
+/// head, and a body of the length the head gives), returns the head and body.
+async fn exchange(conn: &mut tokio::net::TcpStream, request: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                })
+                .unwrap_or(0);
+            if body.len() >= len || n == 0 {
+                return (head.to_string(), body.to_string());
+            }
+        }
+        assert!(n > 0, "the connection closed mid-answer: {text}");
+    }
+}
+
+#[tokio::test]
+async fn a_connection_serves_request_after_request_and_a_broken_head_gets_a_400() {
+    use tokio::io::AsyncReadExt;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, fixture()).await;
+    let (_, _, key) = s.org_and_key().await;
+    let addr = s.gateway.trim_start_matches("http://").to_string();
+    let get = format!("GET /v1/models HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\r\n");
+
+    // Three requests on one connection, each answered in full with its own id.
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (head, body) = exchange(&mut conn, &get).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(body.contains("\"object\":\"list\""), "{body}");
+        let id = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("x-request-id: ")
+                    .map(str::to_string)
+            })
+            .expect("x-request-id on every answer");
+        ids.push(id);
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "each request has an id of its own");
+    // A client's own id is kept.
+    let (head, _) = exchange(
+        &mut conn,
+        &format!("GET /v1/models HTTP/1.1\r\nhost: x\r\nx-request-id: mine-1\r\nauthorization: Bearer {key}\r\n\r\n"),
+    )
+    .await;
+    assert!(
+        head.to_ascii_lowercase().contains("x-request-id: mine-1"),
+        "{head}"
+    );
+
+    // A head that is not HTTP: a 400, and the connection is closed.
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (head, _) = exchange(&mut conn, "NOT HTTP AT ALL\r\n\r\n").await;
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut rest))
+        .await
+        .expect("closed after the 400")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+
+    // CONNECT is not served: a 405.
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (head, _) = exchange(
+        &mut conn,
+        "CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n",
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 405"), "{head}");
+}

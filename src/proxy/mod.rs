@@ -1,10 +1,12 @@
-//! The gateway listener: a Pingora proxy service whose `request_filter` answers every
-//! request itself. Inference needs the body before it can pick an upstream and must
-//! hold the response header back until the first token, which Pingora's native
-//! proxy path cannot do (see DESIGN.md); so the phases stay thin: route and method
-//! here, inference in `crate::inference`, `/api` in-process to the management router,
-//! the model list in `models`.
+//! The gateway listener: our own HTTP/1 connection loop over Pingora's session
+//! (`connection`), in which every request is answered by the gateway itself.
+//! Inference needs the body before it can pick an upstream and must hold the
+//! response header back until the first token, which Pingora's native proxy path
+//! cannot do (see DESIGN.md); so the steps stay thin: route and method here,
+//! inference in `crate::inference`, `/api` in-process to the management router, the
+//! model list in `models`.
 
+mod connection;
 mod management;
 mod model_list;
 
@@ -12,10 +14,8 @@ use crate::downstream::answer;
 use crate::inference::Engine;
 use crate::state::AppState;
 use crate::trace::Trail;
-use async_trait::async_trait;
-use pingora::prelude::HttpPeer;
-use pingora::proxy::{ProxyHttp, Session};
-use sluice_filters::route::route;
+use pingora::modules::http::HttpModules;
+use pingora::proxy::Session;
 use sluice_filters::{ApiError, ErrorCode, Format, Route};
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,25 +24,22 @@ pub struct Gateway {
     state: Arc<AppState>,
     management: axum::Router,
     engine: Engine,
+    /// Each session's downstream modules: one of our own puts `x-request-id` on
+    /// every answer, whichever step writes it.
+    modules: HttpModules,
 }
 
 impl Gateway {
     pub fn new(state: Arc<AppState>) -> Gateway {
+        let mut modules = HttpModules::new();
+        modules.add_module(Box::new(crate::trace::request_id::RequestIds));
         Gateway {
             management: crate::api::router(state.clone()),
             engine: Engine::new(state.clone()),
+            modules,
             state,
         }
     }
-}
-
-/// Per-request state.
-pub struct RequestCtx {
-    route: Route,
-    started: Instant,
-    status: u16,
-    /// What the request leaves for the operator (metrics, access line, spans).
-    trail: Option<Trail>,
 }
 
 fn method_not_allowed(method: &http::Method, allowed: &str) -> ApiError {
@@ -127,73 +124,6 @@ impl Gateway {
                 answer::send_error(session, &e, format).await?;
                 Ok(e.status)
             }
-        }
-    }
-}
-
-#[async_trait]
-impl ProxyHttp for Gateway {
-    type CTX = RequestCtx;
-
-    /// Not Pingora's default modules: every answer is written by our own steps,
-    /// and its disabled compression module would still be built and run through
-    /// on every request and every body write. One module of our own puts
-    /// `x-request-id` on every answer, whichever step writes it.
-    fn init_downstream_modules(&self, modules: &mut pingora::modules::http::HttpModules) {
-        modules.add_module(Box::new(crate::trace::request_id::RequestIds));
-    }
-
-    fn new_ctx(&self) -> RequestCtx {
-        RequestCtx {
-            route: Route::NotFound,
-            started: Instant::now(),
-            status: 0,
-            trail: None,
-        }
-    }
-
-    async fn upstream_peer(
-        &self,
-        _session: &mut Session,
-        _ctx: &mut RequestCtx,
-    ) -> pingora::Result<Box<HttpPeer>> {
-        // Every request is answered in request_filter; reaching here is a bug.
-        Err(pingora::Error::new_str(
-            "no native upstream on the gateway listener",
-        ))
-    }
-
-    async fn request_filter(
-        &self,
-        session: &mut Session,
-        ctx: &mut RequestCtx,
-    ) -> pingora::Result<bool> {
-        ctx.started = Instant::now();
-        ctx.route = route(session.req_header().uri.path());
-        let trail = ctx.trail.insert(self.state.tracer.start(
-            ctx.route,
-            session.req_header(),
-            ctx.started,
-        ));
-        ctx.status = self.handle(session, ctx.route, ctx.started, trail).await?;
-        Ok(true)
-    }
-
-    async fn logging(
-        &self,
-        session: &mut Session,
-        _e: Option<&pingora::Error>,
-        ctx: &mut RequestCtx,
-    ) {
-        let status = if ctx.status != 0 {
-            ctx.status
-        } else {
-            session
-                .response_written()
-                .map_or(499, |h| h.status.as_u16())
-        };
-        if let Some(trail) = ctx.trail.take() {
-            self.state.tracer.finish(trail, status);
         }
     }
 }

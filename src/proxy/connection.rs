@@ -1,0 +1,104 @@
+//! One HTTP/1 request on a gateway connection, over Pingora's session.
+//!
+//! The gateway answers every request itself, so it needs Pingora's HTTP/1 session
+//! (parsing, framing, keep-alive) but none of its proxy app: no upstream proxying,
+//! no cache, no HTTP/2 accept loop (the gateway's ALPN offers HTTP/1.1 only). That
+//! app's connection futures are sized for all of those, and an open stream held
+//! them for its whole life; this loop holds only what a request of ours needs.
+//! What it keeps of the app's behaviour: a 60 s keep-alive between requests, a 400
+//! for a malformed request head, a 405 for CONNECT, no new request read once the
+//! service is shutting down, and the downstream modules run on every request.
+
+use super::Gateway;
+use async_trait::async_trait;
+use pingora::apps::ServerApp;
+use pingora::protocols::Stream;
+use pingora::proxy::Session;
+use pingora::server::ShutdownWatch;
+use sluice_filters::route::route;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// How long a kept-alive connection may wait for its next request (Pingora's
+/// default for its own HTTP apps).
+const KEEPALIVE_SECS: u64 = 60;
+
+#[async_trait]
+impl ServerApp for Gateway {
+    /// Serves one request; the connection comes back for the next one if it can
+    /// be reused (Pingora's listener calls this again with it).
+    async fn process_new(
+        self: &Arc<Self>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let mut session = Session::new_h1_with_modules(stream, &self.modules);
+        let closing = *shutdown.borrow();
+        session.set_keepalive((!closing).then_some(KEEPALIVE_SECS));
+        if !read_head(&mut session, shutdown).await {
+            return None;
+        }
+        let started = Instant::now();
+        let route = route(session.req_header().uri.path());
+        let mut trail = self
+            .state
+            .tracer
+            .start(route, session.req_header(), started);
+        let served = self.handle(&mut session, route, started, &mut trail).await;
+        let status = match served {
+            Ok(status) => status,
+            Err(e) => {
+                // A write to the client failed (it left, or its socket broke):
+                // nothing more can be said on this connection.
+                tracing::debug!(error = %e, "answer not delivered");
+                let status = session
+                    .response_written()
+                    .map_or(499, |h| h.status.as_u16());
+                self.state.tracer.finish(trail, status);
+                return None;
+            }
+        };
+        self.state.tracer.finish(trail, status);
+        let reusable = session.downstream_session.finish().await.ok().flatten()?;
+        Some(reusable.into_parts().0)
+    }
+}
+
+/// Reads the request head and runs the downstream modules on it; false when
+/// there is no request to serve (the client left, the head was malformed, the
+/// method is CONNECT, or the service is shutting down).
+async fn read_head(session: &mut Session, shutdown: &ShutdownWatch) -> bool {
+    let mut closing = shutdown.clone();
+    let read = tokio::select! {
+        // Biased: a request already sent is read before the shutdown is looked at.
+        biased;
+        read = session.downstream_session.read_request() => read,
+        _ = closing.wait_for(|down| *down) => return false,
+    };
+    let refuse = match read {
+        Ok(true) if session.req_header().method == http::Method::CONNECT => Some(405),
+        Ok(true) => None,
+        Ok(false) => return false,
+        Err(e) if matches!(e.etype, pingora::ErrorType::InvalidHTTPHeader) => Some(400),
+        Err(_) => {
+            session.downstream_session.shutdown().await;
+            return false;
+        }
+    };
+    if let Some(status) = refuse {
+        let _ = session.downstream_session.respond_error(status).await;
+        session.downstream_session.shutdown().await;
+        return false;
+    }
+    let req = session.downstream_session.req_header_mut();
+    if let Err(e) = session
+        .downstream_modules_ctx
+        .request_header_filter(req)
+        .await
+    {
+        tracing::warn!(error = %e, "request refused by a downstream module");
+        let _ = session.downstream_session.respond_error(500).await;
+        return false;
+    }
+    true
+}
