@@ -17,6 +17,7 @@ use pingora::server::{ListenFds, ShutdownWatch};
 use std::io;
 use std::os::fd::AsRawFd as _;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -103,6 +104,22 @@ const WRITE_BUFFER: usize = 1460;
 pub struct ClientConn {
     tcp: TcpStream,
     out: Vec<u8>,
+    /// The next flush leaves what is gathered for the write after it
+    /// ([`hold_next_flush`]).
+    hold: AtomicBool,
+}
+
+/// Lets the next flush on the session's connection pass without writing, so that
+/// what was gathered goes out with the next write. For a writer that knows more
+/// follows at once: a stream's head, which Pingora flushes on its own because a
+/// chunked answer may be real time, then its first token; or a stream's last
+/// events, then the terminating chunk. Either pair leaves in one write instead of
+/// two. No effect on a connection that is not ours (TLS, a batch line's pipe).
+pub fn hold_next_flush(session: &pingora::proxy::Session) {
+    let conn = session.downstream_session.stream();
+    if let Some(conn) = conn.and_then(|c| (**c).as_any().downcast_ref::<ClientConn>()) {
+        conn.hold.store(true, Ordering::Relaxed);
+    }
 }
 
 impl ClientConn {
@@ -110,6 +127,7 @@ impl ClientConn {
         ClientConn {
             tcp,
             out: Vec::new(),
+            hold: AtomicBool::new(false),
         }
     }
 
@@ -126,21 +144,21 @@ impl ClientConn {
         Poll::Ready(Ok(()))
     }
 
-    /// Gathers `len` bytes if they fit beside what is gathered; else writes out
+    /// Gathers `len` bytes if they fit beside what is gathered, or whatever their
+    /// size while a flush is held (they go out with what follows); else writes out
     /// what is gathered first, and gathers them only if they fit on their own.
     /// Ready(true): gather them now; Ready(false): write them straight out.
     fn poll_room(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<io::Result<bool>> {
-        if self.out.len() + len <= WRITE_BUFFER {
+        if self.out.len() + len <= WRITE_BUFFER || *self.hold.get_mut() {
             return Poll::Ready(Ok(true));
         }
         ready!(self.poll_drain(cx))?;
         Poll::Ready(Ok(len <= WRITE_BUFFER))
     }
 
-    fn gather<'a>(&mut self, parts: impl IntoIterator<Item = &'a [u8]>) {
-        if self.out.capacity() == 0 {
-            self.out.reserve_exact(WRITE_BUFFER);
-        }
+    fn gather<'a>(&mut self, len: usize, parts: impl IntoIterator<Item = &'a [u8]>) {
+        let room = (self.out.len() + len).max(WRITE_BUFFER) - self.out.len();
+        self.out.reserve_exact(room);
         for p in parts {
             self.out.extend_from_slice(p);
         }
@@ -164,7 +182,7 @@ impl AsyncWrite for ClientConn {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         if ready!(self.poll_room(cx, buf.len()))? {
-            self.gather([buf]);
+            self.gather(buf.len(), [buf]);
             return Poll::Ready(Ok(buf.len()));
         }
         Pin::new(&mut self.tcp).poll_write(cx, buf)
@@ -177,7 +195,7 @@ impl AsyncWrite for ClientConn {
     ) -> Poll<io::Result<usize>> {
         let len = bufs.iter().map(|b| b.len()).sum();
         if ready!(self.poll_room(cx, len))? {
-            self.gather(bufs.iter().map(|b| &**b));
+            self.gather(len, bufs.iter().map(|b| &**b));
             return Poll::Ready(Ok(len));
         }
         Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
@@ -188,6 +206,9 @@ impl AsyncWrite for ClientConn {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.hold.swap(false, Ordering::Relaxed) {
+            return Poll::Ready(Ok(()));
+        }
         ready!(self.poll_drain(cx))?;
         Pin::new(&mut self.tcp).poll_flush(cx)
     }
@@ -230,5 +251,80 @@ impl GetProxyDigest for ClientConn {
 impl GetSocketDigest for ClientConn {
     fn get_socket_digest(&self) -> Option<Arc<pingora::protocols::SocketDigest>> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A connection of ours and the client's end of it.
+    async fn pair() -> (ClientConn, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (ours, _) = l.accept().await.unwrap();
+        (ClientConn::new(ours), client)
+    }
+
+    /// What has arrived at the client so far, without waiting for more.
+    async fn arrived(client: &mut TcpStream) -> Vec<u8> {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let mut got = vec![0u8; 1 << 16];
+        match client.try_read(&mut got) {
+            Ok(n) => got.truncate(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => got.clear(),
+            Err(e) => panic!("{e}"),
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn small_writes_leave_together_at_the_flush() {
+        let (mut conn, mut client) = pair().await;
+        conn.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        conn.write_all(b"hello").await.unwrap();
+        assert_eq!(arrived(&mut client).await, b"");
+        conn.flush().await.unwrap();
+        assert_eq!(arrived(&mut client).await, b"HTTP/1.1 200 OK\r\n\r\nhello");
+        // The buffer is let go once written.
+        assert_eq!(conn.out.capacity(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_write_larger_than_the_buffer_goes_straight_out_after_what_was_gathered() {
+        let (mut conn, mut client) = pair().await;
+        conn.write_all(b"head").await.unwrap();
+        let big = vec![b'x'; WRITE_BUFFER * 2];
+        conn.write_all(&big).await.unwrap();
+        let mut got = vec![0u8; 4 + big.len()];
+        client.read_exact(&mut got).await.unwrap();
+        assert!(got.starts_with(b"head") && got[4..] == big[..]);
+    }
+
+    #[tokio::test]
+    async fn a_held_flush_sends_nothing_and_its_bytes_leave_with_the_next_write() {
+        let (mut conn, mut client) = pair().await;
+        conn.hold.store(true, Ordering::Relaxed);
+        conn.write_all(b"head").await.unwrap();
+        conn.flush().await.unwrap();
+        assert_eq!(arrived(&mut client).await, b"");
+        // Held or not, the next flush writes everything, a large write included.
+        let big = vec![b'y'; WRITE_BUFFER * 3];
+        conn.write_all(&big).await.unwrap();
+        conn.flush().await.unwrap();
+        let mut got = vec![0u8; 4 + big.len()];
+        client.read_exact(&mut got).await.unwrap();
+        assert!(got.starts_with(b"head") && got[4..] == big[..]);
+        // A large write while held is gathered whole, to leave with what follows.
+        conn.hold.store(true, Ordering::Relaxed);
+        conn.write_all(&big).await.unwrap();
+        conn.flush().await.unwrap();
+        assert_eq!(arrived(&mut client).await, b"");
+        conn.write_all(b"0\r\n\r\n").await.unwrap();
+        conn.flush().await.unwrap();
+        let mut got = vec![0u8; big.len() + 5];
+        client.read_exact(&mut got).await.unwrap();
+        assert!(got.ends_with(b"0\r\n\r\n"));
     }
 }

@@ -4,6 +4,7 @@
 
 use super::tally::Tally;
 use super::Engine;
+use crate::downstream::listener::hold_next_flush;
 use crate::upstream::{Call, Failure, Target};
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
@@ -226,6 +227,8 @@ pub async fn read_before_commit(
                         return Before::Over(Attempt::Terminal(ApiError::internal()));
                     };
                     tally.tape_header(&h);
+                    // The keep-alive is written right after: one write for both.
+                    hold_next_flush(session);
                     if session.write_response_header(h, false).await.is_err() {
                         return Before::Over(Attempt::ClientGone);
                     }

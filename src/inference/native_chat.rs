@@ -9,6 +9,7 @@ use super::attempt::{
 };
 use super::tally::Tally;
 use super::Engine;
+use crate::downstream::listener::hold_next_flush;
 use crate::upstream::{Failure, Target};
 use bytes::Bytes;
 use pingora::proxy::Session;
@@ -194,6 +195,8 @@ pub(super) async fn stream_attempt(
                     return Attempt::Terminal(ApiError::internal());
                 };
                 tally.tape_header(&h);
+                // The committing event is written right after: one write for both.
+                hold_next_flush(session);
                 if session.write_response_header(h, false).await.is_err() {
                     return Attempt::ClientGone;
                 }
@@ -301,6 +304,10 @@ impl Pump<'_> {
             return true;
         }
         tally.tape_body(&self.out);
+        if end && !self.out.is_empty() {
+            // The terminating chunk follows at once: one write for both.
+            hold_next_flush(session);
+        }
         // The next burst is likely as large: start it at this one's capacity, so
         // it is written without a chain of reallocations.
         let cap = self.out.capacity();
@@ -324,8 +331,9 @@ impl Pump<'_> {
         if !self.flush(session, tally, false).await {
             return Attempt::ClientGone;
         }
+        // Once `[DONE]` is in, what is left goes out with the terminating chunk.
         let mut done = self.drain(tally, decoder);
-        if !self.flush(session, tally, false).await {
+        if !done && !self.flush(session, tally, false).await {
             return Attempt::ClientGone;
         }
         let max = engine.state.config.limits.max_response_bytes;
@@ -359,7 +367,7 @@ impl Pump<'_> {
                         break;
                     }
                     done = self.drain(tally, decoder);
-                    if !self.flush(session, tally, false).await {
+                    if !done && !self.flush(session, tally, false).await {
                         return Attempt::ClientGone;
                     }
                     if ended && !done {
@@ -371,11 +379,7 @@ impl Pump<'_> {
                 _ => break,
             }
         }
-        if done {
-            // Read the upstream body to its end so the connection can be reused.
-            while let Ok(Ok(Some(_))) = fast_timeout(Duration::from_millis(50), call.read()).await {
-            }
-        } else {
+        if !done {
             if self.finish_seen {
                 // The finish arrived before the connection ended: the answer is
                 // whole, only the end marker (and maybe the usage chunk) is missing.
@@ -389,6 +393,13 @@ impl Pump<'_> {
         tally.usage = self.usage.unwrap_or_default();
         if !self.flush(session, tally, true).await {
             return Attempt::ClientGone;
+        }
+        if done {
+            // Read the upstream body to its end so the connection can be reused
+            // (after the client has its end: a provider slow to close its body
+            // does not hold the client's).
+            while let Ok(Ok(Some(_))) = fast_timeout(Duration::from_millis(50), call.read()).await {
+            }
         }
         Attempt::Served(200)
     }

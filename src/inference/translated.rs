@@ -15,6 +15,7 @@ use super::attempt::{
 use super::plan::{ParsedRequest, PlannedRung};
 use super::tally::Tally;
 use super::Engine;
+use crate::downstream::listener::hold_next_flush;
 use crate::upstream::Failure;
 use bytes::Bytes;
 use pingora::proxy::Session;
@@ -439,18 +440,22 @@ async fn stream(
         });
     }
     tally.first_token = Some(tally.started.elapsed());
+    let mut out = Vec::new();
+    let mut healthy = flow.encode(&mut out);
     if !tally.header_sent {
         let Some(h) = sse_header(tally, &t.provider, "ok") else {
             return Attempt::Terminal(ApiError::internal());
         };
         tally.tape_header(&h);
+        if !out.is_empty() {
+            // The first events are written right after: one write for both.
+            hold_next_flush(session);
+        }
         if session.write_response_header(h, false).await.is_err() {
             return Attempt::ClientGone;
         }
         tally.header_sent = true;
     }
-    let mut out = Vec::new();
-    let mut healthy = flow.encode(&mut out);
     while healthy && !flow.decoder.done() {
         if !out.is_empty() {
             let cap = out.capacity();
@@ -549,6 +554,10 @@ async fn stream(
         }
     }
     let out = tally.outgoing(out, true);
+    if !out.is_empty() {
+        // The terminating chunk follows at once: one write for both.
+        hold_next_flush(session);
+    }
     if session
         .write_response_body(Some(Bytes::from(out)), true)
         .await
