@@ -107,6 +107,8 @@ pub struct ClientConn {
     /// The next flush leaves what is gathered for the write after it
     /// ([`hold_next_flush`]).
     hold: AtomicBool,
+    /// A flush was held: the next write joins what is gathered, whatever its size.
+    carry: bool,
 }
 
 /// Lets the next flush on the session's connection pass without writing, so that
@@ -128,6 +130,7 @@ impl ClientConn {
             tcp,
             out: Vec::new(),
             hold: AtomicBool::new(false),
+            carry: false,
         }
     }
 
@@ -141,15 +144,17 @@ impl ClientConn {
             self.out.drain(..n);
         }
         self.out = Vec::new();
+        self.carry = false;
         Poll::Ready(Ok(()))
     }
 
     /// Gathers `len` bytes if they fit beside what is gathered, or whatever their
-    /// size while a flush is held (they go out with what follows); else writes out
-    /// what is gathered first, and gathers them only if they fit on their own.
+    /// size around a held flush (before it, they wait for what follows; after
+    /// it, they join what waited); else writes out what is gathered first, and
+    /// gathers them only if they fit on their own.
     /// Ready(true): gather them now; Ready(false): write them straight out.
     fn poll_room(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<io::Result<bool>> {
-        if self.out.len() + len <= WRITE_BUFFER || *self.hold.get_mut() {
+        if self.out.len() + len <= WRITE_BUFFER || self.carry || *self.hold.get_mut() {
             return Poll::Ready(Ok(true));
         }
         ready!(self.poll_drain(cx))?;
@@ -207,6 +212,7 @@ impl AsyncWrite for ClientConn {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.hold.swap(false, Ordering::Relaxed) {
+            self.carry = true;
             return Poll::Ready(Ok(()));
         }
         ready!(self.poll_drain(cx))?;
@@ -321,7 +327,9 @@ mod tests {
         conn.write_all(&big).await.unwrap();
         conn.flush().await.unwrap();
         assert_eq!(arrived(&mut client).await, b"");
+        // What follows a held flush joins what waited, whatever the sizes.
         conn.write_all(b"0\r\n\r\n").await.unwrap();
+        assert_eq!(arrived(&mut client).await, b"");
         conn.flush().await.unwrap();
         let mut got = vec![0u8; big.len() + 5];
         client.read_exact(&mut got).await.unwrap();
