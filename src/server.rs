@@ -1,7 +1,8 @@
-//! Builds the Pingora `Server`: the gateway proxy service, and the web and ops
-//! listeners as further services of the same process (axum under background
-//! services), all over one `Arc<AppState>`. With `[server] tls_cert`/`tls_key`
-//! the gateway (Pingora's rustls listener) and the web listener speak TLS. SIGHUP
+//! Builds the Pingora `Server`: the gateway (our accept loop and HTTP/1 loop, or
+//! Pingora's rustls listener under TLS), and the web and ops listeners as further
+//! services of the same process (axum under background services), all over one
+//! `Arc<AppState>`. With `[server] tls_cert`/`tls_key` the gateway and the web
+//! listener speak TLS. SIGHUP
 //! reloads the catalog file; requests in flight keep the snapshot they started
 //! with.
 
