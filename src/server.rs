@@ -2,9 +2,8 @@
 //! Pingora's rustls listener under TLS), and the web and ops listeners as further
 //! services of the same process (axum under background services), all over one
 //! `Arc<AppState>`. With `[server] tls_cert`/`tls_key` the gateway and the web
-//! listener speak TLS. SIGHUP
-//! reloads the catalog file; requests in flight keep the snapshot they started
-//! with.
+//! listener speak TLS. SIGHUP reloads the catalog file; requests in flight keep
+//! the snapshot they started with.
 
 use crate::config::Config;
 use crate::proxy::Gateway;
@@ -33,15 +32,11 @@ struct AxumService {
 #[async_trait]
 impl BackgroundService for AxumService {
     async fn start(&self, _shutdown: ShutdownWatch) {
-        let Some(std_listener) = self.listener.lock().ok().and_then(|mut l| l.take()) else {
+        let taken = self.listener.lock().ok().and_then(|mut l| l.take());
+        let Some(listener) =
+            taken.and_then(|l| crate::downstream::listener::to_tokio(self.name, l))
+        else {
             return;
-        };
-        let listener = match tokio::net::TcpListener::from_std(std_listener) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!(service = self.name, error = %e, "listener unusable");
-                return;
-            }
         };
         // With the peer's address: the web app counts signups per client address.
         let app = self

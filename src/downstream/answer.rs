@@ -28,6 +28,19 @@ pub async fn send(
     Ok(())
 }
 
+/// Writes a piece of a streamed answer; the last one (`end`) leaves in one write
+/// with the terminating chunk that follows it.
+pub async fn write_stream_body(
+    session: &mut Session,
+    body: Bytes,
+    end: bool,
+) -> pingora::Result<()> {
+    if end && !body.is_empty() {
+        super::listener::hold_next_flush(session);
+    }
+    session.write_response_body(Some(body), end).await
+}
+
 pub async fn send_json(session: &mut Session, status: u16, body: Vec<u8>) -> pingora::Result<()> {
     send(session, status, "application/json", Bytes::from(body), &[]).await
 }

@@ -40,15 +40,8 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for PlainL
         mut shutdown: ShutdownWatch,
         _listeners_per_fd: usize,
     ) {
-        let Some(listener) = self.listener.take() else {
+        let Some(listener) = self.listener.take().and_then(|l| to_tokio(self.name, l)) else {
             return;
-        };
-        let listener = match tokio::net::TcpListener::from_std(listener) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!(service = self.name, error = %e, "listener unusable");
-                return;
-            }
         };
         loop {
             let accepted = tokio::select! {
@@ -61,7 +54,7 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for PlainL
                     tracing::warn!(service = self.name, error = %e, "accept failed");
                     // Out of descriptors: accept would fail at once again; give
                     // the connections being served a moment to close.
-                    if e.raw_os_error() == Some(EMFILE) {
+                    if e.raw_os_error() == Some(libc::EMFILE) {
                         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                     }
                     continue;
@@ -89,8 +82,13 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for PlainL
     }
 }
 
-/// The process is out of file descriptors (errno EMFILE).
-const EMFILE: i32 = 24;
+/// A listener bound beforehand, for the runtime of the service that serves it;
+/// None (and an error logged) when it cannot be.
+pub fn to_tokio(service: &str, l: std::net::TcpListener) -> Option<tokio::net::TcpListener> {
+    tokio::net::TcpListener::from_std(l)
+        .inspect_err(|e| tracing::error!(service, error = %e, "listener unusable"))
+        .ok()
+}
 
 /// What a response's head and a short body are gathered in before they are
 /// written, so they leave in one write (Pingora's default for its own streams).
@@ -104,6 +102,8 @@ const WRITE_BUFFER: usize = 1460;
 pub struct ClientConn {
     tcp: TcpStream,
     out: Vec<u8>,
+    /// How much of `out` is written (a partial write leaves the rest in place).
+    sent: usize,
     /// The next flush leaves what is gathered for the write after it
     /// ([`hold_next_flush`]).
     hold: AtomicBool,
@@ -129,6 +129,7 @@ impl ClientConn {
         ClientConn {
             tcp,
             out: Vec::new(),
+            sent: 0,
             hold: AtomicBool::new(false),
             carry: false,
         }
@@ -136,14 +137,15 @@ impl ClientConn {
 
     /// Writes out what is gathered.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while !self.out.is_empty() {
-            let n = ready!(Pin::new(&mut self.tcp).poll_write(cx, &self.out))?;
+        while self.sent < self.out.len() {
+            let n = ready!(Pin::new(&mut self.tcp).poll_write(cx, &self.out[self.sent..]))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            self.out.drain(..n);
+            self.sent += n;
         }
         self.out = Vec::new();
+        self.sent = 0;
         self.carry = false;
         Poll::Ready(Ok(()))
     }
@@ -306,6 +308,27 @@ mod tests {
         let mut got = vec![0u8; 4 + big.len()];
         client.read_exact(&mut got).await.unwrap();
         assert!(got.starts_with(b"head") && got[4..] == big[..]);
+    }
+
+    #[tokio::test]
+    async fn what_is_gathered_leaves_whole_and_in_order_over_partial_writes() {
+        let (mut conn, mut client) = pair().await;
+        // Far more than the socket buffers hold: the drain takes many writes, each
+        // partial, while the client reads.
+        let big: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; 4 + (8 << 20)];
+            client.read_exact(&mut got).await.unwrap();
+            got
+        });
+        conn.hold.store(true, Ordering::Relaxed);
+        conn.write_all(b"head").await.unwrap();
+        conn.flush().await.unwrap();
+        conn.write_all(&big).await.unwrap();
+        conn.flush().await.unwrap();
+        let got = reader.await.unwrap();
+        assert!(got.starts_with(b"head") && got[4..] == big[..]);
+        assert_eq!(conn.out.capacity(), 0);
     }
 
     #[tokio::test]

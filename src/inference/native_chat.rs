@@ -9,6 +9,7 @@ use super::attempt::{
 };
 use super::tally::Tally;
 use super::Engine;
+use crate::downstream::answer;
 use crate::downstream::listener::hold_next_flush;
 use crate::upstream::{Failure, Target};
 use bytes::Bytes;
@@ -304,15 +305,11 @@ impl Pump<'_> {
             return true;
         }
         tally.tape_body(&self.out);
-        if end && !self.out.is_empty() {
-            // The terminating chunk follows at once: one write for both.
-            hold_next_flush(session);
-        }
         // The next burst is likely as large: start it at this one's capacity, so
         // it is written without a chain of reallocations.
         let cap = self.out.capacity();
         let bytes = Bytes::from(std::mem::replace(&mut self.out, Vec::with_capacity(cap)));
-        session.write_response_body(Some(bytes), end).await.is_ok()
+        answer::write_stream_body(session, bytes, end).await.is_ok()
     }
 
     async fn run(

@@ -15,6 +15,7 @@ use super::attempt::{
 use super::plan::{ParsedRequest, PlannedRung};
 use super::tally::Tally;
 use super::Engine;
+use crate::downstream::answer;
 use crate::downstream::listener::hold_next_flush;
 use crate::upstream::Failure;
 use bytes::Bytes;
@@ -554,12 +555,7 @@ async fn stream(
         }
     }
     let out = tally.outgoing(out, true);
-    if !out.is_empty() {
-        // The terminating chunk follows at once: one write for both.
-        hold_next_flush(session);
-    }
-    if session
-        .write_response_body(Some(Bytes::from(out)), true)
+    if answer::write_stream_body(session, Bytes::from(out), true)
         .await
         .is_err()
     {

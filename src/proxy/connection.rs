@@ -45,20 +45,16 @@ impl ServerApp for Gateway {
             .tracer
             .start(route, session.req_header(), started);
         let served = self.handle(&mut session, route, started, &mut trail).await;
-        let status = match served {
-            Ok(status) => status,
-            Err(e) => {
-                // A write to the client failed (it left, or its socket broke):
-                // nothing more can be said on this connection.
-                tracing::debug!(error = %e, "answer not delivered");
-                let status = session
-                    .response_written()
-                    .map_or(499, |h| h.status.as_u16());
-                self.state.tracer.finish(trail, status);
-                return None;
-            }
-        };
+        // On an error a write to the client failed (it left, or its socket broke):
+        // the status is what reached it, and nothing more can be said here.
+        let status = served.as_ref().copied().unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "answer not delivered");
+            session
+                .response_written()
+                .map_or(499, |h| h.status.as_u16())
+        });
         self.state.tracer.finish(trail, status);
+        served.ok()?;
         let reusable = session.downstream_session.finish().await.ok().flatten()?;
         Some(reusable.into_parts().0)
     }
