@@ -35,12 +35,7 @@ pub async fn read_capped(
     cap: usize,
     until: Instant,
 ) -> Result<Bytes, BodyError> {
-    match pingora::time::fast_timeout::fast_timeout(
-        until.saturating_duration_since(Instant::now()),
-        read_all(session, cap),
-    )
-    .await
-    {
+    match crate::deadline::until(until, read_all(session, cap)).await {
         Ok(r) => r,
         Err(_) => {
             session.set_keepalive(None);

@@ -4,12 +4,12 @@
 
 use super::tally::Tally;
 use super::Engine;
+use crate::deadline::until;
 use crate::downstream::listener::hold_next_flush;
 use crate::upstream::{Call, Failure, Target};
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
-use pingora::time::fast_timeout::fast_timeout;
 use sluice_filters::ir::RefusalReason;
 use sluice_filters::sse::KEEPALIVE;
 use sluice_filters::upstream::{rejection, Rejection, Wire};
@@ -94,18 +94,6 @@ pub fn refusal(reason: RefusalReason) -> ApiError {
         format!("provider refused the request: {}", reason.phrase()),
     )
     .with_extra("refusal_reason", reason.as_str())
-}
-
-/// Waits for `fut` until `deadline`. Pingora's fast timeout: coarse (10 ms) and
-/// free of the per-timer driver wake-ups of Tokio's, which cost a syscall each
-/// on this path.
-pub fn until<F: std::future::Future>(
-    deadline: Instant,
-    fut: F,
-) -> impl std::future::Future<Output = Result<F::Output, pingora::time::Elapsed>> {
-    // Not an async fn: that would move `fut` into its own state and then again
-    // into the timeout's, a copy of the whole future each time.
-    fast_timeout(deadline.saturating_duration_since(Instant::now()), fut)
 }
 
 /// Polls a future once: its output if it is ready now, else `None` (and the future

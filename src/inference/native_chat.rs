@@ -4,17 +4,17 @@
 //! common text chunk: the fast path of the gateway.
 
 use super::attempt::{
-    json_header, open, read_before_commit, read_whole, ready_now, sse_header, until, write_whole,
-    Attempt, Before, Post,
+    json_header, open, read_before_commit, read_whole, ready_now, sse_header, write_whole, Attempt,
+    Before, Post,
 };
 use super::tally::Tally;
 use super::Engine;
+use crate::deadline::{until, within};
 use crate::downstream::answer;
 use crate::downstream::listener::hold_next_flush;
 use crate::upstream::{Failure, Target};
 use bytes::Bytes;
 use pingora::proxy::Session;
-use pingora::time::fast_timeout::fast_timeout;
 use serde_json::json;
 use sluice_filters::ir::{RefusalReason, IGNORED_MEMBER};
 use sluice_filters::json::edit::{set_member as splice_member, set_member_into, set_nested};
@@ -395,8 +395,7 @@ impl Pump<'_> {
             // Read the upstream body to its end so the connection can be reused
             // (after the client has its end: a provider slow to close its body
             // does not hold the client's).
-            while let Ok(Ok(Some(_))) = fast_timeout(Duration::from_millis(50), call.read()).await {
-            }
+            while let Ok(Ok(Some(_))) = within(Duration::from_millis(50), call.read()).await {}
         }
         Attempt::Served(200)
     }

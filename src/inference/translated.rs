@@ -9,18 +9,18 @@
 //! written in the client's format (encoded, or relayed) and sent at once.
 
 use super::attempt::{
-    json_header, open, read_before_commit, read_whole, ready_now, sse_header, until, write_whole,
-    Attempt, Before, Post,
+    json_header, open, read_before_commit, read_whole, ready_now, sse_header, write_whole, Attempt,
+    Before, Post,
 };
 use super::plan::{ParsedRequest, PlannedRung};
 use super::tally::Tally;
 use super::Engine;
+use crate::deadline::{until, within};
 use crate::downstream::answer;
 use crate::downstream::listener::hold_next_flush;
 use crate::upstream::Failure;
 use bytes::Bytes;
 use pingora::proxy::Session;
-use pingora::time::fast_timeout::fast_timeout;
 use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::watch::Watch;
 use sluice_filters::ir::{
@@ -420,8 +420,7 @@ async fn stream(
             Seen::Nothing if flow.decoder.done() => {
                 if let Some(w) = flow.watch.take().filter(Watch::round) {
                     // Read to the end so the connection can be reused.
-                    while let Ok(Ok(Some(_))) =
-                        fast_timeout(Duration::from_millis(50), call.read()).await
+                    while let Ok(Ok(Some(_))) = within(Duration::from_millis(50), call.read()).await
                     {
                     }
                     call.finish().await;
@@ -511,7 +510,7 @@ async fn stream(
     let whole = flow.decoder.done();
     if whole {
         // Read the upstream body to its end so the connection can be reused.
-        while let Ok(Ok(Some(_))) = fast_timeout(Duration::from_millis(50), call.read()).await {}
+        while let Ok(Ok(Some(_))) = within(Duration::from_millis(50), call.read()).await {}
         call.finish().await;
     }
     // A `tool_search` call after text already went out: the stream goes on with

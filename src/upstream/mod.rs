@@ -19,6 +19,7 @@ pub use target::Target;
 
 use crate::catalog::RungSpec;
 use crate::config::{Config, ProviderConfig};
+use crate::deadline::within;
 use auth::{google, sigv4};
 use bytes::{Buf, Bytes};
 use egress::parse_base;
@@ -26,7 +27,6 @@ use head::{Head, Val};
 use pingora::connectors::http::Connector;
 use pingora::prelude::HttpPeer;
 use pingora::protocols::http::client::HttpSession;
-use pingora::time::fast_timeout::fast_timeout;
 use pool::IdlePool;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -458,7 +458,7 @@ impl Upstreams {
         ))
         .await?;
         let mut buf = Vec::new();
-        while let Ok(Ok(Some(b))) = fast_timeout(Duration::from_secs(10), call.read()).await {
+        while let Ok(Ok(Some(b))) = within(Duration::from_secs(10), call.read()).await {
             buf.extend_from_slice(&b);
             if buf.len() > 64 * 1024 {
                 break;
@@ -531,7 +531,7 @@ impl Upstreams {
         let status = call.status();
         let mut body = Vec::new();
         loop {
-            match fast_timeout(t.header_timeout, call.read()).await {
+            match within(t.header_timeout, call.read()).await {
                 Ok(Ok(Some(b))) if body.len() + b.len() <= 1 << 20 => body.extend_from_slice(&b),
                 Ok(Ok(None)) => break,
                 _ => return Err(Failure::BadAnswer),
@@ -666,7 +666,7 @@ impl Upstreams {
                     }
                     stream.flush().await
                 };
-                match fast_timeout(t.header_timeout, sent).await {
+                match within(t.header_timeout, sent).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => return Err(Failure::Connect(e.kind().to_string())),
                     Err(_) => return Err(Failure::HeaderTimeout),
@@ -684,7 +684,7 @@ impl Upstreams {
                     other.write_request_body(body, true).await?;
                     other.finish_request_body().await
                 });
-                match fast_timeout(t.header_timeout, sent).await {
+                match within(t.header_timeout, sent).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => return Err(Failure::Connect(e.etype().as_str().to_string())),
                     Err(_) => return Err(Failure::HeaderTimeout),
@@ -709,7 +709,7 @@ async fn header_within<T>(
     left: Duration,
     head: impl std::future::Future<Output = pingora::Result<T>>,
 ) -> Result<T, Failure> {
-    match fast_timeout(left, head).await {
+    match within(left, head).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(_)) => Err(Failure::DiedBeforeOutput),
         Err(_) => Err(Failure::HeaderTimeout),

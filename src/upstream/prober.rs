@@ -8,8 +8,8 @@ use super::{Target, Upstreams};
 use crate::catalog::probe::{Verdict, PROBED};
 use crate::catalog::ModelSpec;
 use crate::config::Config;
+use crate::deadline::within;
 use bytes::Bytes;
-use pingora::time::fast_timeout::fast_timeout;
 use serde_json::value::RawValue;
 use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::{Message, Part, Request, ResponseFormat, Role, Tool};
@@ -84,7 +84,7 @@ async fn send(up: &Upstreams, t: &Target, wire: Wire, req: &Request) -> Option<u
         .await
         .ok()?;
     let status = call.status();
-    while let Ok(Ok(Some(_))) = fast_timeout(t.first_token_timeout, call.read()).await {}
+    while let Ok(Ok(Some(_))) = within(t.first_token_timeout, call.read()).await {}
     call.finish().await;
     Some(status)
 }

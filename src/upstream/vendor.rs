@@ -6,7 +6,7 @@
 use super::egress::parse_base;
 use super::target::{PeerCache, Target};
 use super::{Failure, Upstreams};
-use pingora::time::fast_timeout::fast_timeout;
+use crate::deadline::within as timeout;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,7 +55,7 @@ impl Upstreams {
         path: &str,
         within: Duration,
     ) -> Result<(u16, Vec<u8>), Failure> {
-        match fast_timeout(within, Box::pin(self.get(t, path))).await {
+        match timeout(within, Box::pin(self.get(t, path))).await {
             Ok(answer) => answer,
             Err(_) => Err(Failure::HeaderTimeout),
         }
