@@ -6,7 +6,6 @@
 use super::egress::parse_base;
 use super::target::{PeerCache, Target};
 use super::{Failure, Upstreams};
-use crate::deadline::within as timeout;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,7 +54,7 @@ impl Upstreams {
         path: &str,
         within: Duration,
     ) -> Result<(u16, Vec<u8>), Failure> {
-        match timeout(within, Box::pin(self.get(t, path))).await {
+        match crate::deadline::within(within, Box::pin(self.get(t, path))).await {
             Ok(answer) => answer,
             Err(_) => Err(Failure::HeaderTimeout),
         }
