@@ -1215,3 +1215,71 @@ async fn native_rungs_pass_every_event_and_field_through() {
     assert!(a.json["usage"]["cost"].as_f64().unwrap() > 0.0);
     assert_eq!(a.json["provider"], "openai:o1");
 }
+
+/// A long history with escapes, quotes and non-ASCII text: long enough that the
+/// gateway sends it from the client's own body instead of copying it.
+fn long_history() -> Value {
+    let turn = "Quote \"this\", a back\\slash, a tab\t, é and 漢字 — ".repeat(300);
+    json!([
+        {"role": "user", "content": turn},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": format!("{turn} Say hello")}
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_values_reach_native_rungs_byte_for_byte() {
+    let e = start().await;
+    let history = long_history();
+    let exact = format!("\"messages\":{}", serde_json::to_string(&history).unwrap());
+    assert!(exact.len() > 20_000);
+    // Chat to an OpenAI chat rung, whole and streamed; members after the long
+    // value keep their place and the gateway's members are still replaced.
+    for stream in [false, true] {
+        e.mock.clear();
+        let body = json!({"model": "fmt-gpt", "messages": history, "stream": stream,
+            "prompt_cache_key": "conv-1", "temperature": 0.5, "user": "u-1"});
+        let a = call(&e, "/v1/chat/completions", &body).await;
+        assert_eq!(a.status, 200, "{}", a.json);
+        if stream {
+            assert!(chat_text(&a.data()).starts_with("Hello"), "{:?}", a.frames);
+        }
+        let sent = &e.mock.requests_for("o1")[0];
+        let raw = std::str::from_utf8(&sent.body).unwrap();
+        assert!(raw.contains(&exact), "the history arrives unchanged");
+        let b = sent.json().unwrap();
+        assert_eq!(b["model"], "o1");
+        assert_eq!(b["messages"], history);
+        assert_eq!(b["temperature"], 0.5);
+        assert_eq!(b["user"], "u-1");
+        assert!(b.get("prompt_cache_key").is_none());
+        assert_eq!(b["stream"], stream);
+        assert_eq!(
+            sent.header("content-length")
+                .map(|l| l.parse::<usize>().unwrap()),
+            Some(sent.body.len())
+        );
+    }
+    // Messages to an Anthropic rung.
+    let body = json!({"model": "fmt-claude", "max_tokens": 64, "messages": history,
+        "metadata": {"user_id": "u-1"}});
+    let a = call(&e, "/v1/messages", &body).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    let sent = &e.mock.requests_for("c1")[0];
+    assert!(std::str::from_utf8(&sent.body).unwrap().contains(&exact));
+    let b = sent.json().unwrap();
+    assert_eq!(
+        (b["model"].as_str(), &b["metadata"]),
+        (Some("c1"), &json!({"user_id": "u-1"}))
+    );
+    // Responses to an OpenAI responses rung: a long input, and `store` the gateway's.
+    let input = history.to_string();
+    let body = json!({"model": "fmt-gpt", "input": input, "store": true});
+    let a = call(&e, "/v1/responses", &body).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    let b = e.mock.requests_for("o1").last().unwrap().json().unwrap();
+    assert_eq!(
+        (b["input"].as_str(), &b["store"]),
+        (Some(input.as_str()), &json!(false))
+    );
+}

@@ -6,7 +6,7 @@ use super::tally::Tally;
 use super::Engine;
 use crate::deadline::until;
 use crate::downstream::listener::hold_next_flush;
-use crate::upstream::{Call, Failure, Target};
+use crate::upstream::{Call, Failure, OutBody, Target};
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
@@ -298,7 +298,7 @@ pub struct Post<'a> {
     /// The wire whose error answers may be refusals (`None`: embeddings, whose
     /// error answers are failures only).
     pub wire: Option<Wire>,
-    pub body: Bytes,
+    pub body: OutBody,
     pub stream: bool,
     pub headers: &'a [(&'static str, &'static str)],
 }

@@ -107,7 +107,7 @@ async fn rung(
             target: t,
             path: &path,
             wire: None,
-            body,
+            body: body.into(),
             stream: false,
             headers: &[],
         };

@@ -213,6 +213,7 @@ impl Engine {
                     stream: req.stream,
                     req,
                     object: RawObject::from_members(&members),
+                    source: body.clone(),
                     long_context: asked.long_context,
                     rungs,
                     org_id: org.id.clone(),

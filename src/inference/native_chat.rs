@@ -12,7 +12,7 @@ use super::Engine;
 use crate::deadline::{until, within};
 use crate::downstream::answer;
 use crate::downstream::listener::hold_next_flush;
-use crate::upstream::{Failure, Target};
+use crate::upstream::{Failure, OutBody, Target};
 use bytes::Bytes;
 use pingora::proxy::Session;
 use serde_json::json;
@@ -44,7 +44,7 @@ pub(super) async fn plain_attempt(
     session: &mut Session,
     tally: &mut Tally,
     t: &Target,
-    body: Bytes,
+    body: OutBody,
 ) -> Attempt {
     let post = Post {
         target: t,
@@ -104,7 +104,7 @@ pub(super) async fn stream_attempt(
     session: &mut Session,
     tally: &mut Tally,
     t: &Target,
-    body: Bytes,
+    body: OutBody,
     wants_usage: bool,
 ) -> Attempt {
     let post = Post {

@@ -5,7 +5,7 @@
 use super::Engine;
 use crate::byok::{Lane, RouteRung};
 use crate::catalog::Model;
-use crate::upstream::Target;
+use crate::upstream::{OutBody, Target};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use sluice_filters::inbound::chat::without_answer_keys;
@@ -16,7 +16,7 @@ use sluice_filters::json::edit::set_member;
 use sluice_filters::json::RawObject;
 use sluice_filters::policy::{self, ModelFacts, RungFacts};
 use sluice_filters::upstream::is_claude;
-use sluice_filters::upstream::openai_chat::render_request;
+use sluice_filters::upstream::openai_chat::render_spliced;
 use sluice_filters::upstream::Wire;
 use sluice_filters::upstream::{native, reasoning_maker};
 use sluice_filters::{ApiError, ErrorCode};
@@ -29,6 +29,9 @@ pub struct ParsedRequest<'a> {
     pub req: Request,
     /// The client's top-level members, unparsed, for native rungs.
     pub object: RawObject<'a>,
+    /// The client's body that `object` borrows from: a native rung's long values
+    /// are sent as slices of it.
+    pub source: Bytes,
     pub stream: bool,
     /// The `[1m]` suffix asked for the 1M-token window.
     pub long_context: bool,
@@ -188,7 +191,7 @@ impl ParsedRequest<'_> {
 
 /// What a rung is sent for a request.
 pub struct Rendered {
-    pub body: Bytes,
+    pub body: OutBody,
     /// The `x-service-ignored-parameters` value: what this rung does not receive.
     pub ignored: Option<String>,
     /// Hidden reasoning of another maker was removed from the history.
@@ -242,10 +245,15 @@ impl PlannedRung {
                 edited = o;
                 object = &edited;
             }
-            let body = if parsed.inbound == Inbound::Chat {
-                render_request(object, &t.model_id, parsed.stream)
+            // The client's long values are sent from its own body, not copied.
+            let spliced = if parsed.inbound == Inbound::Chat {
+                render_spliced(object, &t.model_id, parsed.stream)
             } else {
-                native::render(self.wire, object, &t.model_id, parsed.stream)
+                native::render_spliced(self.wire, object, &t.model_id, parsed.stream)
+            };
+            let body = match self.routing_key(parsed) {
+                Some(k) => with_routing_key(spliced.flatten(), &k).into(),
+                None => OutBody::splice(spliced, &parsed.source),
             };
             (
                 body,
@@ -263,30 +271,36 @@ impl PlannedRung {
                 .wire
                 .render(&t.provider, req, &t.model_id, parsed.stream);
             let request_level = parsed.prep.disclosed();
+            let body = match self.routing_key(parsed) {
+                Some(k) => with_routing_key(rendered.body, &k),
+                None => rendered.body,
+            };
             (
-                rendered.body,
+                body.into(),
                 disclosure(&self.dropped, &rendered.dropped, request_level),
             )
         };
-        let routing = match self.wire {
-            Wire::OpenAiChat | Wire::OpenAiResponses if self.cache_key_routing => {
-                parsed.routing_key()
-            }
-            _ => None,
-        };
-        let body = match routing {
-            Some(k) => {
-                let v = serde_json::to_vec(&k).unwrap_or_default();
-                set_member(&body, "prompt_cache_key", &v)
-            }
-            None => body,
-        };
         Rendered {
-            body: Bytes::from(body),
+            body,
             ignored,
             repaired,
         }
     }
+
+    /// The derived `prompt_cache_key`, for a rung whose provider routes by it.
+    fn routing_key(&self, parsed: &ParsedRequest) -> Option<String> {
+        match self.wire {
+            Wire::OpenAiChat | Wire::OpenAiResponses if self.cache_key_routing => {
+                parsed.routing_key()
+            }
+            _ => None,
+        }
+    }
+}
+
+fn with_routing_key(body: Vec<u8>, key: &str) -> Vec<u8> {
+    let v = serde_json::to_vec(key).unwrap_or_default();
+    set_member(&body, "prompt_cache_key", &v)
 }
 
 /// The `x-service-ignored-parameters` value: every dropped field, comma-separated,

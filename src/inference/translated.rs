@@ -18,7 +18,7 @@ use super::Engine;
 use crate::deadline::{until, within};
 use crate::downstream::answer;
 use crate::downstream::listener::hold_next_flush;
-use crate::upstream::Failure;
+use crate::upstream::{Failure, OutBody};
 use bytes::Bytes;
 use pingora::proxy::Session;
 use sluice_filters::inbound::Inbound;
@@ -39,7 +39,7 @@ pub async fn run(
     tally: &mut Tally,
     planned: &PlannedRung,
     parsed: &ParsedRequest<'_>,
-    body: Bytes,
+    body: OutBody,
 ) -> Attempt {
     if parsed.stream {
         let run = Box::pin(stream(engine, session, tally, planned, parsed, body));
@@ -101,7 +101,7 @@ async fn plain(
     tally: &mut Tally,
     planned: &PlannedRung,
     parsed: &ParsedRequest<'_>,
-    body: Bytes,
+    body: OutBody,
 ) -> Attempt {
     let t = &planned.target;
     let path = t.path(planned.wire, false);
@@ -339,7 +339,7 @@ async fn stream(
     tally: &mut Tally,
     planned: &PlannedRung,
     parsed: &ParsedRequest<'_>,
-    body: Bytes,
+    body: OutBody,
 ) -> Attempt {
     let t = &planned.target;
     let path = t.path(planned.wire, true);

@@ -10,11 +10,13 @@ pub mod breaker;
 pub mod egress;
 mod h1;
 mod head;
+mod out_body;
 mod pool;
 pub mod prober;
 mod target;
 pub mod vendor;
 
+pub use out_body::OutBody;
 pub use target::Target;
 
 use crate::catalog::RungSpec;
@@ -451,7 +453,7 @@ impl Upstreams {
             "POST",
             &token_target,
             &path,
-            Bytes::from(form),
+            Bytes::from(form).into(),
             false,
             "application/x-www-form-urlencoded",
             (&[], None),
@@ -480,7 +482,7 @@ impl Upstreams {
         &self,
         t: &Target,
         path: &str,
-        body: Bytes,
+        body: OutBody,
         stream: bool,
         extra: &[(&'static str, &'static str)],
     ) -> Result<Call<'_>, Failure> {
@@ -493,7 +495,7 @@ impl Upstreams {
         &self,
         t: &Target,
         path: &str,
-        body: Bytes,
+        body: OutBody,
         stream: bool,
         extra: &[(&'static str, &'static str)],
         traceparent: Option<&str>,
@@ -522,7 +524,7 @@ impl Upstreams {
                 "GET",
                 t,
                 path,
-                Bytes::new(),
+                OutBody::default(),
                 false,
                 "application/json",
                 (&[], None),
@@ -547,7 +549,7 @@ impl Upstreams {
         method: &'static str,
         t: &Target,
         path: &str,
-        body: Bytes,
+        body: OutBody,
         stream: bool,
         content_type: &'static str,
         (extra, traceparent): (&[(&'static str, &'static str)], Option<&str>),
@@ -580,7 +582,7 @@ impl Upstreams {
                     authority,
                     path,
                     &[("content-type", "application/json")],
-                    &body,
+                    &body.to_bytes(),
                     std::time::SystemTime::now(),
                 )
                 .map_err(|e| Failure::Connect(format!("sigv4: {e}")))?;
@@ -655,14 +657,21 @@ impl Upstreams {
             // sent beside it (one vectored write).
             Conn::H1(mut stream) => {
                 let inline = body.len() <= INLINE_BODY;
+                let whole = if inline {
+                    body.to_bytes()
+                } else {
+                    Bytes::new()
+                };
                 let wire = head
-                    .to_h1(if inline { &body } else { &[] })
+                    .to_h1(&whole)
                     .ok_or_else(|| Failure::Connect("bad request header".into()))?;
                 let sent = async {
                     if inline {
                         stream.write_all(&wire).await?;
                     } else {
-                        stream.write_all_buf(&mut (&wire[..]).chain(body)).await?;
+                        stream
+                            .write_all_buf(&mut (&wire[..]).chain(body.reader()))
+                            .await?;
                     }
                     stream.flush().await
                 };
@@ -681,7 +690,7 @@ impl Upstreams {
                 // Boxed, as HTTP/2 is the rare path here.
                 let sent = Box::pin(async {
                     other.write_request_header(Box::new(req)).await?;
-                    other.write_request_body(body, true).await?;
+                    other.write_request_body(body.to_bytes(), true).await?;
                     other.finish_request_body().await
                 });
                 match within(t.header_timeout, sent).await {

@@ -9,7 +9,6 @@ use crate::catalog::probe::{Verdict, PROBED};
 use crate::catalog::ModelSpec;
 use crate::config::Config;
 use crate::deadline::within;
-use bytes::Bytes;
 use serde_json::value::RawValue;
 use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::{Message, Part, Request, ResponseFormat, Role, Tool};
@@ -80,7 +79,7 @@ async fn send(up: &Upstreams, t: &Target, wire: Wire, req: &Request) -> Option<u
     let rendered = wire.render(&t.provider, req, &t.model_id, false);
     let path = t.path(wire, false);
     let mut call = up
-        .post(t, &path, Bytes::from(rendered.body), false, &[])
+        .post(t, &path, rendered.body.into(), false, &[])
         .await
         .ok()?;
     let status = call.status();

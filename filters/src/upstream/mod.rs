@@ -21,6 +21,7 @@ pub mod gemini;
 pub mod native;
 pub mod openai_chat;
 pub mod openai_responses;
+pub mod spliced;
 
 pub use frames::{Frame, Framer};
 

@@ -2,6 +2,7 @@
 //! OpenAI's responses API, a messages client on Anthropic): every member passes
 //! through verbatim, except the ones the gateway owns.
 
+use super::spliced::Spliced;
 use super::Wire;
 use crate::json::RawObject;
 
@@ -23,34 +24,46 @@ fn owned(wire: Wire, stream: bool) -> Vec<(&'static str, Option<&'static str>)> 
 /// The client's members with the rung's model id and the gateway-owned members
 /// replaced or removed.
 pub fn render(wire: Wire, object: &RawObject, model_id: &str, stream: bool) -> Vec<u8> {
+    render_spliced(wire, object, model_id, stream).flatten()
+}
+
+/// [`render`], with the client's long values borrowed rather than copied.
+pub fn render_spliced<'a>(
+    wire: Wire,
+    object: &RawObject<'a>,
+    model_id: &str,
+    stream: bool,
+) -> Spliced<'a> {
     let rules = owned(wire, stream);
-    let mut out = Vec::with_capacity(64 + object.value_bytes());
-    out.push(b'{');
+    let values = object.iter().map(|(_, v)| v.get());
+    let mut out = Spliced::for_values(values, 64 + 16 * object.len());
     let model = serde_json::to_vec(model_id).unwrap_or_default();
-    put(&mut out, "model", &model);
+    key(&mut out, "model");
+    out.bytes.extend_from_slice(&model);
     for (k, v) in object.iter() {
         if k == "model" || rules.iter().any(|(name, _)| *name == k) {
             continue;
         }
-        put(&mut out, k, v.get().as_bytes());
+        key(&mut out, k);
+        out.put_value(v.get().as_bytes());
     }
     for (name, value) in rules {
         if let Some(v) = value {
-            put(&mut out, name, v.as_bytes());
+            key(&mut out, name);
+            out.bytes.extend_from_slice(v.as_bytes());
         }
     }
-    out.push(b'}');
+    out.bytes.push(b'}');
     out
 }
 
-fn put(out: &mut Vec<u8>, k: &str, v: &[u8]) {
-    if out.len() > 1 {
-        out.push(b',');
-    }
+/// Opens the object or separates the member, then writes `"k":`.
+fn key(out: &mut Spliced<'_>, k: &str) {
+    out.bytes
+        .push(if out.bytes.is_empty() { b'{' } else { b',' });
     // Keys came from a JSON document: serializing a str cannot fail.
-    out.extend_from_slice(&serde_json::to_vec(k).unwrap_or_default());
-    out.push(b':');
-    out.extend_from_slice(v);
+    let _ = serde_json::to_writer(&mut out.bytes, k);
+    out.bytes.push(b':');
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use crate::ir::{
     StreamDecoder, ToolChoice,
 };
 use crate::json::RawObject;
+use crate::upstream::spliced::Spliced;
 use crate::upstream::Rendered;
 use crate::usage::Usage;
 use serde::Deserialize;
@@ -21,35 +22,45 @@ const GATEWAY_OWNED: [&str; 1] = ["prompt_cache_key"];
 
 /// The body for an OpenAI-compatible rung.
 pub fn render_request(body: &RawObject, provider_model_id: &str, stream: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256 + body.value_bytes() + 16 * body.len());
-    out.push(b'{');
+    render_spliced(body, provider_model_id, stream).flatten()
+}
+
+/// [`render_request`], with the client's long values borrowed rather than copied.
+pub fn render_spliced<'a>(
+    body: &RawObject<'a>,
+    provider_model_id: &str,
+    stream: bool,
+) -> Spliced<'a> {
+    let values = body.iter().map(|(_, v)| v.get());
+    let mut out = Spliced::for_values(values, 256 + 16 * body.len());
     let mut first = true;
-    let mut put = |out: &mut Vec<u8>, k: &str, v: &[u8]| {
-        if !first {
-            out.push(b',');
-        }
+    let mut key = |out: &mut Spliced<'a>, k: &str| {
+        out.bytes.push(if first { b'{' } else { b',' });
         first = false;
         // Written straight into the body: serializing a str into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *out, k);
-        out.push(b':');
-        out.extend_from_slice(v);
+        let _ = serde_json::to_writer(&mut out.bytes, k);
+        out.bytes.push(b':');
     };
-    put(&mut out, "model", b"");
-    let _ = serde_json::to_writer(&mut out, provider_model_id);
+    key(&mut out, "model");
+    let _ = serde_json::to_writer(&mut out.bytes, provider_model_id);
     for (k, v) in body.iter() {
         match k {
             "model" => {}
             "stream_options" if stream => {}
             k if GATEWAY_OWNED.contains(&k) => {}
-            _ => put(&mut out, k, v.get().as_bytes()),
+            _ => {
+                key(&mut out, k);
+                out.put_value(v.get().as_bytes());
+            }
         }
     }
     if stream {
         // Usage is always needed for billing; the chunk is stripped again when the
         // client did not ask for it.
-        put(&mut out, "stream_options", br#"{"include_usage":true}"#);
+        key(&mut out, "stream_options");
+        out.bytes.extend_from_slice(br#"{"include_usage":true}"#);
     }
-    out.push(b'}');
+    out.bytes.push(b'}');
     out
 }
 
