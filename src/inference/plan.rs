@@ -13,7 +13,7 @@ use sluice_filters::inbound::history::without_anthropic_reasoning;
 use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::Request;
 use sluice_filters::json::edit::set_member;
-use sluice_filters::json::RawObject;
+use sluice_filters::json::{append_member, RawObject};
 use sluice_filters::policy::{self, ModelFacts, RungFacts};
 use sluice_filters::upstream::is_claude;
 use sluice_filters::upstream::openai_chat::render_spliced;
@@ -246,15 +246,18 @@ impl PlannedRung {
                 object = &edited;
             }
             // The client's long values are sent from its own body, not copied.
-            let spliced = if parsed.inbound == Inbound::Chat {
+            let mut spliced = if parsed.inbound == Inbound::Chat {
                 render_spliced(object, &t.model_id, parsed.stream)
             } else {
                 native::render_spliced(self.wire, object, &t.model_id, parsed.stream)
             };
-            let body = match self.routing_key(parsed) {
-                Some(k) => with_routing_key(spliced.flatten(), &k).into(),
-                None => OutBody::splice(spliced, &parsed.source),
-            };
+            if let Some(k) = self.routing_key(parsed) {
+                // The render left out the client's own key: the derived one is
+                // added before the closing brace, which the gateway wrote.
+                let v = serde_json::to_vec(&k).unwrap_or_default();
+                append_member(&mut spliced.bytes, 0, "prompt_cache_key", &v);
+            }
+            let body = OutBody::splice(spliced, &parsed.source);
             (
                 body,
                 disclosure(&self.dropped, &[], parsed.prep.disclosed()),
