@@ -1219,7 +1219,12 @@ async fn native_rungs_pass_every_event_and_field_through() {
 /// A long history with escapes, quotes and non-ASCII text: long enough that the
 /// gateway sends it from the client's own body instead of copying it.
 fn long_history() -> Value {
-    let turn = "Quote \"this\", a back\\slash, a tab\t, é and 漢字 — ".repeat(300);
+    long_history_of(300)
+}
+
+/// [`long_history`] with each long turn `n` phrases (about 50 bytes each).
+fn long_history_of(n: usize) -> Value {
+    let turn = "Quote \"this\", a back\\slash, a tab\t, é and 漢字 — ".repeat(n);
     json!([
         {"role": "user", "content": turn},
         {"role": "assistant", "content": "Noted."},
@@ -1260,6 +1265,20 @@ async fn long_values_reach_native_rungs_byte_for_byte() {
             Some(sent.body.len())
         );
     }
+    // A history between the borrowing size and the size sent beside the head:
+    // its pieces are written behind the head in one buffer.
+    e.mock.clear();
+    let medium = long_history_of(100);
+    let exact_medium = format!("\"messages\":{}", serde_json::to_string(&medium).unwrap());
+    assert!((8_000..16_000).contains(&exact_medium.len()));
+    let body = json!({"model": "fmt-gpt", "messages": medium, "user": "u-1"});
+    let a = call(&e, "/v1/chat/completions", &body).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    let sent = &e.mock.requests_for("o1")[0];
+    assert!(std::str::from_utf8(&sent.body)
+        .unwrap()
+        .contains(&exact_medium));
+    assert_eq!(sent.json().unwrap()["user"], "u-1");
     // Messages to an Anthropic rung.
     let body = json!({"model": "fmt-claude", "max_tokens": 64, "messages": history,
         "metadata": {"user_id": "u-1"}});

@@ -12,7 +12,6 @@ use sluice_filters::inbound::chat::without_answer_keys;
 use sluice_filters::inbound::history::without_anthropic_reasoning;
 use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::Request;
-use sluice_filters::json::edit::set_member;
 use sluice_filters::json::{append_member, RawObject};
 use sluice_filters::policy::{self, ModelFacts, RungFacts};
 use sluice_filters::upstream::is_claude;
@@ -251,12 +250,7 @@ impl PlannedRung {
             } else {
                 native::render_spliced(self.wire, object, &t.model_id, parsed.stream)
             };
-            if let Some(k) = self.routing_key(parsed) {
-                // The render left out the client's own key: the derived one is
-                // added before the closing brace, which the gateway wrote.
-                let v = serde_json::to_vec(&k).unwrap_or_default();
-                append_member(&mut spliced.bytes, 0, "prompt_cache_key", &v);
-            }
+            self.add_routing_key(parsed, &mut spliced.bytes);
             let body = OutBody::splice(spliced, &parsed.source);
             (
                 body,
@@ -274,10 +268,8 @@ impl PlannedRung {
                 .wire
                 .render(&t.provider, req, &t.model_id, parsed.stream);
             let request_level = parsed.prep.disclosed();
-            let body = match self.routing_key(parsed) {
-                Some(k) => with_routing_key(rendered.body, &k),
-                None => rendered.body,
-            };
+            let mut body = rendered.body;
+            self.add_routing_key(parsed, &mut body);
             (
                 body.into(),
                 disclosure(&self.dropped, &rendered.dropped, request_level),
@@ -290,20 +282,21 @@ impl PlannedRung {
         }
     }
 
-    /// The derived `prompt_cache_key`, for a rung whose provider routes by it.
-    fn routing_key(&self, parsed: &ParsedRequest) -> Option<String> {
-        match self.wire {
+    /// Adds the derived `prompt_cache_key` for a rung whose provider routes by
+    /// it, before the closing brace of the body the gateway wrote. No wire
+    /// renders the client's own key, so it is never there twice.
+    fn add_routing_key(&self, parsed: &ParsedRequest, body: &mut Vec<u8>) {
+        let key = match self.wire {
             Wire::OpenAiChat | Wire::OpenAiResponses if self.cache_key_routing => {
                 parsed.routing_key()
             }
             _ => None,
+        };
+        if let Some(k) = key {
+            let v = serde_json::to_vec(&k).unwrap_or_default();
+            append_member(body, 0, "prompt_cache_key", &v);
         }
     }
-}
-
-fn with_routing_key(body: Vec<u8>, key: &str) -> Vec<u8> {
-    let v = serde_json::to_vec(key).unwrap_or_default();
-    set_member(&body, "prompt_cache_key", &v)
 }
 
 /// The `x-service-ignored-parameters` value: every dropped field, comma-separated,

@@ -37,11 +37,12 @@ impl<'a> Head<'a> {
     /// The request as HTTP/1.1 bytes followed by `body` (the whole body, or none
     /// when the caller sends it beside the head); `None` when a name or value
     /// could break the framing (a credential with a line break, say).
-    pub(super) fn to_h1(&self, body: &[u8]) -> Option<Vec<u8>> {
+    pub(super) fn to_h1(&self, body: &[impl AsRef<[u8]>]) -> Option<Vec<u8>> {
         if !self.path.bytes().all(|b| b.is_ascii_graphic()) {
             return None;
         }
-        let mut out = Vec::with_capacity(256 + body.len());
+        let len: usize = body.iter().map(|p| p.as_ref().len()).sum();
+        let mut out = Vec::with_capacity(256 + len);
         out.extend_from_slice(self.method.as_bytes());
         out.push(b' ');
         out.extend_from_slice(self.path.as_bytes());
@@ -63,7 +64,9 @@ impl<'a> Head<'a> {
             out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(body);
+        for p in body {
+            out.extend_from_slice(p.as_ref());
+        }
         Some(out)
     }
 
@@ -139,7 +142,7 @@ mod tests {
         head.field("Content-Length", Val::Len(1024));
         head.field("Authorization", Val::Bearer("sk-1"));
         assert_eq!(
-            head.to_h1(b"{}").unwrap(),
+            head.to_h1(&[b"{}"]).unwrap(),
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 1024\r\nAuthorization: Bearer sk-1\r\n\r\n{}"
         );
         let req = head.to_request_header().unwrap();
@@ -147,11 +150,11 @@ mod tests {
         assert_eq!(req.headers.get("content-length").unwrap(), "1024");
         // A secret with a line break would smuggle a header: never written.
         head.field("api-key", Val::Str("k\r\nX-Evil: 1"));
-        assert!(head.to_h1(b"").is_none());
+        assert!(head.to_h1(&[b""]).is_none());
         assert!(head.to_request_header().is_none());
         let mut bad_name = Head::new("POST", "/");
         bad_name.field("a b", Val::Str("x"));
-        assert!(bad_name.to_h1(b"").is_none());
-        assert!(Head::new("POST", "/a b").to_h1(b"").is_none());
+        assert!(bad_name.to_h1(&[b""]).is_none());
+        assert!(Head::new("POST", "/a b").to_h1(&[b""]).is_none());
     }
 }

@@ -657,13 +657,8 @@ impl Upstreams {
             // sent beside it (one vectored write).
             Conn::H1(mut stream) => {
                 let inline = body.len() <= INLINE_BODY;
-                let whole = if inline {
-                    body.to_bytes()
-                } else {
-                    Bytes::new()
-                };
                 let wire = head
-                    .to_h1(&whole)
+                    .to_h1(if inline { body.parts() } else { &[] })
                     .ok_or_else(|| Failure::Connect("bad request header".into()))?;
                 let sent = async {
                     if inline {

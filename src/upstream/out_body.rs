@@ -44,8 +44,13 @@ impl OutBody {
         self.len == 0
     }
 
+    /// The pieces, in order.
+    pub fn parts(&self) -> &[Bytes] {
+        &self.parts
+    }
+
     /// The body in one piece (a copy when it is in several): for a signature
-    /// over it, an HTTP/2 peer, or a small body copied behind its head.
+    /// over it or an HTTP/2 peer.
     pub fn to_bytes(&self) -> Bytes {
         match self.parts.as_slice() {
             [] => Bytes::new(),

@@ -38,32 +38,23 @@ pub fn render_spliced<'a>(
     let values = object.iter().map(|(_, v)| v.get());
     let mut out = Spliced::for_values(values, 64 + 16 * object.len());
     let model = serde_json::to_vec(model_id).unwrap_or_default();
-    key(&mut out, "model");
+    out.key("model");
     out.bytes.extend_from_slice(&model);
     for (k, v) in object.iter() {
         if k == "model" || rules.iter().any(|(name, _)| *name == k) {
             continue;
         }
-        key(&mut out, k);
+        out.key(k);
         out.put_value(v.get().as_bytes());
     }
     for (name, value) in rules {
         if let Some(v) = value {
-            key(&mut out, name);
+            out.key(name);
             out.bytes.extend_from_slice(v.as_bytes());
         }
     }
     out.bytes.push(b'}');
     out
-}
-
-/// Opens the object or separates the member, then writes `"k":`.
-fn key(out: &mut Spliced<'_>, k: &str) {
-    out.bytes
-        .push(if out.bytes.is_empty() { b'{' } else { b',' });
-    // Keys came from a JSON document: serializing a str cannot fail.
-    let _ = serde_json::to_writer(&mut out.bytes, k);
-    out.bytes.push(b':');
 }
 
 #[cfg(test)]

@@ -33,15 +33,7 @@ pub fn render_spliced<'a>(
 ) -> Spliced<'a> {
     let values = body.iter().map(|(_, v)| v.get());
     let mut out = Spliced::for_values(values, 256 + 16 * body.len());
-    let mut first = true;
-    let mut key = |out: &mut Spliced<'a>, k: &str| {
-        out.bytes.push(if first { b'{' } else { b',' });
-        first = false;
-        // Written straight into the body: serializing a str into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut out.bytes, k);
-        out.bytes.push(b':');
-    };
-    key(&mut out, "model");
+    out.key("model");
     let _ = serde_json::to_writer(&mut out.bytes, provider_model_id);
     for (k, v) in body.iter() {
         match k {
@@ -49,7 +41,7 @@ pub fn render_spliced<'a>(
             "stream_options" if stream => {}
             k if GATEWAY_OWNED.contains(&k) => {}
             _ => {
-                key(&mut out, k);
+                out.key(k);
                 out.put_value(v.get().as_bytes());
             }
         }
@@ -57,7 +49,7 @@ pub fn render_spliced<'a>(
     if stream {
         // Usage is always needed for billing; the chunk is stripped again when the
         // client did not ask for it.
-        key(&mut out, "stream_options");
+        out.key("stream_options");
         out.bytes.extend_from_slice(br#"{"include_usage":true}"#);
     }
     out.bytes.push(b'}');

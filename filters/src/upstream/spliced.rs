@@ -16,7 +16,7 @@ pub struct Spliced<'a> {
 }
 
 impl<'a> Spliced<'a> {
-    pub fn with_capacity(n: usize) -> Self {
+    fn with_capacity(n: usize) -> Self {
         Spliced {
             bytes: Vec::with_capacity(n),
             holes: Vec::new(),
@@ -27,6 +27,15 @@ impl<'a> Spliced<'a> {
     pub fn for_values<'v>(values: impl Iterator<Item = &'v str>, extra: usize) -> Self {
         let copied: usize = values.map(str::len).filter(|n| *n < BORROW_AT).sum();
         Self::with_capacity(copied + extra)
+    }
+
+    /// Opens the object or separates the member, then writes `"k":`.
+    pub fn key(&mut self, k: &str) {
+        self.bytes
+            .push(if self.bytes.is_empty() { b'{' } else { b',' });
+        // Written straight into the body: serializing a str into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut self.bytes, k);
+        self.bytes.push(b':');
     }
 
     /// Appends `v`: borrowed when long, copied otherwise.
