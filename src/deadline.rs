@@ -41,6 +41,26 @@ pub fn within<F: Future>(d: Duration, fut: F) -> impl Future<Output = Result<F::
     fast_timeout(wait(now + d, now), fut)
 }
 
+/// Starts Pingora's timer clock (a thread that wakes every 10 ms to fire the
+/// timers due) from a background thread, whose policy it inherits (see
+/// [`crate::priority`]): otherwise it starts on the first request's thread and
+/// its tick preempts requests. Before any other timeout, at startup.
+pub fn start_clock() {
+    let started = std::thread::Builder::new()
+        .name("sluice-clock".into())
+        .spawn(|| {
+            crate::priority::background(0);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("a runtime with no driver");
+            // The first timer registered starts the clock.
+            rt.block_on(pingora::time::sleep(Duration::from_millis(1)));
+        });
+    if let Ok(t) = started {
+        let _ = t.join();
+    }
+}
+
 /// How long to wait from `now` for `deadline`, rounded up to its grid.
 fn wait(deadline: Instant, now: Instant) -> Duration {
     let left = deadline.saturating_duration_since(now);

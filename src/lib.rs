@@ -17,8 +17,9 @@
 //! - state: `state` (what every service shares), `store` (database, counters,
 //!   the usage writer).
 //! - `trace`: each request's metrics, access line and spans (under `state`, over
-//!   the domain); `metrics` (the registry) and `deadline` (timeouts with a bounded
-//!   number of live timers) are on the ground floor.
+//!   the domain); `metrics` (the registry), `deadline` (timeouts with a bounded
+//!   number of live timers) and `priority` (background threads yield the core to
+//!   requests) are on the ground floor.
 //!
 //! `sluice-filters` (the sans-IO formats, wires and policy) is under all of them.
 
@@ -27,6 +28,7 @@ pub mod config;
 pub mod deadline;
 pub mod error;
 pub mod metrics;
+pub mod priority;
 pub mod server;
 
 // Listeners.

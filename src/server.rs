@@ -240,7 +240,7 @@ impl pingora::services::Service for BatchLines {
         _listeners_per_fd: usize,
     ) {
         use pingora::apps::ServerApp as _;
-        crate::store::lower_thread_priority(crate::state::BATCH_LINES_NICE);
+        crate::priority::background(crate::state::BATCH_LINES_NICE);
         let (gateway, closing) = (self.gateway.clone(), shutdown.clone());
         let lines: crate::batches::Lines = Arc::new(move |end| {
             let (gateway, closing) = (gateway.clone(), closing.clone());
@@ -280,9 +280,11 @@ fn bind(addr: &str) -> anyhow::Result<TcpListener> {
 pub fn serve(config: Config) -> anyhow::Result<()> {
     // The state runtime owns the database and Redis connections and the snapshot
     // refreshers; it lives as long as the process.
+    crate::deadline::start_clock();
     let state_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("sluice-state")
+        .on_thread_start(|| crate::priority::background(0))
         .enable_all()
         .build()?;
     let state = state_rt.block_on(AppState::build(config.clone()))?;

@@ -39,19 +39,6 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Lowers the calling thread's scheduling priority to `nice` (Linux nice values are
-/// per thread); threads it starts, SQLite's workers among them, inherit it. For
-/// background work that must yield the core to requests.
-pub fn lower_thread_priority(nice: i32) {
-    #[cfg(target_os = "linux")]
-    // SAFETY: setpriority only reads its integer arguments; `0` names the calling thread.
-    unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, 0, nice);
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = nice;
-}
-
 /// A random identifier with a readable prefix, e.g. `org_1f3a…` (96 random bits).
 pub fn new_id(prefix: &str) -> String {
     let bytes: [u8; 12] = rand::random();

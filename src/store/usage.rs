@@ -279,7 +279,7 @@ pub fn spawn_writer(
     std::thread::Builder::new()
         .name("sluice-usage".into())
         .spawn(move || {
-            super::lower_thread_priority(5);
+            crate::priority::background(5);
             rt.block_on(async move {
                 let db = if url.contains(":memory:") {
                     db
@@ -354,10 +354,18 @@ fn db_error(op: &'static str) {
         .inc();
 }
 
-/// Splits a batch into chunks of a few fixed sizes (one cached statement each).
-fn chunks(events: &[UsageEvent]) -> Vec<&[UsageEvent]> {
-    super::db::fixed_chunks(events, &[128, 64, 32, 16, 8, 4, 2, 1])
+/// Splits a batch into the chunks one statement writes: on SQLite a few fixed
+/// sizes (one cached statement each); on PostgreSQL, whose statement takes the
+/// rows as one parameter, any count up to [`PG_ROWS`].
+fn chunks(engine: Engine, events: &[UsageEvent]) -> Vec<&[UsageEvent]> {
+    match engine {
+        Engine::Sqlite => super::db::fixed_chunks(events, &[128, 64, 32, 16, 8, 4, 2, 1]),
+        Engine::Postgres => events.chunks(PG_ROWS).collect(),
+    }
 }
+
+/// The most rows one PostgreSQL statement carries (about 400 bytes each).
+const PG_ROWS: usize = 1024;
 
 /// Writes events in chunks; a chunk that fails twice goes to the spool. Returns
 /// whether every event is stored or spooled (kept on the disk either way).
@@ -374,7 +382,7 @@ async fn write_or_spool(db: &Db, spool: &Path, events: &[UsageEvent], tally: &Un
         return true;
     }
     let mut kept = true;
-    for part in chunks(events) {
+    for part in chunks(db.engine, events) {
         if insert(db, part, tally).await.is_ok() {
             count("written", part.len());
             continue;
@@ -437,7 +445,7 @@ pub async fn replay(db: &Db, spool: &Path, tally: &Unwritten) -> bool {
     }
     let events = read_spool(spool);
     spool_gauges(spool, Some(events.len()));
-    for part in chunks(&events) {
+    for part in chunks(db.engine, &events) {
         if crate::metrics::global()
             .db("usage_replay", insert(db, part, tally))
             .await
@@ -462,23 +470,125 @@ pub async fn replay(db: &Db, spool: &Path, tally: &Unwritten) -> bool {
 
 type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
-/// The multi-row insert of `n` events; only ids not stored yet go in.
-fn insert_sql(engine: Engine, n: usize, returning: bool) -> String {
-    const COLS: usize = 26;
-    let mut sql = String::from(
-        "INSERT INTO usage_events (id, org_id, key_id, route, model, rung, lane, input_tokens, \
-         cached_tokens, output_tokens, reasoning_tokens, cost_micro_usd, status, error_class, \
-         incomplete, attempts, empty_attempts, latency_ms, free, weighted_tokens, \
-         list_micro_usd, created_at, cache_write_tokens, web_search_requests, batch, \
-         batch_line) VALUES ",
-    );
-    sql.push_str(&engine.value_rows(n, COLS));
+/// The columns an insert writes, in the order [`bind_events`] binds them.
+const COLUMNS: &str = "id, org_id, key_id, route, model, rung, lane, input_tokens, \
+     cached_tokens, output_tokens, reasoning_tokens, cost_micro_usd, status, error_class, \
+     incomplete, attempts, empty_attempts, latency_ms, free, weighted_tokens, \
+     list_micro_usd, created_at, cache_write_tokens, web_search_requests, batch, batch_line";
+
+/// The insert of `n` events. `careful`: only ids (and batch lines) not stored
+/// yet go in, and with `RETURNING` the rows that did say what to charge; a
+/// fresh batch's insert fails on any stored one instead.
+///
+/// SQLite takes the rows as parameters, 26 to a row. PostgreSQL takes them as
+/// one JSON parameter (see [`pg_rows`]): a multi-row `VALUES` costs it an
+/// expression per value to set up, and the usage writer shares the host with
+/// the requests it records.
+fn insert_sql(engine: Engine, n: usize, careful: bool) -> String {
+    let mut sql = format!("INSERT INTO usage_events ({COLUMNS}) ");
+    match engine {
+        Engine::Sqlite => {
+            sql.push_str("VALUES ");
+            sql.push_str(&engine.value_rows(n, 26));
+            // SQLite's conflict check costs nothing extra: taken either way.
+            sql.push_str(" ON CONFLICT DO NOTHING");
+        }
+        Engine::Postgres => {
+            sql.push_str(&format!(
+                "SELECT {COLUMNS} FROM json_populate_recordset(NULL::usage_events, $1::json)"
+            ));
+            // Checked per row as a speculative insert; a fresh batch need not pay
+            // for it (a stored id fails the statement, as it must).
+            if careful {
+                sql.push_str(" ON CONFLICT DO NOTHING");
+            }
+        }
+    }
     // Any unique key: the id (a retried write) or the batch line (a line run again).
-    sql.push_str(" ON CONFLICT DO NOTHING");
-    if returning {
+    if careful {
         sql.push_str(" RETURNING org_id, lane, cost_micro_usd");
     }
     sql
+}
+
+/// `events` bound to `sql` (from [`insert_sql`] for as many events).
+fn bind<'q>(engine: Engine, sql: &'q str, events: &[UsageEvent], now: i64) -> AnyQuery<'q> {
+    match engine {
+        Engine::Sqlite => bind_events(sqlx::query(sql), events, now),
+        Engine::Postgres => sqlx::query(sql).bind(pg_rows(events, now)),
+    }
+}
+
+/// One event as a `usage_events` row: named and typed as the columns are, so
+/// `json_populate_recordset` reads it with no conversion of ours in the SQL.
+#[derive(Serialize)]
+struct EventRow<'a> {
+    id: Cow<'a, str>,
+    org_id: &'a str,
+    key_id: &'a str,
+    route: &'a str,
+    model: &'a str,
+    rung: Option<&'a str>,
+    lane: &'a str,
+    input_tokens: i64,
+    cached_tokens: i64,
+    output_tokens: i64,
+    reasoning_tokens: i64,
+    cost_micro_usd: i64,
+    status: i64,
+    error_class: Option<&'a str>,
+    incomplete: i64,
+    attempts: &'a str,
+    empty_attempts: i64,
+    latency_ms: i64,
+    free: i64,
+    weighted_tokens: i64,
+    list_micro_usd: i64,
+    created_at: i64,
+    cache_write_tokens: i64,
+    web_search_requests: i64,
+    batch: i64,
+    batch_line: Option<&'a str>,
+}
+
+/// The events as a JSON array of [`EventRow`]s: the same values [`bind_events`] binds.
+fn pg_rows(events: &[UsageEvent], now: i64) -> String {
+    let rows: Vec<EventRow> = events
+        .iter()
+        .map(|e| EventRow {
+            id: if e.id.is_empty() {
+                Cow::Owned(new_ordered_id("ue"))
+            } else {
+                Cow::Borrowed(&e.id)
+            },
+            org_id: &e.org_id,
+            key_id: &e.key_id,
+            route: &e.route,
+            model: &e.model,
+            rung: e.rung.as_deref(),
+            lane: &e.lane,
+            input_tokens: sat(e.input_tokens),
+            cached_tokens: sat(e.cached_tokens),
+            output_tokens: sat(e.output_tokens),
+            reasoning_tokens: sat(e.reasoning_tokens),
+            cost_micro_usd: e.cost_micro_usd,
+            status: e.status as i64,
+            error_class: e.error_class.as_deref(),
+            incomplete: e.incomplete as i64,
+            attempts: &e.attempts,
+            empty_attempts: e.empty_attempts as i64,
+            latency_ms: sat(e.latency_ms),
+            free: e.free as i64,
+            weighted_tokens: e.weighted_tokens,
+            list_micro_usd: e.list_micro_usd,
+            created_at: if e.at_ms > 0 { e.at_ms } else { now },
+            cache_write_tokens: sat(e.cache_write_tokens),
+            web_search_requests: sat(e.web_search_requests),
+            batch: e.batch as i64,
+            batch_line: e.batch_line.as_deref(),
+        })
+        .collect();
+    serde_json::to_string(&rows).unwrap_or_else(|_| "[]".into())
 }
 
 /// A count as the BIGINT columns store it: saturated, never wrapped negative.
@@ -511,12 +621,12 @@ fn bind_events<'q>(mut q: AnyQuery<'q>, events: &[UsageEvent], now: i64) -> AnyQ
             .bind(e.incomplete as i64)
             .bind(e.attempts.clone())
             .bind(e.empty_attempts as i64)
-            .bind(e.latency_ms as i64)
+            .bind(sat(e.latency_ms))
             .bind(e.free as i64)
             .bind(e.weighted_tokens)
             .bind(e.list_micro_usd)
             .bind(if e.at_ms > 0 { e.at_ms } else { now })
-            .bind(e.cache_write_tokens as i64)
+            .bind(sat(e.cache_write_tokens))
             .bind(sat(e.web_search_requests))
             .bind(e.batch as i64)
             .bind(e.batch_line.clone());
@@ -559,9 +669,9 @@ impl Charges {
 async fn insert_fresh(db: &Db, events: &[UsageEvent], tally: &Unwritten) -> anyhow::Result<()> {
     let now = now_ms();
     let mut tx = db.pool.begin().await?;
-    for part in chunks(events) {
+    for part in chunks(db.engine, events) {
         let sql = insert_sql(db.engine, part.len(), false);
-        let n = bind_events(sqlx::query(&sql), part, now)
+        let n = bind(db.engine, &sql, part, now)
             .execute(&mut *tx)
             .await?
             .rows_affected();
@@ -585,7 +695,7 @@ async fn insert(db: &Db, events: &[UsageEvent], tally: &Unwritten) -> anyhow::Re
         return Ok(());
     }
     let sql = insert_sql(db.engine, events.len(), true);
-    let q = bind_events(sqlx::query(&sql), events, now_ms());
+    let q = bind(db.engine, &sql, events, now_ms());
     let mut tx = db.pool.begin().await?;
     let mut charges = Charges::default();
     for row in &q.fetch_all(&mut *tx).await? {
@@ -601,9 +711,24 @@ async fn insert(db: &Db, events: &[UsageEvent], tally: &Unwritten) -> anyhow::Re
 mod tests {
     use super::*;
 
+    /// A fresh database: on the PostgreSQL server `SLUICE_TEST_DATABASE_URL`
+    /// names (the test command's second pass), else SQLite.
     async fn db() -> (Db, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let url = match std::env::var("SLUICE_TEST_DATABASE_URL") {
+            Ok(server) if !server.is_empty() => {
+                use sqlx::Connection;
+                let name = format!("sluice_u_{:016x}", rand::random::<u64>());
+                let mut conn = sqlx::PgConnection::connect(&server).await.unwrap();
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                let base = server.rsplit_once('/').map_or(server.as_str(), |(b, _)| b);
+                format!("{base}/{name}")
+            }
+            _ => format!("sqlite://{}", dir.path().join("t.db").display()),
+        };
         let db = Db::connect(&url).await.unwrap();
         db.migrate().await.unwrap();
         sqlx::query(
@@ -668,6 +793,130 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn every_field_is_stored_in_its_column() {
+        let (db, _dir) = db().await;
+        let tally = Unwritten::default();
+        let full = UsageEvent {
+            rung: Some("openai/gpt \"x\"".into()),
+            lane: "pass_through".into(),
+            input_tokens: 11,
+            cached_tokens: 3,
+            cache_write_tokens: 2,
+            output_tokens: 7,
+            reasoning_tokens: 5,
+            web_search_requests: 1,
+            status: 502,
+            error_class: Some("upstream_error".into()),
+            incomplete: true,
+            attempts: "openai:502,anthropic:ok — é".into(),
+            empty_attempts: 1,
+            latency_ms: 1234,
+            free: true,
+            weighted_tokens: 13,
+            list_micro_usd: 77,
+            at_ms: 1_700_000_000_123,
+            batch: true,
+            batch_line: Some("batch_9:3".into()),
+            ..event("ue_full", 60)
+        };
+        // A count past what the column holds is saturated, not wrapped.
+        let huge = UsageEvent {
+            input_tokens: u64::MAX,
+            ..event("ue_huge", 1)
+        };
+        let bare = event("ue_bare", 0);
+        for (fresh, batch) in [(true, vec![full, huge]), (false, vec![bare])] {
+            if fresh {
+                insert_fresh(&db, &batch, &tally).await.unwrap();
+            } else {
+                insert(&db, &batch, &tally).await.unwrap();
+            }
+        }
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM usage_events WHERE id = 'ue_full'"
+        ))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        let text = |c: &str| row.get::<Option<String>, _>(c);
+        let int = |c: &str| row.get::<i64, _>(c);
+        assert_eq!(
+            [text("org_id"), text("key_id"), text("route"), text("model")],
+            [
+                Some("org_1".into()),
+                Some("key_1".into()),
+                Some("chat".into()),
+                Some("m".into())
+            ]
+        );
+        assert_eq!(text("rung").as_deref(), Some("openai/gpt \"x\""));
+        assert_eq!(text("lane").as_deref(), Some("pass_through"));
+        assert_eq!(text("error_class").as_deref(), Some("upstream_error"));
+        assert_eq!(
+            text("attempts").as_deref(),
+            Some("openai:502,anthropic:ok — é")
+        );
+        assert_eq!(text("batch_line").as_deref(), Some("batch_9:3"));
+        let ints: Vec<i64> = [
+            "input_tokens",
+            "cached_tokens",
+            "cache_write_tokens",
+            "output_tokens",
+            "reasoning_tokens",
+            "web_search_requests",
+            "cost_micro_usd",
+            "status",
+            "incomplete",
+            "empty_attempts",
+            "latency_ms",
+            "free",
+            "weighted_tokens",
+            "list_micro_usd",
+            "created_at",
+            "batch",
+        ]
+        .into_iter()
+        .map(int)
+        .collect();
+        assert_eq!(
+            ints,
+            [
+                11,
+                3,
+                2,
+                7,
+                5,
+                1,
+                60,
+                502,
+                1,
+                1,
+                1234,
+                1,
+                13,
+                77,
+                1_700_000_000_123,
+                1
+            ]
+        );
+        let huge: i64 = sqlx::query("SELECT input_tokens FROM usage_events WHERE id = 'ue_huge'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(huge, i64::MAX);
+        // An event with no end time is stamped when written; a missing rung is NULL.
+        let bare = sqlx::query("SELECT rung, created_at FROM usage_events WHERE id = 'ue_bare'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(bare.get::<Option<String>, _>(0), None);
+        assert!(bare.get::<i64, _>(1) > 1_700_000_000_123);
+        // Only the platform-funded event drew from the balance.
+        assert_eq!(state(&db).await, (3, 1_000_000 - 1));
+    }
+
+    #[tokio::test]
     async fn a_batch_line_run_twice_is_stored_and_charged_once() {
         let (db, dir) = db().await;
         let tally = Unwritten::default();
@@ -696,7 +945,10 @@ mod tests {
     #[test]
     fn batches_split_into_few_statement_sizes() {
         let evs: Vec<UsageEvent> = (0..173).map(|i| event(&format!("ue_{i}"), 1)).collect();
-        let sizes: Vec<usize> = chunks(&evs).iter().map(|c| c.len()).collect();
+        let sizes: Vec<usize> = chunks(Engine::Sqlite, &evs)
+            .iter()
+            .map(|c| c.len())
+            .collect();
         assert_eq!(sizes, vec![128, 32, 8, 4, 1]);
         assert_eq!(sizes.iter().sum::<usize>(), 173);
     }
