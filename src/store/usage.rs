@@ -515,36 +515,24 @@ const COLUMNS: &str = "id, org_id, key_id, route, model, rung, lane, input_token
      incomplete, attempts, empty_attempts, latency_ms, free, weighted_tokens, \
      list_micro_usd, created_at, cache_write_tokens, web_search_requests, batch, batch_line";
 
-/// The insert of `n` events. `careful`: only ids (and batch lines) not stored
-/// yet go in, and with `RETURNING` the rows that did say what to charge; a
-/// fresh batch's insert fails on any stored one instead.
+/// The insert of `n` events; only ids (and batch lines) not stored yet go in.
+/// `returning`: the rows that did go in say what to charge.
 ///
 /// SQLite takes the rows as parameters, 26 to a row. PostgreSQL takes them as
 /// one JSON parameter (see [`pg_rows`]): a multi-row `VALUES` costs it an
 /// expression per value to set up, and the usage writer shares the host with
-/// the requests it records.
-fn insert_sql(engine: Engine, n: usize, careful: bool) -> String {
-    let mut sql = format!("INSERT INTO usage_events ({COLUMNS}) ");
-    match engine {
-        Engine::Sqlite => {
-            sql.push_str("VALUES ");
-            sql.push_str(&engine.value_rows(n, 26));
-            // SQLite's conflict check costs nothing extra: taken either way.
-            sql.push_str(" ON CONFLICT DO NOTHING");
-        }
+/// the requests it records. (A fresh batch goes to PostgreSQL by `COPY`, see
+/// [`copy_fresh`], unless the writer has no `COPY` pool.)
+fn insert_sql(engine: Engine, n: usize, returning: bool) -> String {
+    let rows = match engine {
+        Engine::Sqlite => format!("VALUES {}", engine.value_rows(n, 26)),
         Engine::Postgres => {
-            sql.push_str(&format!(
-                "SELECT {COLUMNS} FROM json_populate_recordset(NULL::usage_events, $1::json)"
-            ));
-            // Checked per row as a speculative insert; a fresh batch need not pay
-            // for it (a stored id fails the statement, as it must).
-            if careful {
-                sql.push_str(" ON CONFLICT DO NOTHING");
-            }
+            format!("SELECT {COLUMNS} FROM json_populate_recordset(NULL::usage_events, $1::json)")
         }
-    }
+    };
     // Any unique key: the id (a retried write) or the batch line (a line run again).
-    if careful {
+    let mut sql = format!("INSERT INTO usage_events ({COLUMNS}) {rows} ON CONFLICT DO NOTHING");
+    if returning {
         sql.push_str(" RETURNING org_id, lane, cost_micro_usd");
     }
     sql
@@ -689,7 +677,7 @@ impl<'a> EventRow<'a> {
     }
 }
 
-/// The events as a JSON array of [`EventRow`]s: the same values [`bind_events`] binds.
+/// The events as a JSON array of [`EventRow`]s (what [`bind_events`] binds on SQLite).
 fn pg_rows(events: &[UsageEvent], now: i64) -> String {
     let rows: Vec<EventRow> = events.iter().map(|e| EventRow::of(e, now)).collect();
     serde_json::to_string(&rows).unwrap_or_else(|_| "[]".into())
@@ -702,38 +690,34 @@ fn sat(n: u64) -> i64 {
 
 fn bind_events<'q>(mut q: AnyQuery<'q>, events: &[UsageEvent], now: i64) -> AnyQuery<'q> {
     for e in events {
-        let id = if e.id.is_empty() {
-            new_ordered_id("ue")
-        } else {
-            e.id.clone()
-        };
+        let r = EventRow::of(e, now);
         q = q
-            .bind(id)
-            .bind(e.org_id.clone())
-            .bind(e.key_id.clone())
-            .bind(e.route.to_string())
-            .bind(e.model.clone())
-            .bind(e.rung.clone())
-            .bind(e.lane.to_string())
-            .bind(sat(e.input_tokens))
-            .bind(sat(e.cached_tokens))
-            .bind(sat(e.output_tokens))
-            .bind(sat(e.reasoning_tokens))
-            .bind(e.cost_micro_usd)
-            .bind(e.status as i64)
-            .bind(e.error_class.clone())
-            .bind(e.incomplete as i64)
-            .bind(e.attempts.clone())
-            .bind(e.empty_attempts as i64)
-            .bind(sat(e.latency_ms))
-            .bind(e.free as i64)
-            .bind(e.weighted_tokens)
-            .bind(e.list_micro_usd)
-            .bind(if e.at_ms > 0 { e.at_ms } else { now })
-            .bind(sat(e.cache_write_tokens))
-            .bind(sat(e.web_search_requests))
-            .bind(e.batch as i64)
-            .bind(e.batch_line.clone());
+            .bind(r.id.into_owned())
+            .bind(r.org_id.to_owned())
+            .bind(r.key_id.to_owned())
+            .bind(r.route.to_owned())
+            .bind(r.model.to_owned())
+            .bind(r.rung.map(str::to_owned))
+            .bind(r.lane.to_owned())
+            .bind(r.input_tokens)
+            .bind(r.cached_tokens)
+            .bind(r.output_tokens)
+            .bind(r.reasoning_tokens)
+            .bind(r.cost_micro_usd)
+            .bind(r.status)
+            .bind(r.error_class.map(str::to_owned))
+            .bind(r.incomplete)
+            .bind(r.attempts.to_owned())
+            .bind(r.empty_attempts)
+            .bind(r.latency_ms)
+            .bind(r.free)
+            .bind(r.weighted_tokens)
+            .bind(r.list_micro_usd)
+            .bind(r.created_at)
+            .bind(r.cache_write_tokens)
+            .bind(r.web_search_requests)
+            .bind(r.batch)
+            .bind(r.batch_line.map(str::to_owned));
     }
     q
 }
