@@ -408,6 +408,11 @@ pub struct ServerConfig {
     pub public_web_url: String,
     /// Trusted edge header with the client's ISO country; empty: unverifiable.
     pub client_country_header: String,
+    /// Trusted edge header with the client's IP address (`cf-connecting-ip`,
+    /// `x-real-ip`; of an `x-forwarded-for` list the last address, the one the
+    /// edge added); empty, or absent from a request: the peer address. Set it
+    /// only when every request comes through an edge that overwrites it.
+    pub client_ip_header: String,
     /// Worker threads of the gateway service; 0 means one per core.
     pub threads: usize,
     /// How long SIGTERM lets open requests finish before the process exits.
@@ -556,6 +561,7 @@ impl Default for ServerConfig {
             public_base_url: "http://127.0.0.1:8080".into(),
             public_web_url: "http://127.0.0.1:8081".into(),
             client_country_header: String::new(),
+            client_ip_header: String::new(),
             threads: 0,
             grace_period_seconds: 30,
             tls_cert: String::new(),

@@ -10,7 +10,7 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use sluice_filters::{ApiError, ErrorCode};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 pub const COOKIE: &str = "sluice_session";
@@ -46,13 +46,30 @@ pub fn cleared_cookie(secure: bool) -> HeaderValue {
     })
 }
 
-/// The client's origin: the peer address (there is no trusted edge header for
-/// the address, so a client cannot choose its own).
-pub fn origin(parts: &Parts) -> String {
-    parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or_else(|| "unknown".to_string(), |c| c.0.ip().to_string())
+/// The client's origin, which the per-origin limits count: the address the
+/// trusted edge header carries (`server.client_ip_header`), else the peer
+/// address. Behind an edge every peer address is the edge's, so without the
+/// header all clients would share one limit.
+pub fn origin(parts: &Parts, ip_header: &str) -> String {
+    edge_ip(&parts.headers, ip_header)
+        .or_else(|| {
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip())
+        })
+        .map_or_else(|| "unknown".to_string(), |ip| ip.to_string())
+}
+
+/// The client address in the trusted edge header `name`: its one address, or of
+/// a list (`x-forwarded-for`) the last, which the edge appended; the addresses
+/// before it are the client's own word.
+fn edge_ip(headers: &HeaderMap, name: &str) -> Option<IpAddr> {
+    if name.is_empty() {
+        return None;
+    }
+    let last = headers.get_all(name).iter().next_back()?.to_str().ok()?;
+    last.rsplit(',').next()?.trim().parse().ok()
 }
 
 /// The client's origin, as an extractor.
@@ -60,8 +77,14 @@ pub struct Origin(pub String);
 
 impl FromRequestParts<WebShared> for Origin {
     type Rejection = std::convert::Infallible;
-    async fn from_request_parts(parts: &mut Parts, _: &WebShared) -> Result<Self, Self::Rejection> {
-        Ok(Origin(origin(parts)))
+    async fn from_request_parts(
+        parts: &mut Parts,
+        web: &WebShared,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Origin(origin(
+            parts,
+            &web.app.config.server.client_ip_header,
+        )))
     }
 }
 
