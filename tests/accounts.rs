@@ -182,21 +182,6 @@ async fn a_disabled_signup_is_403_and_within_the_limit_a_signup_works() {
     assert_error(st, &v, 429, "rate_limited");
 }
 
-/// A signup as a client behind an edge sends it: with `x-forwarded-for` set as
-/// the edge leaves it (`None`: no such header).
-async fn signup_via(w: &Web, forwarded_for: Option<&str>, email: &str) -> (u16, Value) {
-    let mut req = w
-        .http
-        .post(w.url("/api/signup/instant"))
-        .json(&json!({ "email": email }));
-    if let Some(v) = forwarded_for {
-        req = req.header("x-forwarded-for", v);
-    }
-    let r = req.send().await.unwrap();
-    let st = r.status().as_u16();
-    (st, r.json().await.unwrap_or(Value::Null))
-}
-
 /// Behind an edge every peer address is the edge's: with
 /// `server.client_ip_header` the per-origin limit counts each client by the
 /// address the edge reports (of a forwarded-for list the last, the one the edge
@@ -211,41 +196,33 @@ async fn behind_an_edge_signups_are_limited_per_client_address_the_edge_reports(
     })
     .await;
     let edge = |client_claim: &str, seen: &str| format!("{client_claim}, {seen}");
-    let (st, v) = signup_via(
-        &w,
-        Some(&edge("198.51.100.1", "203.0.113.7")),
-        "e1@example.com",
-    )
-    .await;
+    let (st, v) = w
+        .signup_via(Some(&edge("198.51.100.1", "203.0.113.7")), "e1@example.com")
+        .await;
     assert_eq!(st, 200, "{v}");
     // The same client claiming another address before the edge's: still counted
     // as 203.0.113.7.
-    let (st, v) = signup_via(
-        &w,
-        Some(&edge("198.51.100.2", "203.0.113.7")),
-        "e2@example.com",
-    )
-    .await;
+    let (st, v) = w
+        .signup_via(Some(&edge("198.51.100.2", "203.0.113.7")), "e2@example.com")
+        .await;
     assert_error(st, &v, 429, "rate_limited");
     // Another client behind the same edge has a limit of its own.
-    let (st, v) = signup_via(&w, Some("2001:db8::8"), "e3@example.com").await;
+    let (st, v) = w.signup_via(Some("2001:db8::8"), "e3@example.com").await;
     assert_eq!(st, 200, "{v}");
     // A request without the header (one that did not come through the edge) is
     // counted by its peer address.
-    assert_eq!(signup_via(&w, None, "e4@example.com").await.0, 200);
-    let (st, v) = signup_via(&w, None, "e5@example.com").await;
+    assert_eq!(w.signup_via(None, "e4@example.com").await.0, 200);
+    let (st, v) = w.signup_via(None, "e5@example.com").await;
     assert_error(st, &v, 429, "rate_limited");
     drop(w);
 
     let b = Backend::fresh().await;
     let w = Web::start(&b, |o| o.env("SLUICE_SIGNUP__PER_ORIGIN_PER_HOUR", "1")).await;
     assert_eq!(
-        signup_via(&w, Some("203.0.113.1"), "f1@example.com")
-            .await
-            .0,
+        w.signup_via(Some("203.0.113.1"), "f1@example.com").await.0,
         200
     );
-    let (st, v) = signup_via(&w, Some("203.0.113.2"), "f2@example.com").await;
+    let (st, v) = w.signup_via(Some("203.0.113.2"), "f2@example.com").await;
     assert_error(st, &v, 429, "rate_limited");
 }
 

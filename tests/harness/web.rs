@@ -105,13 +105,20 @@ impl Web {
 
     /// `POST /api/signup/instant`.
     pub async fn signup(&self, email: &str) -> (u16, Value) {
-        let r = self
+        self.signup_via(None, email).await
+    }
+
+    /// `POST /api/signup/instant` as a client behind an edge sends it: with
+    /// `x-forwarded-for` as the edge leaves it (`None`: no such header).
+    pub async fn signup_via(&self, forwarded_for: Option<&str>, email: &str) -> (u16, Value) {
+        let mut req = self
             .http
             .post(self.url("/api/signup/instant"))
-            .json(&json!({ "email": email }))
-            .send()
-            .await
-            .unwrap();
+            .json(&json!({ "email": email }));
+        if let Some(v) = forwarded_for {
+            req = req.header("x-forwarded-for", v);
+        }
+        let r = req.send().await.unwrap();
         let st = r.status().as_u16();
         (st, r.json().await.unwrap_or(Value::Null))
     }
