@@ -87,11 +87,16 @@ impl Ctx<'_> {
     }
 }
 
-/// True when a request body carries a prompt-cache breakpoint.
+/// True when a request body carries a prompt-cache breakpoint. Searched with
+/// `memmem`: a byte-by-byte window compare took 55% of the mock's CPU on the load
+/// bench's 100 KB body, and its run-to-run swing showed as the gateway's latency.
 pub(crate) fn marks_cache(body: &[u8]) -> bool {
-    [&b"\"cache_control\""[..], &b"\"cachePoint\""[..]]
-        .iter()
-        .any(|needle| body.windows(needle.len()).any(|w| w == *needle))
+    contains(body, b"\"cache_control\"") || contains(body, b"\"cachePoint\"")
+}
+
+/// True when `needle` occurs in `body`.
+pub(crate) fn contains(body: &[u8], needle: &[u8]) -> bool {
+    memchr::memmem::find(body, needle).is_some()
 }
 
 /// One provider's generation wire format.
@@ -144,6 +149,11 @@ pub(crate) fn scripted_message(status: u16) -> String {
 /// chat `tools[].function.name`, responses and messages `tools[].name`, Gemini
 /// `tools[].functionDeclarations[].name`, Bedrock `toolConfig.tools[].toolSpec.name`.
 pub(crate) fn declared_tools(body: &[u8]) -> Vec<String> {
+    // Every shape names its list `"tools"`: a body without that key has none,
+    // and is not parsed a second time.
+    if !contains(body, b"\"tools\"") {
+        return Vec::new();
+    }
     let Ok(v) = serde_json::from_slice::<Value>(body) else {
         return Vec::new();
     };
