@@ -95,7 +95,7 @@ pub(crate) fn marks_cache(body: &[u8]) -> bool {
 }
 
 /// True when `needle` occurs in `body`.
-pub(crate) fn contains(body: &[u8], needle: &[u8]) -> bool {
+fn contains(body: &[u8], needle: &[u8]) -> bool {
     memchr::memmem::find(body, needle).is_some()
 }
 
