@@ -30,7 +30,7 @@ fn request(c: &mut Criterion) {
     let mut g = c.benchmark_group("observe");
     g.bench_function("one_request_recorded", |b| {
         b.iter(|| {
-            let mut t = tracer.start(Route::Chat, black_box(&req), Instant::now());
+            let mut t = tracer.start(Route::Chat, black_box(&req), || None, Instant::now());
             t.streaming(true);
             t.settled(
                 "platform_funded",

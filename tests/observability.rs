@@ -850,6 +850,8 @@ async fn traces_reach_an_otlp_collector_one_span_per_request_and_per_attempt() {
     assert!(attr(req, "gen_ai.usage.input_tokens").as_i64().unwrap() > 0);
     assert!(attr(req, "gen_ai.usage.output_tokens").as_i64().unwrap() > 0);
     assert_eq!(attr(req, "http.response.status_code"), 200);
+    assert_eq!(attr(req, "client.address"), "127.0.0.1");
+    assert!(attr(req, "client.port").as_i64().unwrap() > 0);
     assert_eq!(attr(req, "sluice.attempts"), "openai:500,azure:ok");
     assert_eq!(attr(req, "sluice.org_id"), org.as_str());
     assert_eq!(attr(req, "sluice.key_id"), key_id.as_str());
@@ -1155,6 +1157,8 @@ async fn json_logs_carry_one_access_line_per_request_and_no_secret() {
     assert_eq!(first["rung"], "openai:o1");
     assert_eq!(first["attempts"], "openai:ok");
     assert_eq!(first["status"], 200);
+    // The client's address as the gateway's socket saw it (the test client is local).
+    assert_eq!(first["client"], "127.0.0.1");
     assert!(first["input_tokens"].as_u64().unwrap() > 0);
     assert!(first["cost_micro_usd"].as_i64().unwrap() > 0);
     let failover = access

@@ -48,8 +48,8 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for PlainL
                 accepted = listener.accept() => accepted,
                 _ = shutdown.wait_for(|down| *down) => break,
             };
-            let tcp = match accepted {
-                Ok((tcp, _)) => tcp,
+            let (tcp, peer) = match accepted {
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!(service = self.name, error = %e, "accept failed");
                     // Out of descriptors: accept would fail at once again; give
@@ -65,7 +65,8 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for PlainL
             let _ = tcp.set_nodelay(true);
             let (app, shutdown) = (self.app.clone(), shutdown.clone());
             pingora_runtime::current_handle().spawn(async move {
-                let mut conn: pingora::protocols::Stream = Box::new(ClientConn::new(tcp));
+                let mut conn: pingora::protocols::Stream =
+                    Box::new(ClientConn::new(tcp, Some(peer)));
                 while let Some(next) = app.process_new(conn, &shutdown).await {
                     conn = next;
                 }
@@ -101,6 +102,9 @@ const WRITE_BUFFER: usize = 1460;
 #[derive(Debug)]
 pub struct ClientConn {
     tcp: TcpStream,
+    /// The client's address, as `accept` gave it (for the access line and the
+    /// request span; there is no socket digest to carry it).
+    peer: Option<std::net::SocketAddr>,
     out: Vec<u8>,
     /// How much of `out` is written (a partial write leaves the rest in place).
     sent: usize,
@@ -124,10 +128,21 @@ pub fn hold_next_flush(session: &pingora::proxy::Session) {
     }
 }
 
+/// The client's IP address and port: from our own connection, or from the
+/// socket digest of one Pingora's listener accepted (TLS).
+pub fn peer(session: &pingora::proxy::Session) -> Option<std::net::SocketAddr> {
+    let conn = session.downstream_session.stream();
+    match conn.and_then(|c| (**c).as_any().downcast_ref::<ClientConn>()) {
+        Some(ours) => ours.peer,
+        None => session.client_addr().and_then(|a| a.as_inet()).copied(),
+    }
+}
+
 impl ClientConn {
-    pub fn new(tcp: TcpStream) -> ClientConn {
+    pub fn new(tcp: TcpStream, peer: Option<std::net::SocketAddr>) -> ClientConn {
         ClientConn {
             tcp,
+            peer,
             out: Vec::new(),
             sent: 0,
             hold: AtomicBool::new(false),
@@ -272,7 +287,7 @@ mod tests {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (ours, _) = l.accept().await.unwrap();
-        (ClientConn::new(ours), client)
+        (ClientConn::new(ours, None), client)
     }
 
     /// What has arrived at the client so far, without waiting for more.

@@ -40,10 +40,12 @@ impl ServerApp for Gateway {
         }
         let started = Instant::now();
         let route = route(session.req_header().uri.path());
-        let mut trail = self
-            .state
-            .tracer
-            .start(route, session.req_header(), started);
+        let mut trail = self.state.tracer.start(
+            route,
+            session.req_header(),
+            || crate::downstream::listener::peer(&session),
+            started,
+        );
         let served = self.handle(&mut session, route, started, &mut trail).await;
         // On an error a write to the client failed (it left, or its socket broke):
         // the status is what reached it, and nothing more can be said here.

@@ -26,6 +26,7 @@ use pingora::http::RequestHeader;
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, Route};
 use span::{now_ns, Attr, SpanRecord, KIND_SERVER};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,9 +57,18 @@ impl Tracer {
         }
     }
 
-    /// Opens the trail of a request that just arrived on the gateway.
-    pub fn start(&self, route: Route, req: &RequestHeader, started: Instant) -> Trail {
+    /// Opens the trail of a request that just arrived on the gateway. `peer` is
+    /// asked for only when the request is logged or traced (it may cost the
+    /// connection's first `getpeername`).
+    pub fn start(
+        &self,
+        route: Route,
+        req: &RequestHeader,
+        peer: impl FnOnce() -> Option<SocketAddr>,
+        started: Instant,
+    ) -> Trail {
         let tracing = self.queue.is_some();
+        let detailed = tracing || self.access_log;
         let client = req
             .headers
             .get("traceparent")
@@ -80,7 +90,8 @@ impl Tracer {
             route,
             started,
             start_ns: if tracing { now_ns() } else { 0 },
-            detailed: tracing || self.access_log,
+            detailed,
+            peer: if detailed { peer() } else { None },
             request_id: req.headers.get(request_id::HEADER).cloned(),
             client_parent: client.filter(|_| tracing).map(|c| c.span_id),
             ctx,
@@ -152,6 +163,8 @@ pub struct Trail {
     /// The access line or the trace need more than the metrics: ids, the rung,
     /// the attempts.
     detailed: bool,
+    /// The client's address, as the gateway's socket sees it (when detailed).
+    peer: Option<SocketAddr>,
     request_id: Option<HeaderValue>,
     /// The request span's context (when spans are made).
     ctx: Option<TraceContext>,
@@ -273,6 +286,7 @@ impl Trail {
         tracing::info!(
             target: "sluice::access",
             request_id = self.request_id(),
+            client = self.peer.map(|a| a.ip().to_string()).as_deref().unwrap_or(""),
             org_id = self.org.as_deref().map_or("", |o| o.id.as_str()),
             key_id = self.key.as_deref().map_or("", |k| k.id.as_str()),
             route = self.route.label(),
@@ -311,6 +325,10 @@ impl Trail {
             ("sluice.request_id", Attr::Str(self.request_id().into())),
             ("sluice.lane", Attr::Str(self.lane.into())),
         ];
+        if let Some(a) = self.peer {
+            attrs.push(("client.address", Attr::Str(a.ip().to_string())));
+            attrs.push(("client.port", Attr::Int(a.port().into())));
+        }
         if !slug.is_empty() {
             attrs.push(("gen_ai.request.model", Attr::Str(slug.into())));
         }
