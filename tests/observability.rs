@@ -951,6 +951,7 @@ async fn json_logs_carry_one_access_line_per_request_and_no_secret() {
     let logs = tempfile::NamedTempFile::new().unwrap();
     let o = opts(&mock)
         .env("SLUICE_OBSERVABILITY__LOG_FORMAT", "json")
+        .env("SLUICE_SERVER__CLIENT_IP_HEADER", "x-real-ip")
         .env("RUST_LOG", "info");
     let s = Sluice::spawn_with_stderr(
         harness::command(&b, &o),
@@ -970,7 +971,10 @@ async fn json_logs_carry_one_access_line_per_request_and_no_secret() {
             &key,
             "/v1/chat/completions",
             &chat("ops-chat", false, "a"),
-            &[("x-request-id", "client-req-42")],
+            &[
+                ("x-request-id", "client-req-42"),
+                ("x-real-ip", "203.0.113.7"),
+            ],
         )
         .await;
     assert_eq!(a.status, 200);
@@ -1157,8 +1161,9 @@ async fn json_logs_carry_one_access_line_per_request_and_no_secret() {
     assert_eq!(first["rung"], "openai:o1");
     assert_eq!(first["attempts"], "openai:ok");
     assert_eq!(first["status"], 200);
-    // The client's address as the gateway's socket saw it (the test client is local).
-    assert_eq!(first["client"], "127.0.0.1");
+    // The client: the trusted edge header's address when the request has it,
+    // else the socket's peer (the test client is local).
+    assert_eq!(first["client"], "203.0.113.7");
     assert!(first["input_tokens"].as_u64().unwrap() > 0);
     assert!(first["cost_micro_usd"].as_i64().unwrap() > 0);
     let failover = access
@@ -1166,6 +1171,7 @@ async fn json_logs_carry_one_access_line_per_request_and_no_secret() {
         .find(|v| v["attempts"] == "openai:503,azure:ok")
         .unwrap();
     assert_eq!(failover["rung"], "azure:o2");
+    assert_eq!(failover["client"], "127.0.0.1");
     let bad = access.iter().find(|v| v["code"] == "invalid_key").unwrap();
     assert_eq!(
         (bad["status"].as_u64(), bad["key_id"].as_str()),

@@ -3,6 +3,7 @@
 
 pub mod answer;
 pub mod body;
+pub mod client;
 pub mod listener;
 
 /// What answering a request gave: the status written, or the error still to write.

@@ -10,6 +10,7 @@
 //! service is shutting down, and the downstream modules run on every request.
 
 use super::Gateway;
+use crate::downstream::client::Client;
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
 use pingora::protocols::Stream;
@@ -43,7 +44,11 @@ impl ServerApp for Gateway {
         let mut trail = self.state.tracer.start(
             route,
             session.req_header(),
-            || crate::downstream::listener::peer(&session),
+            || {
+                let ip_header = &self.state.config.server.client_ip_header;
+                let peer = crate::downstream::listener::peer(&session);
+                Client::of(&session.req_header().headers, ip_header, peer)
+            },
             started,
         );
         let served = self.handle(&mut session, route, started, &mut trail).await;

@@ -20,13 +20,13 @@ pub use span::{AttemptFacts, Attempts};
 use crate::accounts::{KeyRecord, OrgRecord};
 use crate::catalog::Model;
 use crate::config::ObservabilityConfig;
+use crate::downstream::client::Client;
 use crate::metrics::{RequestDone, Settled};
 use http::HeaderValue;
 use pingora::http::RequestHeader;
 use sluice_filters::usage::Usage;
 use sluice_filters::{ApiError, Route};
 use span::{now_ns, Attr, SpanRecord, KIND_SERVER};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,25 +57,24 @@ impl Tracer {
         }
     }
 
-    /// Opens the trail of a request that just arrived on the gateway. `peer` is
-    /// asked for only when the request is logged or traced (it may cost the
-    /// connection's first `getpeername`).
+    /// Opens the trail of a request that just arrived on the gateway. `client`
+    /// is asked for only when the request is logged or traced.
     pub fn start(
         &self,
         route: Route,
         req: &RequestHeader,
-        peer: impl FnOnce() -> Option<SocketAddr>,
+        client: impl FnOnce() -> Option<Client>,
         started: Instant,
     ) -> Trail {
         let tracing = self.queue.is_some();
         let detailed = tracing || self.access_log;
-        let client = req
+        let parent = req
             .headers
             .get("traceparent")
             .and_then(|v| TraceContext::parse(v.as_bytes()));
         // With an exporter: our request span joins the client's trace (or starts
         // one); without: the client's header alone is passed on to providers.
-        let (ctx, attempts) = match (tracing, client) {
+        let (ctx, attempts) = match (tracing, parent) {
             (true, c) => {
                 let mut ours = c.unwrap_or_else(TraceContext::fresh);
                 ours.span_id = context::nonzero();
@@ -91,9 +90,9 @@ impl Tracer {
             started,
             start_ns: if tracing { now_ns() } else { 0 },
             detailed,
-            peer: if detailed { peer() } else { None },
+            client: if detailed { client() } else { None },
             request_id: req.headers.get(request_id::HEADER).cloned(),
-            client_parent: client.filter(|_| tracing).map(|c| c.span_id),
+            client_parent: parent.filter(|_| tracing).map(|c| c.span_id),
             ctx,
             attempts,
             key: None,
@@ -163,8 +162,9 @@ pub struct Trail {
     /// The access line or the trace need more than the metrics: ids, the rung,
     /// the attempts.
     detailed: bool,
-    /// The client's address, as the gateway's socket sees it (when detailed).
-    peer: Option<SocketAddr>,
+    /// Who sent the request (when detailed): the trusted edge header's address,
+    /// else the socket's peer.
+    client: Option<Client>,
     request_id: Option<HeaderValue>,
     /// The request span's context (when spans are made).
     ctx: Option<TraceContext>,
@@ -286,7 +286,7 @@ impl Trail {
         tracing::info!(
             target: "sluice::access",
             request_id = self.request_id(),
-            client = self.peer.map(|a| a.ip().to_string()).as_deref().unwrap_or(""),
+            client = self.client.map(|c| c.ip.to_string()).as_deref().unwrap_or(""),
             org_id = self.org.as_deref().map_or("", |o| o.id.as_str()),
             key_id = self.key.as_deref().map_or("", |k| k.id.as_str()),
             route = self.route.label(),
@@ -325,9 +325,11 @@ impl Trail {
             ("sluice.request_id", Attr::Str(self.request_id().into())),
             ("sluice.lane", Attr::Str(self.lane.into())),
         ];
-        if let Some(a) = self.peer {
-            attrs.push(("client.address", Attr::Str(a.ip().to_string())));
-            attrs.push(("client.port", Attr::Int(a.port().into())));
+        if let Some(c) = self.client {
+            attrs.push(("client.address", Attr::Str(c.ip.to_string())));
+            if let Some(port) = c.port {
+                attrs.push(("client.port", Attr::Int(port.into())));
+            }
         }
         if !slug.is_empty() {
             attrs.push(("gen_ai.request.model", Attr::Str(slug.into())));

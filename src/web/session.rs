@@ -10,7 +10,7 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use sluice_filters::{ApiError, ErrorCode};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub const COOKIE: &str = "sluice_session";
@@ -51,7 +51,7 @@ pub fn cleared_cookie(secure: bool) -> HeaderValue {
 /// address. Behind an edge every peer address is the edge's, so without the
 /// header all clients would share one limit.
 pub fn origin(parts: &Parts, ip_header: &str) -> String {
-    edge_ip(&parts.headers, ip_header)
+    crate::downstream::client::edge_ip(&parts.headers, ip_header)
         .or_else(|| {
             parts
                 .extensions
@@ -59,17 +59,6 @@ pub fn origin(parts: &Parts, ip_header: &str) -> String {
                 .map(|c| c.0.ip())
         })
         .map_or_else(|| "unknown".to_string(), |ip| ip.to_string())
-}
-
-/// The client address in the trusted edge header `name`: its one address, or of
-/// a list (`x-forwarded-for`) the last, which the edge appended; the addresses
-/// before it are the client's own word.
-fn edge_ip(headers: &HeaderMap, name: &str) -> Option<IpAddr> {
-    if name.is_empty() {
-        return None;
-    }
-    let last = headers.get_all(name).iter().next_back()?.to_str().ok()?;
-    last.rsplit(',').next()?.trim().parse().ok()
 }
 
 /// The client's origin, as an extractor.

@@ -1,0 +1,83 @@
+//! Who sent a request: the address a trusted edge header carries
+//! (`server.client_ip_header`), else the socket's peer. The gateway's access line
+//! and request span and the web app's per-origin limits all name the client so.
+
+use http::HeaderMap;
+use std::net::{IpAddr, SocketAddr};
+
+/// A request's client: its IP address, and the port when the address is the
+/// socket's own (an edge header carries none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Client {
+    pub ip: IpAddr,
+    pub port: Option<u16>,
+}
+
+impl Client {
+    /// The edge header's address when `ip_header` is set and the request has it,
+    /// else `peer`.
+    pub fn of(headers: &HeaderMap, ip_header: &str, peer: Option<SocketAddr>) -> Option<Client> {
+        match edge_ip(headers, ip_header) {
+            Some(ip) => Some(Client { ip, port: None }),
+            None => peer.map(|p| Client {
+                ip: p.ip(),
+                port: Some(p.port()),
+            }),
+        }
+    }
+}
+
+/// The client address in the trusted edge header `name`: its one address, or of
+/// a list (`x-forwarded-for`) the last, which the edge appended; the addresses
+/// before it are the client's own word.
+pub fn edge_ip(headers: &HeaderMap, name: &str) -> Option<IpAddr> {
+    if name.is_empty() {
+        return None;
+    }
+    let last = headers.get_all(name).iter().next_back()?.to_str().ok()?;
+    last.rsplit(',').next()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn the_edge_header_names_the_client_only_when_configured() {
+        let peer: SocketAddr = "10.0.0.9:41000".parse().unwrap();
+        let h = headers(&[("x-forwarded-for", "1.2.3.4, 203.0.113.7")]);
+        let edge = Client::of(&h, "x-forwarded-for", Some(peer)).unwrap();
+        assert_eq!(
+            edge,
+            Client {
+                ip: "203.0.113.7".parse().unwrap(),
+                port: None
+            }
+        );
+        // Not configured: the header is the client's own word, and the peer counts.
+        let own = Client::of(&h, "", Some(peer)).unwrap();
+        assert_eq!(
+            own,
+            Client {
+                ip: peer.ip(),
+                port: Some(41000)
+            }
+        );
+        // Configured but absent, or not an address: the peer.
+        assert_eq!(
+            Client::of(&headers(&[]), "x-real-ip", Some(peer)),
+            Some(own)
+        );
+        let junk = headers(&[("x-real-ip", "somewhere")]);
+        assert_eq!(Client::of(&junk, "x-real-ip", Some(peer)), Some(own));
+        assert_eq!(Client::of(&junk, "x-real-ip", None), None);
+    }
+}
