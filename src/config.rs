@@ -417,6 +417,11 @@ pub struct ServerConfig {
     pub threads: usize,
     /// How long SIGTERM lets open requests finish before the process exits.
     pub grace_period_seconds: u64,
+    /// How long a gateway connection may wait idle for its next request; 0
+    /// closes each connection after its answer. Behind a load balancer, set it
+    /// above the balancer's own idle timeout, so the balancer never sends a
+    /// request on a connection sluice is closing.
+    pub keepalive_seconds: u64,
     /// PEM certificate chain and private key: both set, the gateway and web
     /// listeners speak TLS (rustls) instead of plain HTTP.
     pub tls_cert: String,
@@ -564,6 +569,7 @@ impl Default for ServerConfig {
             client_ip_header: String::new(),
             threads: 0,
             grace_period_seconds: 30,
+            keepalive_seconds: 60,
             tls_cert: String::new(),
             tls_key: String::new(),
         }

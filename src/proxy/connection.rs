@@ -5,9 +5,10 @@
 //! no cache, no HTTP/2 accept loop (the gateway's ALPN offers HTTP/1.1 only). That
 //! app's connection futures are sized for all of those, and an open stream held
 //! them for its whole life; this loop holds only what a request of ours needs.
-//! What it keeps of the app's behaviour: a 60 s keep-alive between requests, a 400
-//! for a malformed request head, a 405 for CONNECT, no new request read once the
-//! service is shutting down, and the downstream modules run on every request.
+//! What it keeps of the app's behaviour: a keep-alive between requests
+//! (`server.keepalive_seconds`), a 400 for a malformed request head, a 405 for
+//! CONNECT, no new request read once the service is shutting down, and the
+//! downstream modules run on every request.
 
 use super::Gateway;
 use crate::downstream::client::Client;
@@ -20,9 +21,9 @@ use sluice_filters::route::route;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// How long a kept-alive connection may wait for its next request (Pingora's
-/// default for its own HTTP apps).
-const KEEPALIVE_SECS: u64 = 60;
+/// How long a connection's first request head may take when connections are not
+/// kept alive (`server.keepalive_seconds = 0`).
+const HEAD_WAIT_SECS: u64 = 60;
 
 #[async_trait]
 impl ServerApp for Gateway {
@@ -35,9 +36,22 @@ impl ServerApp for Gateway {
     ) -> Option<Stream> {
         let mut session = Session::new_h1_with_modules(stream, &self.modules);
         let closing = *shutdown.borrow();
-        session.set_keepalive((!closing).then_some(KEEPALIVE_SECS));
+        // The wait for this request's head: `server.keepalive_seconds` (60 by
+        // default, Pingora's for its own apps), or 60 when that is 0.
+        let keepalive = self.state.config.server.keepalive_seconds;
+        let head_wait = if keepalive > 0 {
+            keepalive
+        } else {
+            HEAD_WAIT_SECS
+        };
+        session.set_keepalive((!closing).then_some(head_wait));
         if !read_head(&mut session, shutdown).await {
             return None;
+        }
+        if keepalive == 0 {
+            // Reading the head turned keep-alive on for an HTTP/1.1 client: the
+            // answer says `connection: close` and the connection ends with it.
+            session.set_keepalive(None);
         }
         let started = Instant::now();
         let route = route(session.req_header().uri.path());
