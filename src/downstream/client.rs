@@ -25,12 +25,19 @@ impl Client {
             }),
         }
     }
+
+    /// The client of a gateway request, by [`Client::of`]: the peer is the one
+    /// our connection or Pingora's socket digest holds.
+    pub fn of_session(session: &pingora::proxy::Session, ip_header: &str) -> Option<Client> {
+        let peer = super::listener::peer(session);
+        Client::of(&session.req_header().headers, ip_header, peer)
+    }
 }
 
 /// The client address in the trusted edge header `name`: its one address, or of
 /// a list (`x-forwarded-for`) the last, which the edge appended; the addresses
 /// before it are the client's own word.
-pub fn edge_ip(headers: &HeaderMap, name: &str) -> Option<IpAddr> {
+fn edge_ip(headers: &HeaderMap, name: &str) -> Option<IpAddr> {
     if name.is_empty() {
         return None;
     }

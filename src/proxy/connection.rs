@@ -58,11 +58,7 @@ impl ServerApp for Gateway {
         let mut trail = self.state.tracer.start(
             route,
             session.req_header(),
-            || {
-                let ip_header = &self.state.config.server.client_ip_header;
-                let peer = crate::downstream::listener::peer(&session);
-                Client::of(&session.req_header().headers, ip_header, peer)
-            },
+            || Client::of_session(&session, &self.state.config.server.client_ip_header),
             started,
         );
         let served = self.handle(&mut session, route, started, &mut trail).await;

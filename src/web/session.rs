@@ -5,6 +5,7 @@
 use super::WebShared;
 use crate::accounts::sessions::Session;
 use crate::api::respond::Failure;
+use crate::downstream::client::Client;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -51,14 +52,12 @@ pub fn cleared_cookie(secure: bool) -> HeaderValue {
 /// address. Behind an edge every peer address is the edge's, so without the
 /// header all clients would share one limit.
 pub fn origin(parts: &Parts, ip_header: &str) -> String {
-    crate::downstream::client::edge_ip(&parts.headers, ip_header)
-        .or_else(|| {
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.ip())
-        })
-        .map_or_else(|| "unknown".to_string(), |ip| ip.to_string())
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    Client::of(&parts.headers, ip_header, peer)
+        .map_or_else(|| "unknown".to_string(), |c| c.ip.to_string())
 }
 
 /// The client's origin, as an extractor.
