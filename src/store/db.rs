@@ -13,6 +13,30 @@ use std::borrow::Cow;
 use std::path::Path;
 
 /// Which engine is behind the pool.
+/// A pooled connection idle this long is pinged before it is handed out.
+const PING_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// sqlx pings every connection it hands out by default: a round trip (on SQLite,
+/// a hop to the connection's thread and back) before each query, doubling what
+/// the pollers cost the database. Here only a connection idle long enough to have
+/// been dropped by the server or a proxy between ([`PING_IDLE`]) is tried first;
+/// a broken one that slips through fails its query once and is not put back
+/// (sqlx pings each connection given back).
+pub fn ping_when_idle<DB: sqlx::Database>(
+    options: sqlx::pool::PoolOptions<DB>,
+) -> sqlx::pool::PoolOptions<DB> {
+    options
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_IDLE {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Engine {
     Sqlite,
@@ -264,9 +288,10 @@ impl Db {
         }
         let max = max.unwrap_or(if engine == Engine::Sqlite { 4 } else { 16 });
         let on_file = file.is_some();
-        let mut options = AnyPoolOptions::new()
+        let options = AnyPoolOptions::new()
             .max_connections(max)
             .acquire_timeout(timeout);
+        let mut options = ping_when_idle(options);
         if engine == Engine::Sqlite {
             // A SQLite connection is a file handle and a worker thread of this
             // process: sqlx's recycling (after 30 minutes, or 10 idle) gains

@@ -1,14 +1,18 @@
 //! The usage journal: every served answer's usage event, appended to a local file
 //! when it is recorded, so a process that dies after answering has still kept
-//! what the answer cost. The usage writer moves events to the database in batches;
-//! each batch seals the segment its events were appended to, and the segment goes
-//! once they are stored (or spooled). A segment a dead process left behind is
-//! picked up by the next start on that machine.
+//! what the answer cost. The usage writer moves events to the database in batches.
+//! A segment is sealed once it holds [`SEGMENT_BYTES`], and goes once every event
+//! in it is stored (or spooled). A segment a dead process left behind is picked up
+//! by the next start on that machine (its stored events are no-ops by their ids).
 //!
 //! Bounds: an event is in the operating system's page cache the moment it is
-//! recorded (one `write` of its line, no wait), so a killed process loses nothing;
-//! the current segment is flushed to the disk on every writer tick (50 ms), so a
-//! machine crash loses at most the events of that last interval.
+//! recorded (one `write` of its line, no wait), so a killed process loses nothing.
+//! A segment is flushed to the disk only when a batch of its events could be
+//! neither stored nor spooled (then it is the only copy): in the common case the
+//! database holds each batch within a writer tick, so a machine crash loses what
+//! that tick had not written yet, as it would with a flush per tick. No file is
+//! made, flushed or deleted per tick: on a shared core those were the writer's
+//! dearest steps after the database's own.
 //!
 //! Several processes may share the directory (instances on one machine, tests):
 //! each writes segments named with its instance id and holds an exclusive `flock`
@@ -19,11 +23,19 @@ use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+/// A segment is sealed at the first writer tick after it holds this much (about
+/// 2,500 events): what a start replays of a segment its dead writer had already
+/// stored, at most.
+pub const SEGMENT_BYTES: u64 = 1 << 20;
+
 /// One segment file of this process, locked while it exists.
 struct Segment {
     path: PathBuf,
     file: File,
     bytes: u64,
+    /// Holds events nothing else holds (a batch neither stored nor spooled): left
+    /// on the disk for the next start.
+    pinned: bool,
 }
 
 /// The journal of one process.
@@ -32,23 +44,31 @@ pub struct Journal {
     instance: String,
     next: u64,
     current: Option<Segment>,
-    /// A handle on the current segment for the writer's flush (outside the lock
-    /// the request paths take).
-    sync: Option<File>,
 }
 
-/// A segment sealed by a writer tick: deleted once its events are stored.
+/// A sealed segment: deleted once its events are stored.
 pub struct Sealed {
     path: PathBuf,
-    _file: File,
+    file: File,
+    pinned: bool,
 }
 
 impl Sealed {
-    /// The events are stored (or spooled): the segment goes.
+    /// The events are stored (or spooled): the segment goes, unless an earlier
+    /// batch of it was neither.
     pub fn done(self) {
+        if self.pinned {
+            return;
+        }
         if let Err(e) = std::fs::remove_file(&self.path) {
             tracing::warn!(error = %e, path = %self.path.display(), "usage journal segment not removed");
         }
+    }
+
+    /// Its events are its only copy: to the disk with them, and the segment stays
+    /// for the next start.
+    pub fn keep(self) {
+        let _ = self.file.sync_data();
     }
 }
 
@@ -79,7 +99,6 @@ impl Journal {
             instance: instance.to_string(),
             next: 0,
             current: None,
-            sync: None,
         };
         j.start_segment()?;
         Ok(j)
@@ -97,11 +116,11 @@ impl Journal {
                 "journal segment locked by another process",
             ));
         }
-        self.sync = file.try_clone().ok();
         self.current = Some(Segment {
             path,
             file,
             bytes: 0,
+            pinned: false,
         });
         Ok(())
     }
@@ -117,9 +136,14 @@ impl Journal {
         Ok(())
     }
 
-    /// Seals the current segment (when it holds anything) and starts the next.
-    pub fn seal(&mut self) -> Option<Sealed> {
-        if self.current.as_ref().is_none_or(|s| s.bytes == 0) {
+    /// Seals the current segment when it holds at least `min_bytes` (and
+    /// anything at all), and starts the next.
+    pub fn seal(&mut self, min_bytes: u64) -> Option<Sealed> {
+        if self
+            .current
+            .as_ref()
+            .is_none_or(|s| s.bytes == 0 || s.bytes < min_bytes)
+        {
             return None;
         }
         let seg = self.current.take()?;
@@ -128,13 +152,18 @@ impl Journal {
         }
         Some(Sealed {
             path: seg.path,
-            _file: seg.file,
+            file: seg.file,
+            pinned: seg.pinned,
         })
     }
 
-    /// A handle to flush the current segment to the disk with.
-    pub fn sync_handle(&self) -> Option<File> {
-        self.sync.as_ref().and_then(|f| f.try_clone().ok())
+    /// The current segment holds events of a batch that was neither stored nor
+    /// spooled: it goes to the disk now and stays there for the next start.
+    pub fn keep_current(&mut self) {
+        if let Some(seg) = self.current.as_mut() {
+            seg.pinned = true;
+            let _ = seg.file.sync_data();
+        }
     }
 }
 
@@ -165,7 +194,14 @@ pub fn orphans(dir: &Path) -> Vec<(Sealed, String)> {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        out.push((Sealed { path, _file: file }, text));
+        out.push((
+            Sealed {
+                path,
+                file,
+                pinned: false,
+            },
+            text,
+        ));
     }
     out
 }
@@ -178,9 +214,10 @@ mod tests {
     fn segments_seal_and_go_and_only_a_dead_writers_are_taken_over() {
         let dir = tempfile::tempdir().unwrap();
         let mut a = Journal::open(dir.path(), "inst_a").unwrap();
-        assert!(a.seal().is_none(), "an empty segment is not sealed");
+        assert!(a.seal(0).is_none(), "an empty segment is not sealed");
         a.append(b"{\"id\":\"ue_1\"}\n").unwrap();
-        let sealed = a.seal().unwrap();
+        assert!(a.seal(1 << 20).is_none(), "nor one short of the size");
+        let sealed = a.seal(0).unwrap();
         a.append(b"{\"id\":\"ue_2\"}\n").unwrap();
         // A live writer's segments (sealed or current) are not another's to take.
         assert!(orphans(dir.path()).is_empty());
@@ -194,5 +231,24 @@ mod tests {
             s.done();
         }
         assert!(orphans(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_segment_holding_a_batch_kept_nowhere_else_outlives_its_seal() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = Journal::open(dir.path(), "inst_a").unwrap();
+        a.append(b"{\"id\":\"ue_1\"}\n").unwrap();
+        // Its batch was neither stored nor spooled.
+        a.keep_current();
+        a.append(b"{\"id\":\"ue_2\"}\n").unwrap();
+        // A later batch of the segment is stored: the segment still stays.
+        a.seal(0).unwrap().done();
+        drop(a);
+        let found: Vec<_> = orphans(dir.path())
+            .into_iter()
+            .filter(|(_, text)| !text.is_empty())
+            .collect();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].1, "{\"id\":\"ue_1\"}\n{\"id\":\"ue_2\"}\n");
     }
 }

@@ -189,17 +189,24 @@ impl UsageSink {
     }
 
     /// The events recorded since the last take, and the journal segment that
-    /// holds them (sealed: new events go to the next one).
+    /// holds them when it is sealed now (full: new events go to the next one).
     fn take(&self) -> (Vec<UsageEvent>, Option<Sealed>) {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let events = std::mem::take(&mut p.events);
-        let sealed = p.journal.as_mut().and_then(Journal::seal);
+        let sealed = p
+            .journal
+            .as_mut()
+            .and_then(|j| j.seal(super::journal::SEGMENT_BYTES));
         (events, sealed)
     }
 
-    fn sync_handle(&self) -> Option<std::fs::File> {
-        let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        p.journal.as_ref().and_then(Journal::sync_handle)
+    /// A batch taken with no seal was neither stored nor spooled: the current
+    /// segment, which holds it, is its only copy.
+    fn keep_current_segment(&self) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(j) = p.journal.as_mut() {
+            j.keep_current();
+        }
     }
 }
 
@@ -318,7 +325,7 @@ impl Store {
     async fn open(db: Db, url: &str) -> Store {
         let copy = match db.engine {
             Engine::Sqlite => None,
-            Engine::Postgres => sqlx::postgres::PgPoolOptions::new()
+            Engine::Postgres => super::db::ping_when_idle(sqlx::postgres::PgPoolOptions::new())
                 .max_connections(2)
                 .acquire_timeout(db.timeout)
                 .connect(url)
@@ -338,11 +345,6 @@ async fn write_loop(db: Store, spool: PathBuf, drained: UsageSink) {
     let tally = &drained.unwritten;
     loop {
         tick.tick().await;
-        // The current segment goes to the disk every tick: what a machine crash
-        // can lose is bounded by this interval.
-        if let Some(f) = drained.sync_handle() {
-            let _ = f.sync_data();
-        }
         replay(&db, &spool, tally).await;
         let (batch, sealed) = drained.take();
         let m = crate::metrics::global();
@@ -355,9 +357,13 @@ async fn write_loop(db: Store, spool: PathBuf, drained: UsageSink) {
             m.usage_write.observe(started.elapsed().as_secs_f64());
             m.usage_queue.sub(batch.len() as i64);
         }
-        // Stored or spooled: the journal's copy has done its work.
-        if let (true, Some(s)) = (kept, sealed) {
-            s.done();
+        // Stored or spooled: the journal's copy has done its work. Else it is
+        // the only one, and goes to the disk.
+        match (kept, sealed) {
+            (true, Some(s)) => s.done(),
+            (false, Some(s)) => s.keep(),
+            (true, None) => {}
+            (false, None) => drained.keep_current_segment(),
         }
     }
 }
@@ -807,7 +813,13 @@ async fn copy_fresh(
     let mut copy = tx
         .copy_in_raw(&format!("COPY usage_events ({COLUMNS}) FROM STDIN"))
         .await?;
-    copy.send(copy_rows(events, now)).await?;
+    let pieces = paced_pieces(events);
+    for (i, piece) in pieces.iter().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(COPY_GAP).await;
+        }
+        copy.send(copy_rows(piece, now)).await?;
+    }
     let n = copy.finish().await?;
     if n != events.len() as u64 {
         anyhow::bail!("COPY stored {n} of {} usage events", events.len());
@@ -835,6 +847,29 @@ async fn insert(db: &Db, events: &[UsageEvent], tally: &Unwritten) -> anyhow::Re
     // Every event of the chunk is stored now, inserted here or before.
     tally.commit(tx, events).await
 }
+
+/// A batch's `COPY` goes out in pieces of at least [`COPY_PIECE`] rows and at
+/// most [`COPY_PIECES`] of them, a [`COPY_GAP`] apart. PostgreSQL parses and
+/// indexes each piece as it arrives, then waits on its socket for the next: on a
+/// core it shares with the gateway, its work comes in runs of about 0.2 ms (16
+/// rows at about 12 us each) instead of one run per batch (3 ms for the 300 rows
+/// of a tick at 6,000 requests a second). A backend is a session of its own, so
+/// Linux gives it a fair share against the gateway's whole process, and a request
+/// that arrived during its run waited for the end of it: the c=1 p99 of the
+/// production configuration. The gaps cost the batch wall time (16 ms at most),
+/// not database work, and the writer stays level at any rate: a piece grows with
+/// the batch.
+fn paced_pieces(events: &[UsageEvent]) -> Vec<&[UsageEvent]> {
+    let size = COPY_PIECE.max(events.len().div_ceil(COPY_PIECES));
+    events.chunks(size).collect()
+}
+
+/// The fewest rows a paced `COPY` piece carries.
+const COPY_PIECE: usize = 16;
+/// The most pieces a batch's `COPY` is cut into.
+const COPY_PIECES: usize = 16;
+/// The wait between two pieces (the timer's resolution).
+const COPY_GAP: Duration = Duration::from_millis(1);
 
 /// The events in `COPY`'s text format: one line each, the [`EventRow`]'s
 /// values in [`COLUMNS`]' order, tab-separated, `\N` for NULL.
@@ -878,6 +913,21 @@ mod tests {
         .await
         .unwrap();
         (db, dir)
+    }
+
+    #[test]
+    fn a_copy_goes_out_in_short_pieces_and_at_most_sixteen() {
+        let sizes = |n: usize| -> Vec<usize> {
+            let events = vec![UsageEvent::default(); n];
+            paced_pieces(&events).iter().map(|p| p.len()).collect()
+        };
+        assert_eq!(sizes(10), vec![10], "a small batch is one piece");
+        let tick = sizes(300);
+        assert_eq!((tick.len(), tick.iter().sum::<usize>()), (16, 300));
+        assert!(tick.iter().all(|&n| n <= 19));
+        let burst = sizes(4000);
+        assert_eq!(burst.len(), 16, "a piece grows with the batch");
+        assert_eq!(burst.iter().sum::<usize>(), 4000);
     }
 
     fn event(id: &str, cost: i64) -> UsageEvent {
