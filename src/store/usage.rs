@@ -813,13 +813,7 @@ async fn copy_fresh(
     let mut copy = tx
         .copy_in_raw(&format!("COPY usage_events ({COLUMNS}) FROM STDIN"))
         .await?;
-    let pieces = paced_pieces(events);
-    for (i, piece) in pieces.iter().enumerate() {
-        if i > 0 {
-            tokio::time::sleep(COPY_GAP).await;
-        }
-        copy.send(copy_rows(piece, now)).await?;
-    }
+    copy.send(copy_rows(events, now)).await?;
     let n = copy.finish().await?;
     if n != events.len() as u64 {
         anyhow::bail!("COPY stored {n} of {} usage events", events.len());
@@ -847,29 +841,6 @@ async fn insert(db: &Db, events: &[UsageEvent], tally: &Unwritten) -> anyhow::Re
     // Every event of the chunk is stored now, inserted here or before.
     tally.commit(tx, events).await
 }
-
-/// A batch's `COPY` goes out in pieces of at least [`COPY_PIECE`] rows and at
-/// most [`COPY_PIECES`] of them, a [`COPY_GAP`] apart. PostgreSQL parses and
-/// indexes each piece as it arrives, then waits on its socket for the next: on a
-/// core it shares with the gateway, its work comes in runs of about 0.2 ms (16
-/// rows at about 12 us each) instead of one run per batch (3 ms for the 300 rows
-/// of a tick at 6,000 requests a second). A backend is a session of its own, so
-/// Linux gives it a fair share against the gateway's whole process, and a request
-/// that arrived during its run waited for the end of it: the c=1 p99 of the
-/// production configuration. The gaps cost the batch wall time (16 ms at most),
-/// not database work, and the writer stays level at any rate: a piece grows with
-/// the batch.
-fn paced_pieces(events: &[UsageEvent]) -> Vec<&[UsageEvent]> {
-    let size = COPY_PIECE.max(events.len().div_ceil(COPY_PIECES));
-    events.chunks(size).collect()
-}
-
-/// The fewest rows a paced `COPY` piece carries.
-const COPY_PIECE: usize = 16;
-/// The most pieces a batch's `COPY` is cut into.
-const COPY_PIECES: usize = 16;
-/// The wait between two pieces (the timer's resolution).
-const COPY_GAP: Duration = Duration::from_millis(1);
 
 /// The events in `COPY`'s text format: one line each, the [`EventRow`]'s
 /// values in [`COLUMNS`]' order, tab-separated, `\N` for NULL.
@@ -913,21 +884,6 @@ mod tests {
         .await
         .unwrap();
         (db, dir)
-    }
-
-    #[test]
-    fn a_copy_goes_out_in_short_pieces_and_at_most_sixteen() {
-        let sizes = |n: usize| -> Vec<usize> {
-            let events = vec![UsageEvent::default(); n];
-            paced_pieces(&events).iter().map(|p| p.len()).collect()
-        };
-        assert_eq!(sizes(10), vec![10], "a small batch is one piece");
-        let tick = sizes(300);
-        assert_eq!((tick.len(), tick.iter().sum::<usize>()), (16, 300));
-        assert!(tick.iter().all(|&n| n <= 19));
-        let burst = sizes(4000);
-        assert_eq!(burst.len(), 16, "a piece grows with the batch");
-        assert_eq!(burst.iter().sum::<usize>(), 4000);
     }
 
     fn event(id: &str, cost: i64) -> UsageEvent {
