@@ -34,7 +34,6 @@ impl ServerApp for Gateway {
         stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        crate::priority::serving();
         let mut session = Session::new_h1_with_modules(stream, &self.modules);
         let closing = *shutdown.borrow();
         // The wait for this request's head: `server.keepalive_seconds` (60 by

@@ -1,41 +1,36 @@
 //! The usage journal: every served answer's usage event, appended to a local file
 //! when it is recorded, so a process that dies after answering has still kept
-//! what the answer cost. The usage writer moves events to the database in batches.
-//! A segment is sealed once it holds [`SEGMENT_BYTES`], and goes once every event
-//! in it is stored (or spooled). A segment a dead process left behind is picked up
-//! by the next start on that machine (its stored events are no-ops by their ids).
+//! what the answer cost. The usage writer moves events to the database in batches;
+//! each batch seals the segment its events were appended to, and the segment is
+//! emptied once they are stored (or spooled). A segment a dead process left behind
+//! is picked up by the next start on that machine.
 //!
 //! Bounds: an event is in the operating system's page cache the moment it is
 //! recorded (one `write` of its line, no wait), so a killed process loses nothing.
-//! A segment is flushed to the disk only when a batch of its events could be
-//! neither stored nor spooled (then it is the only copy): in the common case the
-//! database holds each batch within a writer tick, so a machine crash loses what
-//! that tick had not written yet, as it would with a flush per tick. No file is
-//! made, flushed or deleted per tick: on a shared core those were the writer's
-//! dearest steps after the database's own.
+//! A segment goes to the disk only when its batch could be neither stored nor
+//! spooled (it is then the batch's only copy): in the common case the database
+//! holds each batch within a writer tick, so a machine crash loses what that tick
+//! had not written yet, as it did with a flush per tick.
+//!
+//! Two segments take turns: the one being written to the database is emptied
+//! (`ftruncate`) once its batch is kept and is the next to be appended to. No file
+//! is created, flushed or deleted per tick; on a core shared with the gateway that
+//! file-system work (and the block-layer work it started) ran between requests.
 //!
 //! Several processes may share the directory (instances on one machine, tests):
 //! each writes segments named with its instance id and holds an exclusive `flock`
-//! on each until it deletes it, and a start takes over only segments whose lock it
-//! can get, whose owner is gone.
+//! on each until it is done with it, and a start takes over only segments whose
+//! lock it can get, whose owner is gone.
 
 use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-/// A segment is sealed at the first writer tick after it holds this much (about
-/// 2,500 events): what a start replays of a segment its dead writer had already
-/// stored, at most.
-pub const SEGMENT_BYTES: u64 = 1 << 20;
-
-/// One segment file of this process, locked while it exists.
-struct Segment {
+/// One segment file of this process, locked while it is open.
+pub struct Segment {
     path: PathBuf,
     file: File,
     bytes: u64,
-    /// Holds events nothing else holds (a batch neither stored nor spooled): left
-    /// on the disk for the next start.
-    pinned: bool,
 }
 
 /// The journal of one process.
@@ -44,31 +39,55 @@ pub struct Journal {
     instance: String,
     next: u64,
     current: Option<Segment>,
+    /// An emptied segment, appended to at the next seal.
+    spare: Option<Segment>,
 }
 
-/// A sealed segment: deleted once its events are stored.
-pub struct Sealed {
-    path: PathBuf,
-    file: File,
-    pinned: bool,
-}
+/// A segment sealed by a writer tick, holding that tick's events.
+pub struct Sealed(Segment);
 
 impl Sealed {
-    /// The events are stored (or spooled): the segment goes, unless an earlier
-    /// batch of it was neither.
-    pub fn done(self) {
-        if self.pinned {
-            return;
-        }
-        if let Err(e) = std::fs::remove_file(&self.path) {
-            tracing::warn!(error = %e, path = %self.path.display(), "usage journal segment not removed");
+    /// The events are stored (or spooled): the segment is emptied, for the
+    /// journal to append to again ([`Journal::reuse`]). One that cannot be
+    /// emptied is deleted.
+    pub fn done(self) -> Option<Segment> {
+        let mut seg = self.0;
+        match seg.file.set_len(0) {
+            Ok(()) => {
+                seg.bytes = 0;
+                Some(seg)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, path = %seg.path.display(), "usage journal segment not emptied; removed");
+                remove(&seg.path);
+                None
+            }
         }
     }
 
-    /// Its events are its only copy: to the disk with them, and the segment stays
-    /// for the next start.
+    /// Its events are their only copy: to the disk with them, and the segment
+    /// stays for the next start.
     pub fn keep(self) {
-        let _ = self.file.sync_data();
+        let _ = self.0.file.sync_data();
+    }
+}
+
+/// A segment a process that is gone left behind.
+pub struct Orphan {
+    path: PathBuf,
+    _file: File,
+}
+
+impl Orphan {
+    /// Its events are spooled: the segment goes.
+    pub fn done(self) {
+        remove(&self.path);
+    }
+}
+
+fn remove(path: &Path) {
+    if let Err(e) = std::fs::remove_file(path) {
+        tracing::warn!(error = %e, path = %path.display(), "usage journal segment not removed");
     }
 }
 
@@ -99,12 +118,13 @@ impl Journal {
             instance: instance.to_string(),
             next: 0,
             current: None,
+            spare: None,
         };
-        j.start_segment()?;
+        j.current = Some(j.new_segment()?);
         Ok(j)
     }
 
-    fn start_segment(&mut self) -> std::io::Result<()> {
+    fn new_segment(&mut self) -> std::io::Result<Segment> {
         let path = self.dir.join(name(&self.instance, self.next));
         self.next += 1;
         let file = std::fs::OpenOptions::new()
@@ -116,13 +136,11 @@ impl Journal {
                 "journal segment locked by another process",
             ));
         }
-        self.current = Some(Segment {
+        Ok(Segment {
             path,
             file,
             bytes: 0,
-            pinned: false,
-        });
-        Ok(())
+        })
     }
 
     /// Appends one event's line (ending in a newline).
@@ -136,40 +154,36 @@ impl Journal {
         Ok(())
     }
 
-    /// Seals the current segment when it holds at least `min_bytes` (and
-    /// anything at all), and starts the next.
-    pub fn seal(&mut self, min_bytes: u64) -> Option<Sealed> {
-        if self
-            .current
-            .as_ref()
-            .is_none_or(|s| s.bytes == 0 || s.bytes < min_bytes)
-        {
+    /// Seals the current segment (when it holds anything) and appends to the
+    /// spare one from now on (a new one when there is none).
+    pub fn seal(&mut self) -> Option<Sealed> {
+        if self.current.as_ref().is_none_or(|s| s.bytes == 0) {
             return None;
         }
-        let seg = self.current.take()?;
-        if let Err(e) = self.start_segment() {
-            tracing::error!(error = %e, "usage journal: no new segment; events are kept in memory only");
-        }
-        Some(Sealed {
-            path: seg.path,
-            file: seg.file,
-            pinned: seg.pinned,
-        })
+        let sealed = self.current.take()?;
+        self.current = match self.spare.take() {
+            Some(spare) => Some(spare),
+            None => self
+                .new_segment()
+                .inspect_err(|e| tracing::error!(error = %e, "usage journal: no new segment; events are kept in memory only"))
+                .ok(),
+        };
+        Some(Sealed(sealed))
     }
 
-    /// The current segment holds events of a batch that was neither stored nor
-    /// spooled: it goes to the disk now and stays there for the next start.
-    pub fn keep_current(&mut self) {
-        if let Some(seg) = self.current.as_mut() {
-            seg.pinned = true;
-            let _ = seg.file.sync_data();
+    /// Takes an emptied segment back as the spare (a second one is removed).
+    pub fn reuse(&mut self, seg: Segment) {
+        if self.spare.is_none() {
+            self.spare = Some(seg);
+        } else {
+            remove(&seg.path);
         }
     }
 }
 
 /// The segments in `dir` whose writer is gone (their lock can be taken), with
 /// their lines; the caller stores or spools the events, then calls `done`.
-pub fn orphans(dir: &Path) -> Vec<(Sealed, String)> {
+pub fn orphans(dir: &Path) -> Vec<(Orphan, String)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -194,14 +208,7 @@ pub fn orphans(dir: &Path) -> Vec<(Sealed, String)> {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        out.push((
-            Sealed {
-                path,
-                file,
-                pinned: false,
-            },
-            text,
-        ));
+        out.push((Orphan { path, _file: file }, text));
     }
     out
 }
@@ -210,45 +217,56 @@ pub fn orphans(dir: &Path) -> Vec<(Sealed, String)> {
 mod tests {
     use super::*;
 
+    fn segments(dir: &Path) -> usize {
+        std::fs::read_dir(dir).unwrap().flatten().count()
+    }
+
     #[test]
     fn segments_seal_and_go_and_only_a_dead_writers_are_taken_over() {
         let dir = tempfile::tempdir().unwrap();
         let mut a = Journal::open(dir.path(), "inst_a").unwrap();
-        assert!(a.seal(0).is_none(), "an empty segment is not sealed");
+        assert!(a.seal().is_none(), "an empty segment is not sealed");
         a.append(b"{\"id\":\"ue_1\"}\n").unwrap();
-        assert!(a.seal(1 << 20).is_none(), "nor one short of the size");
-        let sealed = a.seal(0).unwrap();
+        let sealed = a.seal().unwrap();
         a.append(b"{\"id\":\"ue_2\"}\n").unwrap();
         // A live writer's segments (sealed or current) are not another's to take.
         assert!(orphans(dir.path()).is_empty());
-        sealed.done();
+        a.reuse(sealed.done().unwrap());
         drop(a);
-        // Its process gone, the segment it left is taken over, once.
-        let found = orphans(dir.path());
+        // Its process gone, what it had not stored is taken over, once; the
+        // emptied segment holds nothing.
+        let found: Vec<_> = orphans(dir.path())
+            .into_iter()
+            .filter(|(_, text)| !text.is_empty())
+            .collect();
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].1, "{\"id\":\"ue_2\"}\n");
-        for (s, _) in found {
+        for (s, _) in orphans(dir.path()) {
             s.done();
         }
         assert!(orphans(dir.path()).is_empty());
     }
 
     #[test]
-    fn a_segment_holding_a_batch_kept_nowhere_else_outlives_its_seal() {
+    fn two_segments_take_turns_and_a_batch_kept_nowhere_else_stays() {
         let dir = tempfile::tempdir().unwrap();
         let mut a = Journal::open(dir.path(), "inst_a").unwrap();
-        a.append(b"{\"id\":\"ue_1\"}\n").unwrap();
-        // Its batch was neither stored nor spooled.
-        a.keep_current();
-        a.append(b"{\"id\":\"ue_2\"}\n").unwrap();
-        // A later batch of the segment is stored: the segment still stays.
-        a.seal(0).unwrap().done();
+        for tick in 0..5 {
+            a.append(format!("{{\"id\":\"ue_{tick}\"}}\n").as_bytes())
+                .unwrap();
+            let sealed = a.seal().unwrap();
+            a.reuse(sealed.done().unwrap());
+        }
+        assert_eq!(segments(dir.path()), 2, "no file made per tick");
+        // A batch neither stored nor spooled: its segment stays as it is.
+        a.append(b"{\"id\":\"ue_9\"}\n").unwrap();
+        a.seal().unwrap().keep();
         drop(a);
         let found: Vec<_> = orphans(dir.path())
             .into_iter()
             .filter(|(_, text)| !text.is_empty())
             .collect();
         assert_eq!(found.len(), 1);
-        assert_eq!(found[0].1, "{\"id\":\"ue_1\"}\n{\"id\":\"ue_2\"}\n");
+        assert_eq!(found[0].1, "{\"id\":\"ue_9\"}\n");
     }
 }

@@ -13,7 +13,7 @@
 //! counter seeded from the database can take it off (`counters::seeded`).
 
 use super::db::Engine;
-use super::journal::{Journal, Sealed};
+use super::journal::{Journal, Sealed, Segment};
 use super::{new_ordered_id, now_ms, Db};
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
@@ -189,23 +189,19 @@ impl UsageSink {
     }
 
     /// The events recorded since the last take, and the journal segment that
-    /// holds them when it is sealed now (full: new events go to the next one).
+    /// holds them (sealed: new events go to the other one).
     fn take(&self) -> (Vec<UsageEvent>, Option<Sealed>) {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let events = std::mem::take(&mut p.events);
-        let sealed = p
-            .journal
-            .as_mut()
-            .and_then(|j| j.seal(super::journal::SEGMENT_BYTES));
+        let sealed = p.journal.as_mut().and_then(Journal::seal);
         (events, sealed)
     }
 
-    /// A batch taken with no seal was neither stored nor spooled: the current
-    /// segment, which holds it, is its only copy.
-    fn keep_current_segment(&self) {
+    /// Gives an emptied segment back to the journal.
+    fn reuse(&self, seg: Segment) {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(j) = p.journal.as_mut() {
-            j.keep_current();
+            j.reuse(seg);
         }
     }
 }
@@ -360,10 +356,13 @@ async fn write_loop(db: Store, spool: PathBuf, drained: UsageSink) {
         // Stored or spooled: the journal's copy has done its work. Else it is
         // the only one, and goes to the disk.
         match (kept, sealed) {
-            (true, Some(s)) => s.done(),
+            (true, Some(s)) => {
+                if let Some(emptied) = s.done() {
+                    drained.reuse(emptied);
+                }
+            }
             (false, Some(s)) => s.keep(),
-            (true, None) => {}
-            (false, None) => drained.keep_current_segment(),
+            (_, None) => {}
         }
     }
 }
