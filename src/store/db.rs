@@ -12,7 +12,6 @@ use sqlx::AnyPool;
 use std::borrow::Cow;
 use std::path::Path;
 
-/// Which engine is behind the pool.
 /// A pooled connection idle this long is pinged before it is handed out.
 const PING_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -37,6 +36,7 @@ pub fn ping_when_idle<DB: sqlx::Database>(
         })
 }
 
+/// Which engine is behind the pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Engine {
     Sqlite,
