@@ -221,6 +221,14 @@ mod tests {
         std::fs::read_dir(dir).unwrap().flatten().count()
     }
 
+    /// The orphaned segments that hold any event, with their lines.
+    fn left_with_events(dir: &Path) -> Vec<(Orphan, String)> {
+        orphans(dir)
+            .into_iter()
+            .filter(|(_, text)| !text.is_empty())
+            .collect()
+    }
+
     #[test]
     fn segments_seal_and_go_and_only_a_dead_writers_are_taken_over() {
         let dir = tempfile::tempdir().unwrap();
@@ -235,10 +243,7 @@ mod tests {
         drop(a);
         // Its process gone, what it had not stored is taken over, once; the
         // emptied segment holds nothing.
-        let found: Vec<_> = orphans(dir.path())
-            .into_iter()
-            .filter(|(_, text)| !text.is_empty())
-            .collect();
+        let found = left_with_events(dir.path());
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].1, "{\"id\":\"ue_2\"}\n");
         for (s, _) in orphans(dir.path()) {
@@ -262,10 +267,7 @@ mod tests {
         a.append(b"{\"id\":\"ue_9\"}\n").unwrap();
         a.seal().unwrap().keep();
         drop(a);
-        let found: Vec<_> = orphans(dir.path())
-            .into_iter()
-            .filter(|(_, text)| !text.is_empty())
-            .collect();
+        let found = left_with_events(dir.path());
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].1, "{\"id\":\"ue_9\"}\n");
     }
