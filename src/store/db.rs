@@ -288,10 +288,9 @@ impl Db {
         }
         let max = max.unwrap_or(if engine == Engine::Sqlite { 4 } else { 16 });
         let on_file = file.is_some();
-        let options = AnyPoolOptions::new()
+        let mut options = ping_when_idle(AnyPoolOptions::new())
             .max_connections(max)
             .acquire_timeout(timeout);
-        let mut options = ping_when_idle(options);
         if engine == Engine::Sqlite {
             // A SQLite connection is a file handle and a worker thread of this
             // process: sqlx's recycling (after 30 minutes, or 10 idle) gains
