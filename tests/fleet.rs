@@ -652,7 +652,11 @@ async fn leased_limits_hold_across_three_instances() {
         .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
         .env("SLUICE_PROVIDERS__AZURE__BASE_URL", &base)
         .env("OPENAI_API_KEY", "sk-platform-openai")
-        .env("AZURE_OPENAI_API_KEY", "az-platform");
+        .env("AZURE_OPENAI_API_KEY", "az-platform")
+        // The bursts below send 3 x RPM requests at once, past the key's default
+        // of 64 in flight: on a loaded machine enough of them could overlap to get a
+        // 429 key_concurrency, which this test does not measure.
+        .env("SLUICE_BILLING__KEY_DEFAULTS__CONCURRENCY", 0);
     let mut fleet = Vec::new();
     for _ in 0..3 {
         fleet.push(Sluice::start(&backend, opts.clone()).await);
