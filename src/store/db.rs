@@ -19,7 +19,7 @@ const PING_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
 /// A connection's cache is emptied whenever another connection has written (WAL
 /// readers see the change and start over), so under load each of the process's
 /// connections filled and emptied its cache over and over: the process's SQLite
-/// memory swung between 2.2 and 4 MB from one second to the next. What they read
+/// memory swung between 2.2 and 4 MB from one soak round to the next. What they read
 /// is small (the pollers' tables, the rightmost pages of the usage table's
 /// indexes for an append); a miss is a read from the OS's cache.
 const SQLITE_CACHE: &str = "PRAGMA cache_size=-256";
