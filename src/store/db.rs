@@ -309,10 +309,10 @@ impl Db {
             // keep sqlx's limits.
             options = options.max_lifetime(None).idle_timeout(None);
             if on_file {
-                // Every connection opens now, not at the first moment `max - 1`
-                // are busy at once: that moment came minutes into a soak, and
-                // the RSS took a step of 1-3 MB with the new thread and its
-                // caches, where a process's memory should be flat after warm-up.
+                // Every connection opens now, not the first time all those open
+                // are busy at once: that came minutes into a soak, and the RSS
+                // took a step of 1-3 MB with the new thread and its caches, where
+                // a process's memory should be flat after warm-up.
                 options = options.min_connections(max);
             }
         }
