@@ -164,9 +164,11 @@ impl AppState {
         if let Some(l) = &self.leases {
             l.spawn_returns();
         }
-        self.directory.spawn_sync(self.db.clone());
-        self.catalog.spawn_refresh(self.db.clone());
-        self.byok.spawn_refresh(self.db.clone());
+        let feed = Arc::new(crate::store::changes::Feed::default());
+        feed.spawn(&self.config.storage.database_url);
+        self.directory.spawn_sync(self.db.clone(), &feed);
+        self.catalog.spawn_refresh(self.db.clone(), &feed);
+        self.byok.spawn_refresh(self.db.clone(), &feed);
     }
 
     /// Probes the database and the counters store every 250 ms (each call within

@@ -1,12 +1,14 @@
 //! The in-process directory of keys and orgs that the hot path authenticates
 //! against: no SQL per request. Snapshots sit behind `ArcSwap` (lock-free reads) and
 //! are kept fresh by a versioned poll of `updated_at`, so a key revoked through any
-//! instance stops working on every instance sharing the database within a second.
+//! instance stops working on every instance sharing the database within a second
+//! (on PostgreSQL, woken by the change feed, within milliseconds).
 //! A well-formed key the snapshot does not know yet (minted a moment ago by the
 //! CLI or another instance) is looked up in the database once; unknown ones are
 //! remembered briefly, so garbage keys cannot turn into a query per request.
 
 use super::{keys, orgs, KeyRecord, OrgRecord};
+use crate::store::changes::{Feed, Topic};
 use crate::store::{now_ms, Db};
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
@@ -28,8 +30,8 @@ const MISS_TTL: Duration = Duration::from_secs(10);
 const MISS_CAP: usize = 10_000;
 /// Database look-ups of unknown keys in flight at most; more are answered as misses.
 const MAX_LOOKUPS: usize = 4;
-/// Every this many polls the whole directory is re-read, whatever the stamps say.
-const FULL_RELOAD_EVERY: u32 = 240;
+/// This often the whole directory is re-read, whatever the stamps say.
+const FULL_RELOAD_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Default)]
 pub struct Directory {
@@ -236,23 +238,35 @@ impl Directory {
         Ok(())
     }
 
-    /// Polls forever on the current runtime; now and then (every minute) re-reads
-    /// everything, a backstop for any write whose stamp fell behind the watermark.
-    pub fn spawn_sync(self: &Arc<Self>, db: Db) {
+    /// Polls forever on the current runtime (woken by the change feed on
+    /// PostgreSQL); every minute re-reads everything, a backstop for any write
+    /// whose stamp fell behind the watermark.
+    pub fn spawn_sync(self: &Arc<Self>, db: Db, feed: &Arc<Feed>) {
         let dir = Arc::clone(self);
-        let polls = Arc::new(std::sync::atomic::AtomicU32::new(0));
-        crate::store::spawn_poll(SYNC_INTERVAL, "directory", move || {
-            let (dir, db, polls) = (dir.clone(), db.clone(), polls.clone());
-            async move {
-                if polls.fetch_add(1, Ordering::Relaxed) % FULL_RELOAD_EVERY
-                    == FULL_RELOAD_EVERY - 1
-                {
-                    dir.sync_from(&db, i64::MIN).await
-                } else {
-                    dir.sync(&db).await
+        let full_at = Arc::new(Mutex::new(Instant::now() + FULL_RELOAD_EVERY));
+        crate::store::spawn_poll(
+            SYNC_INTERVAL,
+            (feed, Topic::Directory),
+            "directory",
+            move || {
+                let (dir, db, full_at) = (dir.clone(), db.clone(), full_at.clone());
+                async move {
+                    let full = {
+                        let mut at = full_at.lock().unwrap_or_else(|p| p.into_inner());
+                        let due = Instant::now() >= *at;
+                        if due {
+                            *at = Instant::now() + FULL_RELOAD_EVERY;
+                        }
+                        due
+                    };
+                    if full {
+                        dir.sync_from(&db, i64::MIN).await
+                    } else {
+                        dir.sync(&db).await
+                    }
                 }
-            }
-        });
+            },
+        );
     }
 }
 

@@ -6,6 +6,7 @@
 
 use super::connections::{self, Connection};
 use super::secrets::Sealer;
+use crate::store::changes::{Feed, Topic};
 use crate::store::Db;
 use arc_swap::ArcSwap;
 use sqlx::Row;
@@ -232,12 +233,17 @@ impl ByokStore {
         Ok(Some(all))
     }
 
-    pub fn spawn_refresh(self: &Arc<Self>, db: Db) {
+    pub fn spawn_refresh(self: &Arc<Self>, db: Db, feed: &Arc<Feed>) {
         let store = Arc::clone(self);
-        crate::store::spawn_poll(REFRESH_EVERY, "routing", move || {
-            let (store, db) = (store.clone(), db.clone());
-            async move { store.refresh(&db).await }
-        });
+        crate::store::spawn_poll(
+            REFRESH_EVERY,
+            (feed, Topic::Routing),
+            "routing",
+            move || {
+                let (store, db) = (store.clone(), db.clone());
+                async move { store.refresh(&db).await }
+            },
+        );
     }
 }
 

@@ -10,6 +10,7 @@ pub mod retention;
 pub use model::{ModelKind, ModelSpec, RungSpec};
 pub use retention::Retention;
 
+use crate::store::changes::{Feed, Topic};
 use crate::store::{now_ms, Db};
 use anyhow::{bail, Context};
 use arc_swap::ArcSwap;
@@ -318,11 +319,16 @@ impl CatalogStore {
         Ok(())
     }
 
-    pub fn spawn_refresh(self: &Arc<Self>, db: Db) {
+    pub fn spawn_refresh(self: &Arc<Self>, db: Db, feed: &Arc<Feed>) {
         let store = Arc::clone(self);
-        crate::store::spawn_poll(REFRESH_EVERY, "catalog", move || {
-            let (store, db) = (store.clone(), db.clone());
-            async move { store.refresh(&db).await }
-        });
+        crate::store::spawn_poll(
+            REFRESH_EVERY,
+            (feed, Topic::Catalog),
+            "catalog",
+            move || {
+                let (store, db) = (store.clone(), db.clone());
+                async move { store.refresh(&db).await }
+            },
+        );
     }
 }

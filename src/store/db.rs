@@ -237,6 +237,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0052_batch_answers.sql"),
         include_str!("../../migrations/postgres/0052_batch_answers.sql"),
     ),
+    (
+        60,
+        "change feed",
+        include_str!("../../migrations/sqlite/0060_change_feed.sql"),
+        include_str!("../../migrations/postgres/0060_change_feed.sql"),
+    ),
 ];
 
 impl Db {
@@ -410,6 +416,27 @@ impl Db {
 pub fn opt_i64(row: &AnyRow, col: &str) -> Option<i64> {
     use sqlx::Row;
     row.try_get::<Option<i64>, _>(col).ok().flatten()
+}
+
+/// A fresh database for a unit test: on the PostgreSQL server
+/// `SLUICE_TEST_DATABASE_URL` names (the test command's second pass) a database of
+/// its own, else a SQLite file in `dir`.
+#[cfg(test)]
+pub async fn test_database_url(dir: &Path) -> String {
+    match std::env::var("SLUICE_TEST_DATABASE_URL") {
+        Ok(server) if !server.is_empty() => {
+            use sqlx::Connection;
+            let name = format!("sluice_u_{:016x}", rand::random::<u64>());
+            let mut conn = sqlx::PgConnection::connect(&server).await.unwrap();
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            let base = server.rsplit_once('/').map_or(server.as_str(), |(b, _)| b);
+            format!("{base}/{name}")
+        }
+        _ => format!("sqlite://{}", dir.join("t.db").display()),
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! State: the durable database (sqlx over SQLite or PostgreSQL) and the fast
 //! counters (Redis or in-process).
 
+pub mod changes;
 mod checkpoint;
 pub mod counters;
 pub mod db;
@@ -12,22 +13,33 @@ pub mod usage;
 pub use counters::Counters;
 pub use db::Db;
 
-/// Runs `step` every `period` on the current runtime, for the pollers that keep an
-/// in-process snapshot in step with the database; a failed step is logged and the
-/// snapshot keeps serving until the next tick succeeds.
-pub fn spawn_poll<F, Fut>(period: std::time::Duration, what: &'static str, mut step: F)
-where
+/// Runs `step` on the current runtime for a poller that keeps an in-process
+/// snapshot in step with the database: every `period`, or, while the change feed
+/// is live, when it says `topic`'s tables changed (and every
+/// [`changes::BACKSTOP`]). A failed step is logged and the snapshot keeps serving
+/// until the next one succeeds.
+pub fn spawn_poll<F, Fut>(
+    period: std::time::Duration,
+    wake: (&std::sync::Arc<changes::Feed>, changes::Topic),
+    what: &'static str,
+    mut step: F,
+) where
     F: FnMut() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
 {
+    let (feed, topic) = (std::sync::Arc::clone(wake.0), wake.1);
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last = tokio::time::Instant::now();
         loop {
-            tick.tick().await;
+            tokio::select! {
+                () = tokio::time::sleep(feed.next_look(period)) => {}
+                // A burst of writes costs at most one look per gap.
+                () = feed.changed(topic) => tokio::time::sleep_until(last + changes::MIN_GAP).await,
+            }
             if let Err(e) = crate::metrics::global().db(what, step()).await {
                 tracing::warn!(error = %e, "{what} refresh failed; serving the last snapshot");
             }
+            last = tokio::time::Instant::now();
         }
     });
 }

@@ -855,24 +855,10 @@ fn copy_rows(events: &[UsageEvent], now: i64) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    /// A fresh database: on the PostgreSQL server `SLUICE_TEST_DATABASE_URL`
-    /// names (the test command's second pass), else SQLite.
+    /// A fresh database (`db::test_database_url`), with one org.
     async fn db() -> (Store, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
-        let url = match std::env::var("SLUICE_TEST_DATABASE_URL") {
-            Ok(server) if !server.is_empty() => {
-                use sqlx::Connection;
-                let name = format!("sluice_u_{:016x}", rand::random::<u64>());
-                let mut conn = sqlx::PgConnection::connect(&server).await.unwrap();
-                sqlx::query(&format!("CREATE DATABASE {name}"))
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-                let base = server.rsplit_once('/').map_or(server.as_str(), |(b, _)| b);
-                format!("{base}/{name}")
-            }
-            _ => format!("sqlite://{}", dir.path().join("t.db").display()),
-        };
+        let url = crate::store::db::test_database_url(dir.path()).await;
         let db = Store::open(Db::connect(&url).await.unwrap(), &url).await;
         db.migrate().await.unwrap();
         sqlx::query(
