@@ -11,7 +11,7 @@
 //! stale a snapshot can then be). Without it (SQLite, whose writers share a file
 //! on one machine, or while the listener reconnects) each poller keeps its own
 //! period. At idle, the directory, catalog and routing pollers ask PostgreSQL
-//! about 6 statements a second instead of about 20, per instance.
+//! about 9 statements a second instead of about 20, per instance.
 
 use sqlx::postgres::PgListener;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,8 +23,9 @@ use tokio::sync::Notify;
 pub const CHANNEL: &str = "sluice_changes";
 
 /// How often a poller whose feed is live still looks: the longest a change can
-/// wait when its notification was lost.
-pub const BACKSTOP: Duration = Duration::from_secs(1);
+/// wait when its notification was lost (with the look itself, under the
+/// directory's "revoked everywhere within a second").
+pub const BACKSTOP: Duration = Duration::from_millis(750);
 
 /// The least time between one poller's looks, however often it is woken: a
 /// burst of writes (keys minted in a loop) costs each instance at most 20 looks a
