@@ -243,22 +243,18 @@ impl Directory {
     /// whose stamp fell behind the watermark.
     pub fn spawn_sync(self: &Arc<Self>, db: Db, feed: &Arc<Feed>) {
         let dir = Arc::clone(self);
-        let full_at = Arc::new(Mutex::new(Instant::now() + FULL_RELOAD_EVERY));
+        let mut full_at = Instant::now() + FULL_RELOAD_EVERY;
         crate::store::spawn_poll(
             SYNC_INTERVAL,
             (feed, Topic::Directory),
             "directory",
             move || {
-                let (dir, db, full_at) = (dir.clone(), db.clone(), full_at.clone());
+                let full = Instant::now() >= full_at;
+                if full {
+                    full_at = Instant::now() + FULL_RELOAD_EVERY;
+                }
+                let (dir, db) = (dir.clone(), db.clone());
                 async move {
-                    let full = {
-                        let mut at = full_at.lock().unwrap_or_else(|p| p.into_inner());
-                        let due = Instant::now() >= *at;
-                        if due {
-                            *at = Instant::now() + FULL_RELOAD_EVERY;
-                        }
-                        due
-                    };
                     if full {
                         dir.sync_from(&db, i64::MIN).await
                     } else {

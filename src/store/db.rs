@@ -45,6 +45,38 @@ pub fn ping_when_idle<DB: sqlx::Database>(
         })
 }
 
+/// Puts a SQLite file in WAL mode (it stays so) on a connection of its own, before
+/// a pool opens all its connections at once: two connections switching a fresh
+/// file together each wait for the other's lock, and SQLite fails one at once
+/// ("database is locked", busy timeout or not), which sqlx logged as an error on 1
+/// in 5 first starts. Two processes doing this together can still collide: it is
+/// tried again, as the migrations are.
+async fn to_wal(url: &str) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let switch = || async {
+        let mut conn = sqlx::AnyConnection::connect(url).await?;
+        sqlx::query(BUSY_TIMEOUT).execute(&mut conn).await?;
+        sqlx::query("PRAGMA journal_mode=WAL")
+            .execute(&mut conn)
+            .await?;
+        conn.close().await
+    };
+    let mut attempt = 0;
+    loop {
+        let bounded = tokio::time::timeout(std::time::Duration::from_secs(10), switch());
+        match bounded.await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) if attempt < 5 => {
+                attempt += 1;
+                tracing::debug!(error = %e, attempt, "switching the file to WAL raced; again");
+                tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+            }
+            Ok(Err(e)) => return Err(e).context("switching the SQLite file to WAL"),
+            Err(_) => anyhow::bail!("switching the SQLite file to WAL timed out"),
+        }
+    }
+}
+
 /// Which engine is behind the pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Engine {
@@ -322,6 +354,9 @@ impl Db {
                 options = options.min_connections(max);
             }
         }
+        if on_file {
+            to_wal(&url).await?;
+        }
         let pool = options
             .after_connect(move |conn, _| {
                 Box::pin(async move {
@@ -330,6 +365,7 @@ impl Db {
                         // and deleting a rollback journal, so the usage writer costs
                         // little on the core that serves requests; readers never wait
                         // on it. NORMAL sync is durable across process crashes.
+                        // (A file is in WAL already: `to_wal`.)
                         for pragma in [
                             "PRAGMA journal_mode=WAL",
                             "PRAGMA synchronous=NORMAL",
