@@ -287,8 +287,8 @@ async fn the_admin_token_can_come_from_a_mounted_file() {
 /// in micro-USD.
 /// A first start on a fresh SQLite file (the README's first command) logs no
 /// error: its pools open every connection at once, and two of them switching the
-/// new file to WAL together had one refused ("database is locked") in about one
-/// start in five, the pool then a connection short.
+/// new file to WAL together had one refused ("database is locked", logged as an
+/// error before sqlx opened another) in about one start in five.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_starts_on_a_fresh_database_log_no_error() {
     let mock = Mock::start().await;

@@ -48,9 +48,9 @@ pub fn ping_when_idle<DB: sqlx::Database>(
 /// Puts a SQLite file in WAL mode (it stays so) on a connection of its own, before
 /// a pool opens all its connections at once: two connections switching a fresh
 /// file together each wait for the other's lock, and SQLite fails one at once
-/// ("database is locked", busy timeout or not), which sqlx logged as an error on 1
-/// in 5 first starts. Two processes doing this together can still collide: it is
-/// tried again, as the migrations are.
+/// ("database is locked", busy timeout or not), which sqlx logged as an error
+/// (then opened another) on about 1 in 5 first starts. Two processes doing this
+/// together can still collide: it is tried again, as the migrations are.
 async fn to_wal(url: &str) -> anyhow::Result<()> {
     use sqlx::Connection;
     let switch = || async {
