@@ -165,7 +165,7 @@ impl AppState {
             l.spawn_returns();
         }
         let feed = Arc::new(crate::store::changes::Feed::default());
-        feed.spawn(&self.config.storage.database_url);
+        feed.spawn(self.db.engine, &self.config.storage.database_url);
         self.directory.spawn_sync(self.db.clone(), &feed);
         self.catalog.spawn_refresh(self.db.clone(), &feed);
         self.byok.spawn_refresh(self.db.clone(), &feed);

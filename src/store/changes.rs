@@ -13,6 +13,7 @@
 //! period. At idle, the directory, catalog and routing pollers ask PostgreSQL
 //! about 9 statements a second instead of about 20, per instance.
 
+use super::db::Engine;
 use sqlx::postgres::PgListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -68,7 +69,7 @@ impl Topic {
 pub struct Feed {
     /// One per topic: `notify_one` keeps a permit when its poller is busy, so a
     /// change during a poll brings another poll right after it.
-    wakes: [Notify; 3],
+    wakes: [Notify; TOPICS.len()],
     live: AtomicBool,
 }
 
@@ -101,10 +102,11 @@ impl Feed {
         self.live.store(live, Ordering::Relaxed);
     }
 
-    /// Listens for as long as the process runs, on PostgreSQL at `url`; on any
-    /// other database nothing listens and the pollers keep their own periods.
-    pub fn spawn(self: &Arc<Self>, url: &str) {
-        if !url.starts_with("postgres") {
+    /// Listens for as long as the process runs, on PostgreSQL at `url` (`engine`
+    /// says which database it names); on SQLite nothing listens and the pollers
+    /// keep their own periods.
+    pub fn spawn(self: &Arc<Self>, engine: Engine, url: &str) {
+        if engine != Engine::Postgres {
             return;
         }
         let (feed, url) = (Arc::clone(self), url.to_string());
@@ -183,13 +185,13 @@ mod tests {
     async fn on_postgresql_commits_wake_their_snapshot_and_a_cut_feed_comes_back() {
         let dir = tempfile::tempdir().unwrap();
         let url = crate::store::db::test_database_url(dir.path()).await;
-        if !url.starts_with("postgres") {
+        let db = Db::connect(&url).await.unwrap();
+        if db.engine != Engine::Postgres {
             return;
         }
-        let db = Db::connect(&url).await.unwrap();
         db.migrate().await.unwrap();
         let feed = Arc::new(Feed::default());
-        feed.spawn(&url);
+        feed.spawn(db.engine, &url);
         // Subscribing wakes every poller once (what changed before is read).
         for topic in TOPICS {
             woken(&feed, topic, "subscribing").await;

@@ -61,18 +61,34 @@ async fn to_wal(url: &str) -> anyhow::Result<()> {
             .await?;
         conn.close().await
     };
+    let bounded = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        again_if_raced("switching the file to WAL", switch),
+    );
+    match bounded.await {
+        Ok(done) => done.context("switching the SQLite file to WAL"),
+        Err(_) => anyhow::bail!("switching the SQLite file to WAL timed out"),
+    }
+}
+
+/// Runs `step` again while it fails, at most five more times, 50 ms longer apart
+/// each time: processes starting on one fresh SQLite file (`serve` and an admin
+/// command, as the quickstart runs them) race for it, and a rerun finds the
+/// other's work done.
+async fn again_if_raced<T, F, Fut>(what: &str, mut step: F) -> Result<T, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
+{
     let mut attempt = 0;
     loop {
-        let bounded = tokio::time::timeout(std::time::Duration::from_secs(10), switch());
-        match bounded.await {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(e)) if attempt < 5 => {
+        match step().await {
+            Err(e) if attempt < 5 => {
                 attempt += 1;
-                tracing::debug!(error = %e, attempt, "switching the file to WAL raced; again");
+                tracing::debug!(error = %e, attempt, "{what} raced another process; again");
                 tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
             }
-            Ok(Err(e)) => return Err(e).context("switching the SQLite file to WAL"),
-            Err(_) => anyhow::bail!("switching the SQLite file to WAL timed out"),
+            done => return done,
         }
     }
 }
@@ -422,22 +438,17 @@ impl Db {
             migrations: Cow::Owned(migrations),
             ..Migrator::DEFAULT
         };
-        // Two processes starting on one fresh SQLite file (`serve` and an admin
-        // command, as the quickstart runs them) race: both see migration N
-        // pending, one applies it, the other's CREATE fails and rolls back. A rerun
-        // sees it applied. (PostgreSQL serializes migrators with an advisory lock.)
-        let mut attempt = 0;
-        loop {
-            match migrator.run(&self.pool).await {
-                Ok(()) => return Ok(()),
-                Err(e) if attempt < 5 && self.engine == Engine::Sqlite => {
-                    attempt += 1;
-                    tracing::debug!(error = %e, attempt, "migrations raced another process; again");
-                    tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
-                }
-                Err(e) => return Err(e).context("applying migrations"),
-            }
-        }
+        // Two processes migrating one fresh SQLite file race: both see migration N
+        // pending, one applies it, the other's CREATE fails and rolls back; a
+        // rerun sees it applied. (PostgreSQL serializes migrators with an
+        // advisory lock.)
+        let run = || async { migrator.run(&self.pool).await.map_err(sqlx::Error::from) };
+        let ran = if self.engine == Engine::Sqlite {
+            again_if_raced("migrations", run).await
+        } else {
+            run().await
+        };
+        ran.context("applying migrations")
     }
 
     /// A cheap liveness query, for readiness.
