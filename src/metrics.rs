@@ -150,6 +150,8 @@ pub struct Metrics {
     pub telemetry_queue: IntGauge,
     /// 1 while `/readyz` would answer 200 (set at each scrape and readiness check).
     pub ready: IntGauge,
+    /// 0 while a PostgreSQL instance's change feed is down (`store::changes`).
+    pub change_feed_up: IntGauge,
     process: Process,
 }
 
@@ -420,6 +422,16 @@ impl Metrics {
                 IntGauge::new(
                     "sluice_ready",
                     "1 while the instance is ready (/readyz 200): storage answers, not draining.",
+                )
+                .expect("static metric definition"),
+            ),
+            change_feed_up: one(
+                &r,
+                IntGauge::new(
+                    "sluice_change_feed_up",
+                    "0 while this instance listens to no PostgreSQL change feed: key, catalog and \
+                     route changes reach it by polling (within 250-500 ms) until it reconnects. \
+                     Always 1 on SQLite, which has no feed to listen to.",
                 )
                 .expect("static metric definition"),
             ),

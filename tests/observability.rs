@@ -24,7 +24,7 @@ const AZURE_CREDENTIAL: &str = "az-platform-credential-51e2";
 const ANTHROPIC_CREDENTIAL: &str = "sk-ant-platform-credential-88d1";
 
 /// Every metric family the dashboard and the alerts are built on.
-const FAMILIES: [&str; 42] = [
+const FAMILIES: [&str; 43] = [
     "sluice_requests_total",
     "sluice_request_duration_seconds",
     "sluice_time_to_first_token_seconds",
@@ -59,6 +59,7 @@ const FAMILIES: [&str; 42] = [
     "sluice_batch_queue_depth",
     "sluice_telemetry_queue_depth",
     "sluice_ready",
+    "sluice_change_feed_up",
     "sluice_build_info",
     "process_resident_memory_bytes",
     "process_virtual_memory_bytes",
@@ -476,6 +477,7 @@ async fn a_varied_run_answers_every_question_with_bounded_series() {
     assert_eq!(v("sluice_in_flight_requests", &[]), 0.0);
     assert_eq!(v("sluice_open_streams", &[]), 0.0);
     assert_eq!(v("sluice_ready", &[]), 1.0);
+    assert_eq!(v("sluice_change_feed_up", &[]), 1.0);
     assert!(v("process_resident_memory_bytes", &[]) > 1e6);
 
     // Bounded: twelve more orgs with new keys, conversations, users, request
@@ -805,6 +807,47 @@ fn attr(span: &Value, key: &str) -> Value {
         })
         .or_else(|| v.get("boolValue").cloned())
         .unwrap()
+}
+
+/// Waits until `sluice_change_feed_up` reads `want`.
+async fn change_feed_up(s: &Sluice, want: f64) {
+    for _ in 0..500 {
+        if value(&scrape(s).await, "sluice_change_feed_up", &[]) == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("sluice_change_feed_up never read {want}");
+}
+
+/// On PostgreSQL the gauge is 1 while the instance listens to the change feed,
+/// 0 once its listening connection is cut (its snapshots poll), and 1 again
+/// when it has subscribed anew. On SQLite, with no feed to lose, it is 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_change_feed_shows_on_its_gauge_until_it_is_back() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    change_feed_up(&s, 1.0).await;
+    if !b.is_postgres() {
+        return;
+    }
+    // The instance's listening connection, cut from the server's side (this
+    // test's database only: other tests' instances keep theirs).
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&b.database_url).await.unwrap();
+    let cut = sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND query LIKE 'LISTEN%' \
+         AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    assert_eq!(cut.len(), 1, "one listening connection");
+    change_feed_up(&s, 0.0).await;
+    change_feed_up(&s, 1.0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

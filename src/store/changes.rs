@@ -12,6 +12,7 @@
 //! on one machine, or while the listener reconnects) each poller keeps its own
 //! period. At idle, the directory, catalog and routing pollers ask PostgreSQL
 //! about 9 statements a second instead of about 20, per instance.
+//! `sluice_change_feed_up` is 0 while a PostgreSQL instance's listener is down.
 
 use super::db::Engine;
 use sqlx::postgres::PgListener;
@@ -100,15 +101,20 @@ impl Feed {
 
     fn set_live(&self, live: bool) {
         self.live.store(live, Ordering::Relaxed);
+        crate::metrics::global().change_feed_up.set(live.into());
     }
 
     /// Listens for as long as the process runs, on PostgreSQL at `url` (`engine`
     /// says which database it names); on SQLite nothing listens and the pollers
     /// keep their own periods.
     pub fn spawn(self: &Arc<Self>, engine: Engine, url: &str) {
+        let up = &crate::metrics::global().change_feed_up;
         if engine != Engine::Postgres {
+            // Nothing to listen to, and nothing missing.
+            up.set(1);
             return;
         }
+        up.set(0);
         let (feed, url) = (Arc::clone(self), url.to_string());
         tokio::spawn(async move {
             loop {
