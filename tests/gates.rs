@@ -5,7 +5,7 @@
 
 mod harness;
 
-use harness::{assert_error, repo_path, Backend, Opts, Sluice};
+use harness::{assert_error, repo_path, wait_for, Backend, Opts, Sluice};
 use serde_json::{json, Value};
 use sluice_mock::{Mock, Step};
 use std::time::Duration;
@@ -533,16 +533,6 @@ async fn live_balance_micro(s: &Sluice, key: &str) -> i64 {
         .map(|(n, _)| n.parse::<f64>().unwrap())
         .unwrap_or_else(|| panic!("{msg}"));
     (usd * 1e6).round() as i64
-}
-
-async fn wait_for(what: &str, mut ready: impl AsyncFnMut() -> bool) {
-    for _ in 0..100 {
-        if ready().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("never happened: {what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,7 @@
 
 mod harness;
 
-use harness::{repo_path, Backend, Opts, Sluice, ADMIN_TOKEN};
+use harness::{repo_path, wait_for, Backend, Opts, Sluice, ADMIN_TOKEN};
 use serde_json::{json, Value};
 use sluice_mock::{Mock, Step};
 use std::collections::{BTreeMap, BTreeSet};
@@ -811,13 +811,8 @@ fn attr(span: &Value, key: &str) -> Value {
 
 /// Waits until `sluice_change_feed_up` reads `want`.
 async fn change_feed_up(s: &Sluice, want: f64) {
-    for _ in 0..500 {
-        if value(&scrape(s).await, "sluice_change_feed_up", &[]) == want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("sluice_change_feed_up never read {want}");
+    let reads = async || value(&scrape(s).await, "sluice_change_feed_up", &[]) == want;
+    wait_for(&format!("sluice_change_feed_up reads {want}"), reads).await;
 }
 
 /// On PostgreSQL the gauge is 1 while the instance listens to the change feed,

@@ -283,8 +283,6 @@ async fn the_admin_token_can_come_from_a_mounted_file() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("admin.token_file"));
 }
 
-/// The org's usage as the database holds it: (events, their cost, the balance),
-/// in micro-USD.
 /// A first start on a fresh SQLite file (the README's first command) logs no
 /// error: its pools open every connection at once, and two of them switching the
 /// new file to WAL together had one refused ("database is locked", logged as an
@@ -310,6 +308,8 @@ async fn first_starts_on_a_fresh_database_log_no_error() {
     }
 }
 
+/// The org's usage as the database holds it: (events, their cost, the balance),
+/// in micro-USD.
 async fn ledger(database_url: &str, org: &str) -> (i64, i64, i64) {
     let rows = sql_rows(
         database_url,

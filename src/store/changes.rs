@@ -108,13 +108,12 @@ impl Feed {
     /// says which database it names); on SQLite nothing listens and the pollers
     /// keep their own periods.
     pub fn spawn(self: &Arc<Self>, engine: Engine, url: &str) {
-        let up = &crate::metrics::global().change_feed_up;
         if engine != Engine::Postgres {
             // Nothing to listen to, and nothing missing.
-            up.set(1);
+            crate::metrics::global().change_feed_up.set(1);
             return;
         }
-        up.set(0);
+        self.set_live(false);
         let (feed, url) = (Arc::clone(self), url.to_string());
         tokio::spawn(async move {
             loop {

@@ -377,17 +377,12 @@ impl Db {
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if engine == Engine::Sqlite {
-                        // WAL: a commit appends to the log instead of writing, syncing
-                        // and deleting a rollback journal, so the usage writer costs
-                        // little on the core that serves requests; readers never wait
-                        // on it. NORMAL sync is durable across process crashes.
-                        // (A file is in WAL already: `to_wal`.)
-                        for pragma in [
-                            "PRAGMA journal_mode=WAL",
-                            "PRAGMA synchronous=NORMAL",
-                            BUSY_TIMEOUT,
-                            SQLITE_CACHE,
-                        ] {
+                        // A file is in WAL mode (`to_wal`; it stays so): a commit
+                        // appends to the log instead of writing, syncing and deleting
+                        // a rollback journal, so the usage writer costs little on the
+                        // core that serves requests; readers never wait on it. NORMAL
+                        // sync is durable across process crashes.
+                        for pragma in ["PRAGMA synchronous=NORMAL", BUSY_TIMEOUT, SQLITE_CACHE] {
                             sqlx::query(pragma).execute(&mut *conn).await?;
                         }
                         // A file's log is copied by its checkpoint task
@@ -524,6 +519,25 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(size, -256);
+            held.push(conn);
+        }
+    }
+
+    /// A fresh SQLite file is in WAL mode before its pool opens (`to_wal`),
+    /// and every connection of the pool sees it so.
+    #[tokio::test]
+    async fn a_fresh_sqlite_file_is_in_wal_mode_on_every_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("wal.db").display());
+        let db = Db::connect_with(&url, Some(3)).await.unwrap();
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let mut conn = db.pool.acquire().await.unwrap();
+            let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            assert_eq!(mode, "wal");
             held.push(conn);
         }
     }

@@ -388,6 +388,18 @@ pub fn admin_cli(backend: &Backend, args: &[&str]) -> (bool, Value) {
     )
 }
 
+/// Waits until `ready` says so, looking every 100 ms for up to 10 s; panics
+/// naming `what` when it never does.
+pub async fn wait_for(what: &str, mut ready: impl AsyncFnMut() -> bool) {
+    for _ in 0..100 {
+        if ready().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("never happened: {what}");
+}
+
 /// Asserts an OpenAI-style error envelope with the code (and param, if given).
 #[track_caller]
 pub fn assert_error(status: u16, body: &Value, want_status: u16, code: &str) {
