@@ -196,6 +196,17 @@ async fn traffic(s: &Sluice, key: &str, tag: &str) {
         )
         .await;
     assert_eq!(a.status, 401);
+    // A well-formed key no snapshot holds is looked up in the database once
+    // (a key works the moment it is minted): a directory call an operator sees.
+    let unknown = format!("xpl_{:0>40}", tag.len());
+    let a = s
+        .call(
+            &unknown,
+            "/v1/chat/completions",
+            &chat("ops-chat", false, tag),
+        )
+        .await;
+    assert_eq!(a.status, 401);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -314,7 +325,8 @@ async fn a_varied_run_answers_every_question_with_bounded_series() {
             "sluice_requests_total",
             &[("code", "invalid_key"), ("model", "none")]
         ),
-        1.0
+        2.0,
+        "a malformed key and a well-formed unknown one"
     );
     assert_eq!(
         v(

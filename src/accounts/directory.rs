@@ -123,7 +123,10 @@ impl Directory {
             return None;
         }
         let _slot = LookupSlot(&self.lookups);
-        match self.fetch(db, &hash).await {
+        match crate::metrics::global()
+            .db("directory", self.fetch(db, &hash))
+            .await
+        {
             Ok(true) => self.authenticate(presented),
             Ok(false) => {
                 self.remember_miss(hash);
