@@ -115,6 +115,9 @@ pub struct TelemetryConfig {
     pub langfuse_url: String,
     pub posthog_url: String,
     pub mastra_url: String,
+    /// A pull's whole time, its pages and look-ups included; past it the pull
+    /// is refused (504 `deadline_exceeded`) and what it read is dropped.
+    pub pull_timeout_ms: u64,
 }
 
 impl Default for TelemetryConfig {
@@ -127,6 +130,7 @@ impl Default for TelemetryConfig {
             langfuse_url: "https://cloud.langfuse.com".into(),
             posthog_url: "https://us.posthog.com".into(),
             mastra_url: String::new(),
+            pull_timeout_ms: 60_000,
         }
     }
 }

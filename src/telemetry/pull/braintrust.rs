@@ -3,8 +3,8 @@
 //! key>`; a `project_name` is looked up with `GET /v1/project?project_name=`.
 
 use super::http::send_json;
-use super::{Collected, PullError, Source};
-use serde_json::{json, Value};
+use super::{Collected, Named, PullError, Source};
+use serde_json::json;
 
 const PAGE: usize = 200;
 
@@ -15,6 +15,7 @@ pub async fn pull(src: &Source<'_>, key: &str, out: &mut Collected) -> Result<()
         (None, Some(name)) => {
             let url = src.url("/v1/project");
             let found = send_json(
+                &src.budget,
                 || {
                     c.get(&url)
                         .query(&[("project_name", name)])
@@ -23,11 +24,10 @@ pub async fn pull(src: &Source<'_>, key: &str, out: &mut Collected) -> Result<()
                 "project lookup",
             )
             .await?;
-            found["objects"]
-                .as_array()
-                .and_then(|o| o.first())
-                .and_then(|p| p["id"].as_str())
-                .map(str::to_string)
+            found
+                .items("objects")
+                .first()
+                .and_then(|p| Named::of(p).id)
                 .ok_or_else(|| {
                     PullError::Config(
                         "config.project_name",
@@ -50,23 +50,21 @@ pub async fn pull(src: &Source<'_>, key: &str, out: &mut Collected) -> Result<()
             body["cursor"] = json!(cur);
         }
         let page = send_json(
+            &src.budget,
             || c.post(&url).bearer_auth(key).json(&body),
             "fetch project logs",
         )
         .await?;
-        let events = page["events"].as_array().cloned().unwrap_or_default();
+        let events = page.items("events");
         if events.is_empty() {
             return Ok(());
         }
-        for e in &events {
-            if !out.push(e) {
+        for e in events {
+            if !out.push_raw(e) {
                 return Ok(());
             }
         }
-        cursor = page
-            .get("cursor")
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        cursor = page.get::<String>("cursor");
         if cursor.is_none() {
             return Ok(());
         }

@@ -3,23 +3,34 @@
 //! the pull came in (`egress::check_org_url`), and its client resolves names only
 //! to public addresses unless `[network] allow_private_upstreams` (a DNS answer
 //! can change after the check). Redirects are not followed (a redirect could point
-//! anywhere). The operator's `[telemetry]` URLs are trusted, like provider tables.
+//! anywhere), and no proxy from the environment is used (a proxy would resolve the
+//! name itself, past the guard). The operator's `[telemetry]` URLs are trusted,
+//! like provider tables.
+//!
+//! An answer is read in pieces and counted as it arrives, against the page's cap
+//! and the pull's [`Budget`]; it is kept as its bytes ([`Page`]) and its members
+//! are read as they are needed: a page's records never become one tree.
 
-use super::PullError;
+use super::{Budget, PullError};
 use crate::upstream::egress;
+use bytes::{Bytes, BytesMut};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
-use serde_json::Value;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// How long one request to a source may take.
+/// How long one request to a source may take (the pull as a whole has
+/// `[telemetry] pull_timeout_ms`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// A Retry-After at most this long is waited out once per request; a longer one
 /// is the caller's 429.
 const SHORT_RETRY: u64 = 2;
-/// The largest answer one page may be.
-const MAX_PAGE_BYTES: usize = 32 * 1024 * 1024;
+/// The largest answer one page may be. Sources page by 50 to 200 records; a page
+/// this large is not one of theirs.
+pub const MAX_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
 struct PublicOnly;
 
@@ -43,7 +54,7 @@ fn build(guarded: bool) -> reqwest::Client {
         .timeout(REQUEST_TIMEOUT)
         .user_agent("sluice-telemetry-pull");
     if guarded {
-        b = b.dns_resolver(std::sync::Arc::new(PublicOnly));
+        b = b.dns_resolver(std::sync::Arc::new(PublicOnly)).no_proxy();
     }
     b.build().expect("the HTTP client builds")
 }
@@ -60,15 +71,50 @@ pub fn client(org_supplied: bool, allow_private: bool) -> &'static reqwest::Clie
     }
 }
 
+/// A source's JSON answer, as its bytes. Members are parsed one at a time, each
+/// as what the caller needs: small ones into their types, record lists into
+/// borrowed raw elements.
+pub struct Page {
+    bytes: Bytes,
+}
+
+impl Page {
+    /// The page's top-level members; none when it is not an object.
+    fn members(&self) -> BTreeMap<String, &RawValue> {
+        serde_json::from_slice(&self.bytes).unwrap_or_default()
+    }
+
+    /// A member read as `T`; `None` when it is missing or of another shape.
+    pub fn get<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
+        let members = self.members();
+        serde_json::from_str(members.get(key)?.get()).ok()
+    }
+
+    /// The elements of an array member (or of the page itself, `key` empty), each
+    /// still raw; empty when it is missing or not an array.
+    pub fn items(&self, key: &str) -> Vec<&RawValue> {
+        if key.is_empty() {
+            return serde_json::from_slice(&self.bytes).unwrap_or_default();
+        }
+        let members = self.members();
+        members
+            .get(key)
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .unwrap_or_default()
+    }
+}
+
 /// Sends a request (built afresh for a retry) and reads a JSON answer. A 401/403
 /// is the credential's fault, 404 the config's (a project that does not exist),
 /// 429 the source's rate limit, a connect failure an unreachable source.
 pub async fn send_json(
+    budget: &Budget,
     make: impl Fn() -> reqwest::RequestBuilder,
     what: &str,
-) -> Result<Value, PullError> {
+) -> Result<Page, PullError> {
     let mut waited = false;
     loop {
+        budget.request()?;
         let resp = match make().send().await {
             Ok(r) => r,
             Err(e) => {
@@ -122,25 +168,45 @@ pub async fn send_json(
                 "{what}: the source answered {status}"
             )));
         }
-        if resp
-            .content_length()
-            .is_some_and(|n| n as usize > MAX_PAGE_BYTES)
-        {
-            return Err(PullError::Source(format!(
-                "{what}: a page larger than {MAX_PAGE_BYTES} bytes"
-            )));
+        let bytes = read_capped(budget, resp, what).await?;
+        if serde_json::from_slice::<&RawValue>(&bytes).is_err() {
+            return Err(PullError::Source(format!("{what}: the answer is not JSON")));
         }
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|_| PullError::Unreachable(format!("{what}: the answer was cut off")))?;
-        if bytes.len() > MAX_PAGE_BYTES {
-            return Err(PullError::Source(format!(
-                "{what}: a page larger than {MAX_PAGE_BYTES} bytes"
-            )));
+        return Ok(Page { bytes });
+    }
+}
+
+/// Reads an answer's body piece by piece, refusing it once it passes the page cap
+/// and stopping the pull once it passes what is left of the pull's bytes.
+async fn read_capped(
+    budget: &Budget,
+    mut resp: reqwest::Response,
+    what: &str,
+) -> Result<Bytes, PullError> {
+    let too_large =
+        || PullError::Source(format!("{what}: a page larger than {MAX_PAGE_BYTES} bytes"));
+    if resp
+        .content_length()
+        .is_some_and(|n| n > MAX_PAGE_BYTES as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = BytesMut::new();
+    loop {
+        let piece = match resp.chunk().await {
+            Ok(Some(piece)) => piece,
+            Ok(None) => return Ok(body.freeze()),
+            Err(_) => {
+                return Err(PullError::Unreachable(format!(
+                    "{what}: the answer was cut off"
+                )))
+            }
+        };
+        budget.take(piece.len())?;
+        if body.len() + piece.len() > MAX_PAGE_BYTES {
+            return Err(too_large());
         }
-        return serde_json::from_slice(&bytes)
-            .map_err(|_| PullError::Source(format!("{what}: the answer is not JSON")));
+        body.extend_from_slice(&piece);
     }
 }
 
@@ -165,7 +231,8 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let url = format!("http://localhost:{port}/");
-        let got = send_json(|| client(true, false).get(&url), "probe").await;
+        let budget = Budget::new(1 << 20, 10);
+        let got = send_json(&budget, || client(true, false).get(&url), "probe").await;
         match got {
             Err(PullError::Config(param, _)) => assert_eq!(param, "config.base_url"),
             _ => panic!("the guarded client connected"),
@@ -173,5 +240,57 @@ mod tests {
         // Nothing was accepted.
         let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
         assert!(accepted.is_err());
+    }
+
+    /// A proxy named by the environment would resolve the org's host itself, past
+    /// the guard: the guarded client never uses one.
+    #[tokio::test]
+    async fn a_guarded_client_ignores_proxy_variables() {
+        // A "proxy" that records whether anything connected to it.
+        let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+        let guarded = {
+            // The variables are read when a client is built: build one with them set.
+            std::env::set_var("HTTPS_PROXY", &proxy_url);
+            std::env::set_var("HTTP_PROXY", &proxy_url);
+            let c = build(true);
+            std::env::remove_var("HTTPS_PROXY");
+            std::env::remove_var("HTTP_PROXY");
+            c
+        };
+        // A name that does not resolve: without the proxy the request fails at once.
+        let _ = guarded
+            .get("http://sluice-no-such-host.invalid/")
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await;
+        let accepted = tokio::time::timeout(Duration::from_millis(200), proxy.accept()).await;
+        assert!(
+            accepted.is_err(),
+            "the guarded client went through the proxy"
+        );
+    }
+
+    #[test]
+    fn a_page_is_read_member_by_member() {
+        let page = Page {
+            bytes: Bytes::from_static(
+                br#"{"data":[{"id":"a"},2,"x"],"meta":{"totalPages":3},"cursor":null}"#,
+            ),
+        };
+        assert_eq!(page.items("data").len(), 3);
+        assert!(page.items("meta").is_empty());
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            #[serde(rename = "totalPages")]
+            total: u64,
+        }
+        assert_eq!(page.get::<Meta>("meta").map(|m| m.total), Some(3));
+        assert_eq!(page.get::<String>("cursor"), None);
+        let bare = Page {
+            bytes: Bytes::from_static(b"[1,2]"),
+        };
+        assert_eq!(bare.items("").len(), 2);
+        assert!(bare.items("data").is_empty());
     }
 }

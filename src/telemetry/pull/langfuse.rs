@@ -4,12 +4,19 @@
 //! (they are what the bound counts); then the observations of those traces.
 
 use super::http::send_json;
-use super::{Collected, PullError, Source};
+use super::{Collected, Named, PullError, Source};
+use serde::Deserialize;
 use std::collections::HashSet;
 
 const PAGE: usize = 50;
 /// Observation pages read at most per pull (each trace has several).
 const MAX_OBS_PAGES: u64 = 400;
+
+#[derive(Deserialize)]
+struct Meta {
+    #[serde(rename = "totalPages")]
+    total_pages: Option<u64>,
+}
 
 pub async fn pull(
     src: &Source<'_>,
@@ -32,21 +39,26 @@ pub async fn pull(
             q.push(("fromTimestamp", s.clone()));
         }
         let got = send_json(
+            &src.budget,
             || c.get(&url).query(&q).basic_auth(public, Some(secret)),
             "list traces",
         )
         .await?;
-        let data = got["data"].as_array().cloned().unwrap_or_default();
-        for t in &data {
-            if !out.push(t) {
+        let data = got.items("data");
+        let empty = data.is_empty();
+        for t in data {
+            if !out.push_raw(t) {
                 break 'traces;
             }
-            if let Some(id) = t["id"].as_str() {
-                ids.insert(id.to_string());
+            if let Some(id) = Named::of(t).id {
+                ids.insert(id);
             }
         }
-        let total = got["meta"]["totalPages"].as_u64().unwrap_or(page);
-        if data.is_empty() || page >= total {
+        let total = got
+            .get::<Meta>("meta")
+            .and_then(|m| m.total_pages)
+            .unwrap_or(page);
+        if empty || page >= total {
             break;
         }
         if out.full() {
@@ -69,18 +81,24 @@ pub async fn pull(
             q.push(("fromStartTime", s.clone()));
         }
         let got = send_json(
+            &src.budget,
             || c.get(&url).query(&q).basic_auth(public, Some(secret)),
             "list observations",
         )
         .await?;
-        let data = got["data"].as_array().cloned().unwrap_or_default();
-        for o in &data {
-            if o["traceId"].as_str().is_some_and(|t| ids.contains(t)) && !out.push(o) {
+        let data = got.items("data");
+        let empty = data.is_empty();
+        for o in data {
+            let ours = Named::of(o).trace_id.is_some_and(|t| ids.contains(&t));
+            if ours && !out.push_raw(o) {
                 return Ok(());
             }
         }
-        let total = got["meta"]["totalPages"].as_u64().unwrap_or(page);
-        if data.is_empty() || page >= total {
+        let total = got
+            .get::<Meta>("meta")
+            .and_then(|m| m.total_pages)
+            .unwrap_or(page);
+        if empty || page >= total {
             break;
         }
         page += 1;

@@ -3,10 +3,16 @@
 //! a `project_name` is looked up with `GET /api/v1/sessions?name=`.
 
 use super::http::send_json;
-use super::{Collected, PullError, Source};
-use serde_json::{json, Value};
+use super::{Collected, Named, PullError, Source};
+use serde::Deserialize;
+use serde_json::json;
 
 const PAGE: usize = 100;
+
+#[derive(Deserialize)]
+struct Cursors {
+    next: Option<String>,
+}
 
 pub async fn pull(src: &Source<'_>, key: &str, out: &mut Collected) -> Result<(), PullError> {
     let c = src.client();
@@ -15,6 +21,7 @@ pub async fn pull(src: &Source<'_>, key: &str, out: &mut Collected) -> Result<()
         (None, Some(name)) => {
             let url = src.url("/api/v1/sessions");
             let found = send_json(
+                &src.budget,
                 || {
                     c.get(&url)
                         .query(&[("name", name)])
@@ -24,10 +31,9 @@ pub async fn pull(src: &Source<'_>, key: &str, out: &mut Collected) -> Result<()
             )
             .await?;
             found
-                .as_array()
-                .and_then(|s| s.first())
-                .and_then(|p| p["id"].as_str())
-                .map(str::to_string)
+                .items("")
+                .first()
+                .and_then(|p| Named::of(p).id)
                 .ok_or_else(|| {
                     PullError::Config(
                         "config.project_name",
@@ -54,21 +60,20 @@ pub async fn pull(src: &Source<'_>, key: &str, out: &mut Collected) -> Result<()
             body["start_time"] = json!(s);
         }
         let page = send_json(
+            &src.budget,
             || c.post(&url).header("x-api-key", key).json(&body),
             "query runs",
         )
         .await?;
-        let runs = page["runs"].as_array().cloned().unwrap_or_default();
-        for r in &runs {
-            if !out.push(r) {
+        let runs = page.items("runs");
+        let empty = runs.is_empty();
+        for r in runs {
+            if !out.push_raw(r) {
                 return Ok(());
             }
         }
-        cursor = page["cursors"]
-            .get("next")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        if runs.is_empty() || cursor.is_none() {
+        cursor = page.get::<Cursors>("cursors").and_then(|c| c.next);
+        if empty || cursor.is_none() {
             return Ok(());
         }
         if out.full() {

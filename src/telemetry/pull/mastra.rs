@@ -4,9 +4,16 @@
 //! spans}`; authenticated by `Authorization: Bearer <token>` when one is given.
 
 use super::http::send_json;
-use super::{Collected, PullError, Source};
+use super::{Collected, Named, PullError, Source};
+use serde::Deserialize;
 
 const PAGE: usize = 50;
+
+#[derive(Deserialize)]
+struct Pagination {
+    #[serde(rename = "hasMore")]
+    has_more: Option<bool>,
+}
 
 pub async fn pull(src: &Source<'_>, token: &str, out: &mut Collected) -> Result<(), PullError> {
     let c = src.client();
@@ -25,10 +32,11 @@ pub async fn pull(src: &Source<'_>, token: &str, out: &mut Collected) -> Result<
     out.limit = usize::MAX;
     loop {
         let q = [("page", page.to_string()), ("perPage", PAGE.to_string())];
-        let got = send_json(|| auth(c.get(&list).query(&q)), "list traces").await?;
-        let roots = got["spans"].as_array().cloned().unwrap_or_default();
-        for root in &roots {
-            let Some(trace_id) = root["traceId"].as_str() else {
+        let got = send_json(&src.budget, || auth(c.get(&list).query(&q)), "list traces").await?;
+        let mut added = false;
+        for root in got.items("spans") {
+            // Trace ids name a path segment: anything but a plain token is skipped.
+            let Some(trace_id) = Named::of(root).trace_id.filter(|t| plain_token(t)) else {
                 continue;
             };
             if traces >= limit {
@@ -36,17 +44,33 @@ pub async fn pull(src: &Source<'_>, token: &str, out: &mut Collected) -> Result<
                 return Ok(());
             }
             let one = src.url(&format!("/api/observability/traces/{trace_id}"));
-            let trace = send_json(|| auth(c.get(&one)), "read a trace").await?;
-            for span in trace["spans"].as_array().into_iter().flatten() {
-                if !out.push(span) {
+            let trace = send_json(&src.budget, || auth(c.get(&one)), "read a trace").await?;
+            for span in trace.items("spans") {
+                if !out.push_raw(span) {
                     return Ok(());
                 }
             }
             traces += 1;
+            added = true;
         }
-        if roots.is_empty() || !got["pagination"]["hasMore"].as_bool().unwrap_or(false) {
+        let more = got
+            .get::<Pagination>("pagination")
+            .and_then(|p| p.has_more)
+            .unwrap_or(false);
+        // A page that names no trace adds nothing: a source that keeps saying
+        // `hasMore` over such pages is not followed further.
+        if !added || !more {
             return Ok(());
         }
         page += 1;
     }
+}
+
+fn plain_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && s != "."
+        && s != ".."
 }

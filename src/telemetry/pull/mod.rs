@@ -7,7 +7,13 @@
 //! The credential is used for that pull and dropped: it is never written to the
 //! database, a log line, an answer or the object store (error texts are scrubbed
 //! of it before they go anywhere). One pull reads at most `config.limit` records
-//! (1,000 by default, 10,000 at most) and `[telemetry] max_upload_bytes`.
+//! (1,000 by default, 10,000 at most), at most `[telemetry] max_upload_bytes` from
+//! the source (counted as the bytes arrive, whatever the source says of their
+//! length), at most `limit + 500` requests, pages of at most 4 MiB each, for at
+//! most `[telemetry] pull_timeout_ms` in all; an org runs at most two pulls at
+//! once, an instance eight. A source that would send more is cut off: what it
+//! sent before is kept (the pull says it stopped at its bound), or, with nothing
+//! kept, the pull is refused.
 
 mod braintrust;
 mod http;
@@ -24,8 +30,13 @@ use super::worker::{project_bytes, Verdict};
 use crate::state::AppState;
 use crate::upstream::egress;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sluice_filters::{ApiError, ErrorCode};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 /// The pull's body. No `Debug`: it holds the credential.
 #[derive(Deserialize)]
@@ -41,6 +52,55 @@ pub struct PullBody {
 
 const DEFAULT_LIMIT: usize = 1_000;
 const MAX_LIMIT: usize = 10_000;
+/// Requests a pull may make beyond one per record (pages, look-ups).
+const SPARE_REQUESTS: u32 = 500;
+/// Pulls one org may run at once on an instance, and the instance in all.
+const PULLS_PER_ORG: usize = 2;
+const PULLS_PER_INSTANCE: usize = 8;
+
+/// The pulls running on this instance, by org.
+fn running() -> &'static Mutex<HashMap<String, usize>> {
+    static RUNNING: OnceLock<Mutex<HashMap<String, usize>>> = OnceLock::new();
+    RUNNING.get_or_init(Default::default)
+}
+
+/// A running pull's place; given back when it ends, however it ends.
+struct Slot(String);
+
+impl Slot {
+    fn take(org_id: &str) -> Result<Slot, Refusal> {
+        let mut map = running().lock().unwrap_or_else(|p| p.into_inner());
+        let total: usize = map.values().sum();
+        let mine = map.get(org_id).copied().unwrap_or(0);
+        if mine >= PULLS_PER_ORG || total >= PULLS_PER_INSTANCE {
+            return Err(Refusal {
+                error: ApiError::new(
+                    ErrorCode::RateLimited,
+                    if mine >= PULLS_PER_ORG {
+                        format!("This organization already runs {PULLS_PER_ORG} pulls; retry when one ends.")
+                    } else {
+                        "Too many pulls are running; retry shortly.".to_string()
+                    },
+                ),
+                retry_after: Some(5),
+            });
+        }
+        *map.entry(org_id.to_string()).or_default() += 1;
+        Ok(Slot(org_id.to_string()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut map = running().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get_mut(&self.0) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.0);
+            }
+        }
+    }
+}
 
 /// Why a pull failed, before it is scrubbed and answered.
 pub enum PullError {
@@ -54,6 +114,11 @@ pub enum PullError {
     RateLimited(Option<u64>),
     /// The source answered with a failure of its own: 502.
     Source(String),
+    /// The pull spent its bytes or its requests: what was read is kept, or with
+    /// nothing read, the source's failure.
+    Exhausted(&'static str),
+    /// The pull ran past `[telemetry] pull_timeout_ms`: 504.
+    Deadline(u64),
 }
 
 impl PullError {
@@ -81,6 +146,16 @@ impl PullError {
                 }
             }
             PullError::Source(m) => ApiError::new(ErrorCode::ProviderInternal, clean(m)),
+            PullError::Exhausted(what) => ApiError::new(
+                ErrorCode::ProviderInternal,
+                format!("the source sent no whole record within the pull's {what}"),
+            ),
+            PullError::Deadline(ms) => ApiError::new(
+                ErrorCode::DeadlineExceeded,
+                format!(
+                    "the pull did not finish within {ms} ms ([telemetry] pull_timeout_ms); narrow it with config.since or config.limit"
+                ),
+            ),
         };
         Refusal::from(error)
     }
@@ -132,18 +207,21 @@ impl Collected {
         }
     }
 
-    /// Takes a record; false once the bound is reached (the pull stops reading).
-    pub fn push(&mut self, record: &Value) -> bool {
-        if self.full() {
+    /// Takes a record as the source sent it, made one line.
+    pub fn push_raw(&mut self, record: &RawValue) -> bool {
+        let mut line = record.get().as_bytes().to_vec();
+        one_line(&mut line);
+        self.push_line(&line)
+    }
+
+    /// Takes a record already written as one line of JSON; false once the bound
+    /// is reached (the pull stops reading).
+    pub fn push_line(&mut self, line: &[u8]) -> bool {
+        if self.full() || self.jsonl.len() + line.len() + 1 > self.max_bytes {
             self.truncated = true;
             return false;
         }
-        let line = serde_json::to_vec(record).unwrap_or_default();
-        if self.jsonl.len() + line.len() + 1 > self.max_bytes {
-            self.truncated = true;
-            return false;
-        }
-        self.jsonl.extend_from_slice(&line);
+        self.jsonl.extend_from_slice(line);
         self.jsonl.push(b'\n');
         self.records += 1;
         true
@@ -154,12 +232,76 @@ impl Collected {
     }
 }
 
-/// The pull's source: its base URL (org-supplied or the operator's) and scope.
+/// Makes valid JSON one line: its line breaks can only be whitespace between
+/// tokens (a string holds them escaped), so they become spaces.
+pub fn one_line(json: &mut [u8]) {
+    for b in json {
+        if *b == b'\n' || *b == b'\r' {
+            *b = b' ';
+        }
+    }
+}
+
+/// What a pull may still spend of the source: bytes as they arrive, and requests.
+pub struct Budget {
+    bytes: AtomicU64,
+    requests: AtomicU32,
+}
+
+impl Budget {
+    pub fn new(bytes: u64, requests: u32) -> Budget {
+        Budget {
+            bytes: AtomicU64::new(bytes),
+            requests: AtomicU32::new(requests),
+        }
+    }
+
+    /// Counts `n` bytes read; past the budget the pull stops.
+    pub fn take(&self, n: usize) -> Result<(), PullError> {
+        let n = n as u64;
+        self.bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(n)
+            })
+            .map(drop)
+            .map_err(|_| PullError::Exhausted("bytes (max_upload_bytes)"))
+    }
+
+    /// Counts one request to the source; past the budget the pull stops.
+    pub fn request(&self) -> Result<(), PullError> {
+        self.requests
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(1)
+            })
+            .map(drop)
+            .map_err(|_| PullError::Exhausted("requests"))
+    }
+}
+
+/// The ids a source's record may carry, read without building the record.
+#[derive(Default, Deserialize)]
+pub struct Named {
+    pub id: Option<String>,
+    #[serde(rename = "traceId")]
+    pub trace_id: Option<String>,
+}
+
+impl Named {
+    /// The ids of a raw record; none when it is not an object, or they are not
+    /// strings.
+    pub fn of(raw: &RawValue) -> Named {
+        serde_json::from_str(raw.get()).unwrap_or_default()
+    }
+}
+
+/// The pull's source: its base URL (org-supplied or the operator's), scope and
+/// budget.
 pub struct Source<'a> {
     pub base: String,
     pub org_supplied: bool,
     pub allow_private: bool,
     pub config: &'a Map<String, Value>,
+    pub budget: Budget,
 }
 
 impl Source<'_> {
@@ -222,7 +364,6 @@ fn limit_of(config: &Map<String, Value>) -> Result<usize, Refusal> {
     }
 }
 
-/// Runs one pull for the org; the ingest as it ended.
 /// Runs one pull for the org; the ingest as it ended, and whether the pull stopped
 /// at its bound.
 pub async fn run(
@@ -266,61 +407,45 @@ pub async fn run(
     if credential.trim().is_empty() && transport_kind != "mastra" {
         return Err(ApiError::invalid_parameter("credential", "credential is required").into());
     }
+    let _slot = Slot::take(org_id)?;
+    let t = &state.config.telemetry;
     let allow_private = state.config.network.allow_private_upstreams;
-    let max_bytes = state.config.telemetry.max_upload_bytes as usize;
+    let max_bytes = t.max_upload_bytes as usize;
     let mut out = Collected::new(limit, max_bytes);
+    let budget = Budget::new(t.max_upload_bytes, limit as u32 + SPARE_REQUESTS);
     let secrets: Vec<&str> = vec![credential.as_str()];
-    let pulled = if transport_kind == "postgres" {
-        postgres::pull(&credential, &config, allow_private, &mut out).await
+    let source = if transport_kind == "postgres" {
+        None
     } else {
-        let t = &state.config.telemetry;
-        let default = match transport_kind.as_str() {
-            "braintrust" => &t.braintrust_url,
-            "langsmith" => &t.langsmith_url,
-            "langfuse" => &t.langfuse_url,
-            "posthog" => &t.posthog_url,
-            _ => &t.mastra_url,
-        };
-        let org_base = config
-            .get("base_url")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty());
-        let base = match org_base {
-            Some(b) => {
-                egress::check_org_url(b, allow_private)
-                    .await
-                    .map_err(|why| {
-                        Refusal::from(ApiError::invalid_parameter(
-                            "config.base_url",
-                            format!("config.base_url {why}"),
-                        ))
-                    })?;
-                b.to_string()
+        Some(source_of(state, &transport_kind, &config, budget).await?)
+    };
+    let pulling = async {
+        match &source {
+            None => {
+                let bound = postgres::Bound {
+                    bytes: t.max_upload_bytes,
+                    allow_private,
+                };
+                postgres::pull(&credential, &config, bound, &mut out).await
             }
-            None if default.is_empty() => {
-                return Err(ApiError::invalid_parameter(
-                    "config.base_url",
-                    format!(
-                        "a {transport_kind} pull needs config.base_url (no default is configured)"
-                    ),
-                )
-                .into())
-            }
-            None => default.clone(),
-        };
-        let src = Source {
-            base,
-            org_supplied: org_base.is_some(),
-            allow_private,
-            config: &config,
-        };
-        match transport_kind.as_str() {
-            "braintrust" => braintrust::pull(&src, &credential, &mut out).await,
-            "langsmith" => langsmith::pull(&src, &credential, &mut out).await,
-            "langfuse" => langfuse::pull(&src, &credential, &mut out).await,
-            "posthog" => posthog::pull(&src, &credential, &mut out).await,
-            _ => mastra::pull(&src, &credential, &mut out).await,
+            Some(src) => match transport_kind.as_str() {
+                "braintrust" => braintrust::pull(src, &credential, &mut out).await,
+                "langsmith" => langsmith::pull(src, &credential, &mut out).await,
+                "langfuse" => langfuse::pull(src, &credential, &mut out).await,
+                "posthog" => posthog::pull(src, &credential, &mut out).await,
+                _ => mastra::pull(src, &credential, &mut out).await,
+            },
         }
+    };
+    let timeout = Duration::from_millis(t.pull_timeout_ms);
+    let finished = tokio::time::timeout(timeout, pulling).await;
+    let pulled = match finished {
+        Ok(Err(PullError::Exhausted(_))) if out.records > 0 => {
+            out.truncated = true;
+            Ok(())
+        }
+        Ok(done) => done,
+        Err(_) => Err(PullError::Deadline(t.pull_timeout_ms)),
     };
     if let Err(e) = pulled {
         let r = e.into_refusal(&secrets);
@@ -330,6 +455,56 @@ pub async fn run(
     drop(secrets);
     drop(credential);
     store_and_project(state, org_id, &transport_kind, kind, &source_label, out).await
+}
+
+/// The HTTP source a pull reads: the org's base URL (checked) or the operator's.
+async fn source_of<'a>(
+    state: &AppState,
+    transport_kind: &str,
+    config: &'a Map<String, Value>,
+    budget: Budget,
+) -> Result<Source<'a>, Refusal> {
+    let t = &state.config.telemetry;
+    let allow_private = state.config.network.allow_private_upstreams;
+    let default = match transport_kind {
+        "braintrust" => &t.braintrust_url,
+        "langsmith" => &t.langsmith_url,
+        "langfuse" => &t.langfuse_url,
+        "posthog" => &t.posthog_url,
+        _ => &t.mastra_url,
+    };
+    let org_base = config
+        .get("base_url")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty());
+    let base = match org_base {
+        Some(b) => {
+            egress::check_org_url(b, allow_private)
+                .await
+                .map_err(|why| {
+                    Refusal::from(ApiError::invalid_parameter(
+                        "config.base_url",
+                        format!("config.base_url {why}"),
+                    ))
+                })?;
+            b.to_string()
+        }
+        None if default.is_empty() => {
+            return Err(ApiError::invalid_parameter(
+                "config.base_url",
+                format!("a {transport_kind} pull needs config.base_url (no default is configured)"),
+            )
+            .into())
+        }
+        None => default.clone(),
+    };
+    Ok(Source {
+        base,
+        org_supplied: org_base.is_some(),
+        allow_private,
+        config,
+        budget,
+    })
 }
 
 async fn store_and_project(
