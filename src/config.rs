@@ -514,6 +514,13 @@ pub struct LimitsConfig {
     /// The whole request body must arrive within this: a client that dribbles it
     /// (slowloris) is answered 408 and its connection closed.
     pub request_read_timeout_ms: u64,
+    /// Models an org may create (`POST /api/models`); the next is refused.
+    pub custom_models_per_org: usize,
+    /// Deployments one of an org's models may have.
+    pub deployments_per_model: usize,
+    /// Live keys an org's members may hold (minted through the web app); an
+    /// operator's admin API is not held to it.
+    pub keys_per_org: usize,
 }
 
 /// The per-rung circuit breaker.
@@ -605,6 +612,9 @@ impl Default for LimitsConfig {
             idempotency_ttl_seconds: 86_400,
             idempotency_max_tape_bytes: 4 * 1024 * 1024,
             request_read_timeout_ms: 60_000,
+            custom_models_per_org: 1_000,
+            deployments_per_model: 32,
+            keys_per_org: 1_000,
         }
     }
 }

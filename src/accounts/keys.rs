@@ -217,6 +217,17 @@ pub async fn get(db: &Db, key_id: &str) -> Result<Option<KeyRecord>, ApiError> {
     Ok(row.as_ref().map(from_row))
 }
 
+/// How many keys of the org are not revoked (expired ones included).
+pub async fn live_count(db: &Db, org_id: &str) -> Result<i64, ApiError> {
+    let row =
+        sqlx::query("SELECT COUNT(*) AS n FROM api_keys WHERE org_id = $1 AND revoked_at IS NULL")
+            .bind(org_id)
+            .fetch_one(&db.pool)
+            .await
+            .map_err(Error::db("keys"))?;
+    Ok(row.get("n"))
+}
+
 pub async fn list_for_org(db: &Db, org_id: &str) -> Result<Vec<KeyRecord>, ApiError> {
     let rows = sqlx::query(&format!(
         "SELECT {COLUMNS} FROM api_keys WHERE org_id = $1 ORDER BY created_at, id"

@@ -89,32 +89,62 @@ async fn check_deployment(state: &Shared, rung: &RungSpec, param: String) -> Res
         .map_err(refused)
 }
 
+/// Writes a model row. A new one is inserted only while the org holds fewer than
+/// `[limits] custom_models_per_org` (one statement: two creations at once on
+/// SQLite cannot both pass; on PostgreSQL each sees the other only once it has
+/// committed, so the cap can be passed by at most the creations that race).
 async fn store(state: &Shared, org_id: &str, spec: &ModelSpec, new: bool) -> Result<(), Failure> {
     let text = serde_json::to_string(spec).map_err(|_| Failure(ApiError::internal()))?;
     let now = now_ms();
+    let cap = state.config.limits.custom_models_per_org as i64;
     let q = if new {
-        "INSERT INTO models (owner, slug, spec, created_at, updated_at) VALUES ($1, $2, $3, $4, $4)"
+        sqlx::query(
+            "INSERT INTO models (owner, slug, spec, created_at, updated_at) \
+             SELECT $1, $2, $3, $4, $4 WHERE (SELECT COUNT(*) FROM models WHERE owner = $1) < $5",
+        )
     } else {
-        "UPDATE models SET spec = $3, updated_at = $4 WHERE owner = $1 AND slug = $2"
+        sqlx::query("UPDATE models SET spec = $3, updated_at = $4 WHERE owner = $1 AND slug = $2")
     };
-    sqlx::query(q)
-        .bind(org_id)
-        .bind(&spec.slug)
-        .bind(text)
-        .bind(now)
-        .execute(&state.db.pool)
-        .await
-        .map_err(|e| match e {
-            sqlx::Error::Database(d) if d.is_unique_violation() => {
-                Failure(ApiError::invalid_parameter(
-                    "slug",
-                    "this organization already has a model with this slug",
-                ))
-            }
-            e => Failure(Error::db("custom models")(e).into()),
-        })?;
-    if let Err(e) = state.catalog.reload(&state.db).await {
+    let q = q.bind(org_id).bind(&spec.slug).bind(text).bind(now);
+    let q = if new { q.bind(cap) } else { q };
+    let done = q.execute(&state.db.pool).await.map_err(|e| match e {
+        sqlx::Error::Database(d) if d.is_unique_violation() => {
+            Failure(ApiError::invalid_parameter(
+                "slug",
+                "this organization already has a model with this slug",
+            ))
+        }
+        e => Failure(Error::db("custom models")(e).into()),
+    })?;
+    if new && done.rows_affected() == 0 {
+        return Err(over_models(cap));
+    }
+    if let Err(e) = state.catalog.reload_org(&state.db, org_id).await {
         tracing::warn!(error = %e, "catalog reload after a model write failed; the poll will catch up");
+    }
+    Ok(())
+}
+
+fn over_models(cap: i64) -> Failure {
+    Failure(ApiError::new(
+        ErrorCode::InvalidRequest,
+        format!(
+            "This organization has {cap} models, the most it may create ([limits] custom_models_per_org); add deployments to one of them instead."
+        ),
+    ))
+}
+
+/// Refuses a model with more deployments than `[limits] deployments_per_model`.
+fn check_deployment_count(state: &Shared, spec: &ModelSpec) -> Result<(), Failure> {
+    let cap = state.config.limits.deployments_per_model;
+    if spec.rungs.len() > cap {
+        return Err(Failure(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "A model may have at most {cap} deployments ([limits] deployments_per_model); this one would have {}.",
+                spec.rungs.len()
+            ),
+        )));
     }
     Ok(())
 }
@@ -141,7 +171,19 @@ pub async fn create(Authed(c): Authed, State(state): State<Shared>, body: Bytes)
         free: FreeAllowance::default(),
         rungs: m.providers.into_iter().map(Deployment::rung).collect(),
     };
+    check_deployment_count(&state, &spec)?;
     spec.validate().map_err(|(f, why)| invalid(f, why))?;
+    let held = state
+        .catalog
+        .snapshot()
+        .by_org
+        .get(&c.org.id)
+        .map_or(0, |m| m.len());
+    if held >= state.config.limits.custom_models_per_org {
+        return Err(over_models(
+            state.config.limits.custom_models_per_org as i64,
+        ));
+    }
     if state.catalog.snapshot().public.contains_key(&spec.slug) {
         return Err(Failure(ApiError::invalid_parameter(
             "slug",
@@ -197,9 +239,11 @@ pub async fn add_deployment(
             "the model already has this deployment",
         )));
     }
-    check_deployment(&state, &rung, "base_url".into()).await?;
     spec.rungs.push(rung);
+    check_deployment_count(&state, &spec)?;
     spec.validate().map_err(|(f, why)| invalid(f, why))?;
+    let added = spec.rungs.last().expect("just pushed");
+    check_deployment(&state, added, "base_url".into()).await?;
     store(&state, &c.org.id, &spec, false).await?;
     let catalog = state.catalog.snapshot();
     let row = catalog

@@ -138,6 +138,17 @@ fn everywhere() -> Vec<String> {
     vec!["*".into()]
 }
 
+/// Bounds of a model row (the catalog file's and every org's): a row is read into
+/// every instance's snapshot, so none may be large.
+const MAX_NAME: usize = 200;
+const MAX_WORD: usize = 64;
+const MAX_URL: usize = 2_048;
+const MAX_MODALITIES: usize = 8;
+const MAX_PARAMS: usize = 64;
+const MAX_REGIONS: usize = 300;
+/// Any model's; an org's own are held to `[limits] deployments_per_model` too.
+const MAX_RUNGS: usize = 256;
+
 impl ModelSpec {
     /// Checks a row; the error names the field at fault.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
@@ -162,7 +173,47 @@ impl ModelSpec {
         if self.rungs.is_empty() {
             return Err(("providers", "a model needs at least one deployment".into()));
         }
+        let too_long = |what: &str, max: usize| format!("{what} may be at most {max} characters");
+        if self.display_name.chars().count() > MAX_NAME {
+            return Err(("display_name", too_long("display_name", MAX_NAME)));
+        }
+        if self.category.chars().count() > MAX_WORD {
+            return Err(("category", too_long("category", MAX_WORD)));
+        }
+        for (field, list, max) in [
+            ("modalities", &self.modalities, MAX_MODALITIES),
+            ("supported_params", &self.supported_params, MAX_PARAMS),
+            ("regions", &self.regions, MAX_REGIONS),
+        ] {
+            if list.len() > max {
+                return Err((field, format!("{field} may list at most {max} entries")));
+            }
+            if list.iter().any(|w| w.chars().count() > MAX_WORD) {
+                return Err((
+                    field,
+                    format!("each of {field} may be at most {MAX_WORD} characters"),
+                ));
+            }
+        }
+        if self.rungs.len() > MAX_RUNGS {
+            return Err((
+                "providers",
+                format!("a model may have at most {MAX_RUNGS} deployments"),
+            ));
+        }
         for r in &self.rungs {
+            if r.provider_model_id.chars().count() > MAX_NAME {
+                return Err(("provider_model_id", too_long("provider_model_id", MAX_NAME)));
+            }
+            if r.base_url.len() > MAX_URL {
+                return Err(("base_url", too_long("base_url", MAX_URL)));
+            }
+            if r.caps.len() > CAPABILITIES.len() {
+                return Err((
+                    "caps",
+                    format!("caps may list at most {} entries", CAPABILITIES.len()),
+                ));
+            }
             if !PROVIDERS.contains(&r.provider.as_str()) {
                 return Err((
                     "provider",

@@ -123,6 +123,13 @@ pub async fn mint(
         expires_at: k.expires_at,
     };
     let app = &web.app;
+    let cap = app.config.limits.keys_per_org;
+    if keys::live_count(&app.db, org_id).await? >= cap as i64 {
+        return Err(Failure(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("This organization holds {cap} keys, the most it may ([limits] keys_per_org); revoke one first."),
+        )));
+    }
     Ok(admin::create_key_as(&app.db, Some(&app.directory), org_id, req, Some(user_id)).await?)
 }
 
