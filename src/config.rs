@@ -426,6 +426,17 @@ pub struct ServerConfig {
     /// above the balancer's own idle timeout, so the balancer never sends a
     /// request on a connection sluice is closing.
     pub keepalive_seconds: u64,
+    /// A request head must arrive within this once its first byte has (gateway),
+    /// or once the connection waits for it (web and ops, whose idle keep-alive
+    /// counts against it): a client that stops mid-head is closed.
+    pub header_timeout_ms: u64,
+    /// Open client connections of the gateway listener at most; past it a new
+    /// one is closed at accept. 0: the process's open-file limit less the web
+    /// and ops caps and 512 for stores and providers.
+    pub max_connections: usize,
+    /// The same of the web listener and of the ops listener.
+    pub web_max_connections: usize,
+    pub ops_max_connections: usize,
     /// PEM certificate chain and private key: both set, the gateway and web
     /// listeners speak TLS (rustls) instead of plain HTTP.
     pub tls_cert: String,
@@ -581,6 +592,10 @@ impl Default for ServerConfig {
             threads: 0,
             grace_period_seconds: 30,
             keepalive_seconds: 60,
+            header_timeout_ms: 30_000,
+            max_connections: 0,
+            web_max_connections: 1_024,
+            ops_max_connections: 64,
             tls_cert: String::new(),
             tls_key: String::new(),
         }

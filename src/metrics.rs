@@ -120,6 +120,8 @@ pub struct Metrics {
     pub upstream: HistogramVec,
     pub in_flight: IntGaugeVec,
     pub open_streams: IntGaugeVec,
+    pub open_connections: IntGaugeVec,
+    pub refused_connections: IntCounterVec,
     pub upstream_attempts: IntCounterVec,
     pub failovers: IntCounterVec,
     pub breaker_open: IntGaugeVec,
@@ -245,6 +247,18 @@ impl Metrics {
                 "sluice_open_streams",
                 "Streamed inference requests being answered now, by route.",
                 &["route"],
+            ),
+            open_connections: gauge(
+                &r,
+                "sluice_open_connections",
+                "Client connections open now, by listener (gateway, web, ops).",
+                &["listener"],
+            ),
+            refused_connections: counter(
+                &r,
+                "sluice_refused_connections_total",
+                "Client connections closed at accept because their listener held its cap ([server] max_connections and its siblings), by listener.",
+                &["listener"],
             ),
             upstream_attempts: counter(
                 &r,
@@ -482,6 +496,10 @@ impl Metrics {
         ] {
             m.db_calls.with_label_values(&[op]);
             m.db_errors.with_label_values(&[op]);
+        }
+        for l in ["gateway", "web", "ops"] {
+            m.open_connections.with_label_values(&[l]);
+            m.refused_connections.with_label_values(&[l]);
         }
         for k in ["web", "tool"] {
             m.search_rounds.with_label_values(&[k]);

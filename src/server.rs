@@ -6,11 +6,12 @@
 //! the snapshot they started with.
 
 use crate::config::Config;
+use crate::downstream::cap::{descriptor_limit, ConnectionCap, Held};
+use crate::downstream::http1;
 use crate::proxy::Gateway;
 use crate::state::AppState;
 use anyhow::Context;
 use async_trait::async_trait;
-use axum::serve::ListenerExt as _;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{Server, ShutdownWatch};
 use pingora::services::background::{background_service, BackgroundService};
@@ -19,14 +20,17 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// An axum app on a listener we bound ourselves (so port 0 works). It keeps serving
-/// through the drain (so /readyz can answer 503 while draining) and ends with the
-/// process.
+/// An axum app on a listener we bound ourselves (so port 0 works), served by our
+/// HTTP/1 loop with its header and body timeouts and connection cap
+/// (`downstream::http1`). It keeps serving through the drain (so /readyz can
+/// answer 503 while draining) and ends with the process.
 struct AxumService {
     name: &'static str,
     listener: Mutex<Option<TcpListener>>,
     router: axum::Router,
     tls: Option<TlsAcceptor>,
+    limits: http1::Limits,
+    cap: ConnectionCap,
 }
 
 #[async_trait]
@@ -38,37 +42,43 @@ impl BackgroundService for AxumService {
         else {
             return;
         };
-        // With the peer's address: the web app counts signups per client address.
-        let app = self
-            .router
-            .clone()
-            .into_make_service_with_connect_info::<SocketAddr>();
-        let served = match &self.tls {
-            None => axum::serve(listener, app).await,
-            Some(acceptor) => {
-                // Tapped: axum gives a tapped listener's peer address as connect info.
-                let tls = TlsListener::start(listener, acceptor.clone()).tap_io(|_| ());
-                axum::serve(tls, app).await
+        let router = self.router.clone();
+        match &self.tls {
+            None => {
+                http1::serve_plain(self.name, listener, router, self.limits, self.cap.clone()).await
             }
-        };
-        if let Err(e) = served {
-            tracing::error!(service = self.name, error = %e, "service stopped");
+            Some(acceptor) => {
+                let mut tls = TlsListener::start(listener, acceptor.clone(), self.cap.clone());
+                while let Some((stream, peer, held)) = tls.ready.recv().await {
+                    tokio::spawn(http1::serve_connection(
+                        stream,
+                        peer,
+                        router.clone(),
+                        self.limits,
+                        held,
+                    ));
+                }
+            }
         }
     }
 }
 
+/// A TLS connection that finished its handshake, with its place under the cap.
+type Shaken = (ServerTlsStream<tokio::net::TcpStream>, SocketAddr, Held);
+
 /// TLS connections for an axum app. Handshakes run in tasks of their own, so a
-/// slow or silent client holds up no one; finished ones queue for `accept`.
+/// slow or silent client holds up no one; finished ones queue for the server.
+/// A connection holds its place under the cap from accept, handshake included.
 struct TlsListener {
-    ready: tokio::sync::mpsc::Receiver<(ServerTlsStream<tokio::net::TcpStream>, SocketAddr)>,
-    local: SocketAddr,
+    ready: tokio::sync::mpsc::Receiver<Shaken>,
 }
 
 impl TlsListener {
-    fn start(tcp: tokio::net::TcpListener, acceptor: TlsAcceptor) -> TlsListener {
-        let local = tcp
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    fn start(
+        tcp: tokio::net::TcpListener,
+        acceptor: TlsAcceptor,
+        cap: ConnectionCap,
+    ) -> TlsListener {
         let (tx, ready) = tokio::sync::mpsc::channel(64);
         tokio::spawn(async move {
             loop {
@@ -81,34 +91,21 @@ impl TlsListener {
                         continue;
                     }
                 };
+                let Some(held) = cap.take() else {
+                    drop(stream);
+                    continue;
+                };
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
                     let shake =
                         tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream));
                     if let Ok(Ok(tls)) = shake.await {
-                        let _ = tx.send((tls, addr)).await;
+                        let _ = tx.send((tls, addr, held)).await;
                     }
                 });
             }
         });
-        TlsListener { ready, local }
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = ServerTlsStream<tokio::net::TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(c) => c,
-            // The acceptor task never ends while the listener lives.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        Ok(self.local)
+        TlsListener { ready }
     }
 }
 
@@ -276,6 +273,17 @@ fn bind(addr: &str) -> anyhow::Result<TcpListener> {
     Ok(l)
 }
 
+/// The gateway listener's connection cap: `[server] max_connections`, or what the
+/// open-file limit leaves once the web and ops caps and 512 descriptors for the
+/// process's own connections (stores, providers, files) are set aside.
+fn gateway_max_connections(s: &crate::config::ServerConfig) -> usize {
+    if s.max_connections > 0 {
+        return s.max_connections;
+    }
+    let reserve = s.web_max_connections + s.ops_max_connections + 512;
+    descriptor_limit().saturating_sub(reserve).max(64)
+}
+
 /// Runs the service until SIGTERM (graceful) or SIGINT.
 pub fn serve(config: Config) -> anyhow::Result<()> {
     // The state runtime owns the database and Redis connections and the snapshot
@@ -354,6 +362,7 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
             app: Arc::new(Gateway::new(state.clone())),
             listener: Some(gateway_listener),
             threads: config.gateway_threads(),
+            cap: ConnectionCap::new("gateway", gateway_max_connections(&config.server)),
         });
     } else {
         // TLS through Pingora's listener (its handshake, its rustls acceptor).
@@ -382,9 +391,25 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         });
     }
     let web_router = crate::web::router(state.clone(), gateway_addr)?;
-    for (name, listener, router, tls) in [
-        ("web", web, web_router, web_tls),
-        ("ops", ops, crate::ops::router(state.clone()), None),
+    let limits = http1::Limits {
+        header_timeout: Duration::from_millis(config.server.header_timeout_ms),
+        body_timeout: Duration::from_millis(config.limits.request_read_timeout_ms),
+    };
+    for (name, listener, router, tls, cap) in [
+        (
+            "web",
+            web,
+            web_router,
+            web_tls,
+            config.server.web_max_connections,
+        ),
+        (
+            "ops",
+            ops,
+            crate::ops::router(state.clone()),
+            None,
+            config.server.ops_max_connections,
+        ),
     ] {
         let mut svc = background_service(
             name,
@@ -393,6 +418,8 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
                 listener: Mutex::new(Some(listener)),
                 router,
                 tls,
+                limits,
+                cap: ConnectionCap::new(name, cap),
             },
         );
         svc.threads = Some(1);

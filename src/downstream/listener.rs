@@ -30,6 +30,8 @@ pub struct PlainListener<A> {
     pub app: Arc<A>,
     pub listener: Option<std::net::TcpListener>,
     pub threads: usize,
+    /// Past it a new connection is closed at accept.
+    pub cap: super::cap::ConnectionCap,
 }
 
 #[async_trait]
@@ -60,6 +62,10 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for PlainL
                     continue;
                 }
             };
+            let Some(held) = self.cap.take() else {
+                drop(tcp);
+                continue;
+            };
             // As Pingora's listener does: answers are small writes that must not
             // wait for an acknowledgement.
             let _ = tcp.set_nodelay(true);
@@ -70,6 +76,7 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for PlainL
                 while let Some(next) = app.process_new(conn, &shutdown).await {
                     conn = next;
                 }
+                drop(held);
             });
         }
     }
@@ -126,6 +133,14 @@ pub fn hold_next_flush(session: &pingora::proxy::Session) {
     if let Some(conn) = conn.and_then(|c| (**c).as_any().downcast_ref::<ClientConn>()) {
         conn.hold.store(true, Ordering::Relaxed);
     }
+}
+
+/// Waits until the session's connection has bytes to read (or is closed); `None`
+/// when the connection is not ours (TLS), which cannot tell.
+pub async fn readable(session: &pingora::proxy::Session) -> Option<io::Result<()>> {
+    let conn = session.downstream_session.stream();
+    let ours = conn.and_then(|c| (**c).as_any().downcast_ref::<ClientConn>())?;
+    Some(ours.tcp.readable().await)
 }
 
 /// The client's IP address and port: from our own connection, or from the

@@ -1,9 +1,12 @@
 //! The client side of a gateway request, below both the proxy and the inference
-//! flow: reading the request body under its limits and writing whole answers.
+//! flow: reading the request body under its limits and writing whole answers;
+//! and the listeners' own limits (connection caps, the web and ops HTTP/1 loop).
 
 pub mod answer;
 pub mod body;
+pub mod cap;
 pub mod client;
+pub mod http1;
 pub mod listener;
 
 /// What answering a request gave: the status written, or the error still to write.

@@ -12,6 +12,7 @@
 
 use super::Gateway;
 use crate::downstream::client::Client;
+use crate::downstream::listener;
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
 use pingora::protocols::Stream;
@@ -19,7 +20,7 @@ use pingora::proxy::Session;
 use pingora::server::ShutdownWatch;
 use sluice_filters::route::route;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How long a connection's first request head may take when connections are not
 /// kept alive (`server.keepalive_seconds = 0`).
@@ -45,7 +46,11 @@ impl ServerApp for Gateway {
             HEAD_WAIT_SECS
         };
         session.set_keepalive((!closing).then_some(head_wait));
-        if !read_head(&mut session, shutdown).await {
+        let waits = HeadWaits {
+            idle: Duration::from_secs(head_wait),
+            head: Duration::from_millis(self.state.config.server.header_timeout_ms),
+        };
+        if !read_head(&mut session, shutdown, waits).await {
             return None;
         }
         if keepalive == 0 {
@@ -77,16 +82,44 @@ impl ServerApp for Gateway {
     }
 }
 
+/// How long a connection may wait for its next request's first byte (its idle
+/// wait), and then for the rest of the head (`[server] header_timeout_ms`).
+#[derive(Clone, Copy)]
+struct HeadWaits {
+    idle: Duration,
+    head: Duration,
+}
+
 /// Reads the request head and runs the downstream modules on it; false when
-/// there is no request to serve (the client left, the head was malformed, the
-/// method is CONNECT, or the service is shutting down).
-async fn read_head(session: &mut Session, shutdown: &ShutdownWatch) -> bool {
+/// there is no request to serve (the client left or stopped mid-head, the head
+/// was malformed, the method is CONNECT, or the service is shutting down).
+///
+/// Pingora times each read of the head, not the head: a client sending a byte a
+/// minute would hold its connection for ever. So the first byte is waited for
+/// under the idle wait, and the whole head must then arrive within the header
+/// timeout. On a connection that is not ours (TLS), which cannot say when its
+/// first byte came, both together bound the head.
+async fn read_head(session: &mut Session, shutdown: &ShutdownWatch, waits: HeadWaits) -> bool {
     let mut closing = shutdown.clone();
+    let within = tokio::select! {
+        biased;
+        ready = tokio::time::timeout(waits.idle, listener::readable(session)) => match ready {
+            Ok(Some(Ok(()))) => waits.head,
+            Ok(None) => waits.idle + waits.head,
+            Ok(Some(Err(_))) | Err(_) => return false,
+        },
+        _ = closing.wait_for(|down| *down) => return false,
+    };
     let read = tokio::select! {
         // Biased: a request already sent is read before the shutdown is looked at.
         biased;
-        read = session.downstream_session.read_request() => read,
+        read = tokio::time::timeout(within, session.downstream_session.read_request()) => read,
         _ = closing.wait_for(|down| *down) => return false,
+    };
+    let Ok(read) = read else {
+        // The head did not arrive in time.
+        session.downstream_session.shutdown().await;
+        return false;
     };
     let refuse = match read {
         Ok(true) if session.req_header().method == http::Method::CONNECT => Some(405),
