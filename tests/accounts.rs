@@ -281,6 +281,70 @@ async fn calls_on_the_orgs_own_keys_work_before_the_address_is_verified() {
         .all(|r| r.header("authorization") == Some("Bearer sk-own-openai")));
 }
 
+/// M1 of the 2026-12-01 security review: instant signup answers with a key for
+/// an address nobody proved. When the address's owner later proves it some other
+/// way than the link that signup mailed (told at signup that the account exists,
+/// they sign in by mail), every key minted before the proof is revoked: whoever
+/// signed up with their address never spends their credits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_signed_up_for_an_unproved_address_dies_when_its_owner_proves_it() {
+    let b = Backend::fresh().await;
+    let w = Web::start(&b, |o| o).await;
+    let (st, v) = w.signup("victim@corp.example").await;
+    assert_eq!(st, 200, "{v}");
+    let squatted = v["api_key"].as_str().unwrap().to_string();
+    let (st, e) = w.chat(&squatted, "b-shared").await;
+    assert_error(st, &e, 429, "insufficient_quota");
+
+    // The owner is told the account exists, and signs in by a mailed link.
+    let (st, e) = w.signup("victim@corp.example").await;
+    assert_error(st, &e, 409, "account_exists");
+    let r = w
+        .http
+        .post(w.url("/login"))
+        .form(&[("email", "victim@corp.example")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mail = w.sink.wait_for("victim@corp.example", 1).await;
+    let (st, cookie, headers) = w.follow(&mail.single_link(), None).await;
+    assert_eq!(st, 303);
+    assert_eq!(
+        Web::location(&headers),
+        "/overview?notice=verified_keys_revoked"
+    );
+    let owner = w.member(&cookie.unwrap(), None).await;
+    let (_, me) = w.session(&owner.cookie).await;
+    assert_eq!(me["email_verified"], json!(true));
+
+    // The squatter's key is dead on every lane; the overview says why.
+    let (st, e) = w.chat(&squatted, "b-shared").await;
+    assert_error(st, &e, 401, "invalid_key");
+    assert_eq!(w.s.get("/v1/models", Some(&squatted)).await.0, 401);
+    let (st, page, _) = w
+        .page(Some(&owner), "/overview?notice=verified_keys_revoked")
+        .await;
+    assert_eq!(st, 200);
+    assert!(page.contains("were revoked"), "{page}");
+    // A key the owner mints draws the org's credits.
+    let (st, k) = w
+        .call(
+            &owner,
+            reqwest::Method::POST,
+            "/api/session/keys",
+            Some(json!({"name": "mine"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{k}");
+    let (st, c) = w.chat(k["api_key"].as_str().unwrap(), "b-shared").await;
+    assert_eq!(st, 200, "{c}");
+    // The link the signup mailed proves nothing more now, and revives nothing.
+    let first = w.sink.wait_for("victim@corp.example", 0).await;
+    let _ = w.follow(&first.single_link(), None).await;
+    assert_eq!(w.s.get("/v1/models", Some(&squatted)).await.0, 401);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_in_mails_only_members_and_every_sign_in_issues_a_new_session() {
     let b = Backend::fresh().await;

@@ -89,7 +89,12 @@ async fn a_client_that_stops_mid_head_or_mid_body_is_closed_on_every_listener() 
     // A whole request is still answered on each.
     let (st, _) = s.get("/v1/models", None).await;
     assert_eq!(st, 401);
-    let r = s.http.get(format!("{}/healthz", s.ops)).send().await.unwrap();
+    let r = s
+        .http
+        .get(format!("{}/healthz", s.ops))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
 }
 

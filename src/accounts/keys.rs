@@ -163,6 +163,29 @@ pub async fn revoke(db: &Db, key_id: &str) -> Result<bool, ApiError> {
     Ok(done.rows_affected() > 0)
 }
 
+/// Revokes every live key of the org; the revoked records (for the local
+/// snapshot, which the poll would otherwise bring within a second).
+pub async fn revoke_all_of_org(db: &Db, org_id: &str) -> Result<Vec<KeyRecord>, ApiError> {
+    let now = now_ms();
+    let live = list_for_org(db, org_id).await?;
+    sqlx::query(
+        "UPDATE api_keys SET revoked_at = $1, updated_at = $1 WHERE org_id = $2 AND revoked_at IS NULL",
+    )
+    .bind(now)
+    .bind(org_id)
+    .execute(&db.pool)
+    .await
+    .map_err(Error::db("keys"))?;
+    Ok(live
+        .into_iter()
+        .filter(|k| k.revoked_at.is_none())
+        .map(|mut k| {
+            k.revoked_at = Some(now);
+            k
+        })
+        .collect())
+}
+
 const COLUMNS: &str = "id, org_id, name, key_hash, hint, daily_spend_cap_micro_usd, rpm, tpm, \
                        expires_at, revoked_at, created_at, updated_at, user_id";
 

@@ -172,11 +172,22 @@ pub struct SignedIn {
     pub user_id: String,
     pub org_id: String,
     pub purpose: links::Purpose,
+    /// Keys revoked because the org's address was first proved by a link its
+    /// signup did not mail.
+    pub revoked_keys: usize,
 }
 
 /// Follows a mailed link: `None` when it is unknown, used or expired, or its
 /// member has left the org. The address is proved: the user's, and the org's when
 /// it is the same address.
+///
+/// Instant signup hands out a key before anyone proved the address, so whoever
+/// signed up need not own it. The verification link that signup mailed vouches
+/// for that key: the person who follows it asked for it (the mail says to ignore
+/// it otherwise). Any other first proof of the org's address (a sign-in link, by
+/// someone told at signup that the account exists) revokes every key minted
+/// before it: the org's credits are the prover's from then on, never the key of
+/// whoever signed up with their address. The overview says so.
 pub async fn follow(db: &Db, dir: &Directory, token: &str) -> Result<Option<SignedIn>, ApiError> {
     let Some(f) = links::follow(db, token).await? else {
         return Ok(None);
@@ -188,8 +199,18 @@ pub async fn follow(db: &Db, dir: &Directory, token: &str) -> Result<Option<Sign
         return Ok(None);
     };
     users::mark_signed_in(db, &user.id).await?;
+    let mut revoked_keys = 0;
     if let Some(org) = orgs::get(db, &f.org_id).await? {
         if !org.email_verified && org.email.as_deref() == Some(user.email.as_str()) {
+            // Revoked before the org is verified: no moment in which such a key
+            // draws credits.
+            if f.purpose != links::Purpose::Verify {
+                let revoked = super::keys::revoke_all_of_org(db, &org.id).await?;
+                revoked_keys = revoked.len();
+                for k in revoked {
+                    dir.put_key(k);
+                }
+            }
             let fresh = orgs::verify(db, &org.id, Some(true), None, None).await?;
             dir.put_org(fresh);
         }
@@ -198,6 +219,7 @@ pub async fn follow(db: &Db, dir: &Directory, token: &str) -> Result<Option<Sign
         user_id: f.user_id,
         org_id: f.org_id,
         purpose: f.purpose,
+        revoked_keys,
     }))
 }
 

@@ -276,6 +276,7 @@ pub async fn follow_link(
         Err(e) => return Failure(e).into_response(),
     };
     let notice = match f.purpose {
+        _ if f.revoked_keys > 0 => "verified_keys_revoked",
         links::Purpose::Verify => "verified",
         links::Purpose::SignIn => "signed_in",
         links::Purpose::Invite => "joined",

@@ -54,6 +54,10 @@ fn notice_text(code: &str) -> Option<&'static str> {
     Some(match code {
         "verified" => "Your email address is verified: calls paid from credits work now.",
         "signed_in" => "You are signed in.",
+        "verified_keys_revoked" => {
+            "Your email address is verified. The keys made before you proved it were revoked: \
+             whoever signed up with your address had them. Make a new key on the Keys page."
+        }
         "joined" => "Welcome: you joined the organization.",
         "key_revoked" => "The key is revoked: it stops working on every instance within a second.",
         "waterfall_saved" => {
