@@ -345,6 +345,76 @@ async fn a_key_signed_up_for_an_unproved_address_dies_when_its_owner_proves_it()
     assert_eq!(w.s.get("/v1/models", Some(&squatted)).await.0, 401);
 }
 
+/// M2 of the 2026-12-01 security review: an invitation makes nobody a member
+/// until its link is followed. Until then the address signs up for an org of its
+/// own as if never invited; following the link later joins the inviter's org.
+/// An org mails at most 20 invitations an hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invitation_is_only_an_offer_until_its_link_is_followed() {
+    let b = Backend::fresh().await;
+    let w = Web::start(&b, |o| o).await;
+    let alice = w.sign_up_and_in("alice@example.com").await;
+    let (st, v) = w
+        .call(
+            &alice,
+            reqwest::Method::POST,
+            "/api/session/members",
+            Some(json!({"email": "ceo@corp.example"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let invite = w.sink.next_to("ceo@corp.example").await;
+    // Not a member: the settings page lists an invitation, and a sign-in request
+    // mails nothing (the address has no account).
+    let (_, page, _) = w.page(Some(&alice), "/settings").await;
+    assert!(
+        page.contains("ceo@corp.example") && page.contains("follow the link"),
+        "{page}"
+    );
+    // The invitee's own signup works: an org of their own, their key.
+    let (st, v) = w.signup("ceo@corp.example").await;
+    assert_eq!(st, 200, "{v}");
+    let own_org = v["org_id"].as_str().unwrap().to_string();
+    assert_ne!(own_org, alice.org_id);
+    let verify = w.sink.wait_for("ceo@corp.example", 1).await;
+    let cookie = {
+        let (st, c, _) = w.follow(&verify.single_link(), None).await;
+        assert_eq!(st, 303);
+        c.unwrap()
+    };
+    let ceo = w
+        .member(&cookie, v["api_key"].as_str().map(str::to_string))
+        .await;
+    assert_eq!(ceo.org_id, own_org);
+    // Following the invitation later joins alice's org, in a session there.
+    let (st, c, _) = w.follow(&invite.single_link(), None).await;
+    assert_eq!(st, 303);
+    let joined = w.member(&c.unwrap(), None).await;
+    assert_eq!(joined.org_id, alice.org_id);
+    assert_eq!(joined.user_id, ceo.user_id);
+
+    // An org mails at most 20 invitations an hour, whatever the addresses.
+    let mut refused = None;
+    for i in 0..25 {
+        let (st, v) = w
+            .call(
+                &alice,
+                reqwest::Method::POST,
+                "/api/session/members",
+                Some(json!({"email": format!("person{i}@example.com")})),
+            )
+            .await;
+        if st != 201 {
+            refused = Some((i, st, v));
+            break;
+        }
+    }
+    let (i, st, v) = refused.expect("some invitation is refused");
+    assert_error(st, &v, 429, "rate_limited");
+    assert_eq!(i, 19, "the first invitation counted too: {v}");
+    assert!(w.sink.mails_to("person19@example.com").is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_in_mails_only_members_and_every_sign_in_issues_a_new_session() {
     let b = Backend::fresh().await;

@@ -122,6 +122,46 @@ pub async fn follow(db: &Db, token: &str) -> Result<Option<Followed>, ApiError> 
 
 /// Links of a purpose mailed to the user since `since_ms`: how often an address
 /// may be mailed is bounded by it.
+/// Links of a purpose mailed on an org's behalf since `since_ms` (invitations).
+pub async fn issued_for_org_since(
+    db: &Db,
+    org_id: &str,
+    purpose: Purpose,
+    since_ms: i64,
+) -> Result<i64, ApiError> {
+    let row = sqlx::query(
+        "SELECT COUNT(*) AS n FROM email_links WHERE org_id = $1 AND purpose = $2 AND created_at > $3",
+    )
+    .bind(org_id)
+    .bind(purpose.as_str())
+    .bind(since_ms)
+    .fetch_one(&db.pool)
+    .await
+    .map_err(Error::db("email links"))?;
+    Ok(row.get("n"))
+}
+
+/// The addresses an org invited whose links are still unused and unexpired,
+/// with when the newest was mailed; newest first.
+pub async fn pending_invitations(db: &Db, org_id: &str) -> Result<Vec<(String, i64)>, ApiError> {
+    let rows = sqlx::query(
+        "SELECT u.email AS email, MAX(l.created_at) AS at FROM email_links l JOIN users u ON u.id = l.user_id \
+         WHERE l.org_id = $1 AND l.purpose = $2 AND l.used_at IS NULL AND l.expires_at > $3 \
+         AND NOT EXISTS (SELECT 1 FROM org_members m WHERE m.org_id = l.org_id AND m.user_id = l.user_id) \
+         GROUP BY u.email ORDER BY MAX(l.created_at) DESC LIMIT 100",
+    )
+    .bind(org_id)
+    .bind(Purpose::Invite.as_str())
+    .bind(now_ms())
+    .fetch_all(&db.pool)
+    .await
+    .map_err(Error::db("email links"))?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get("email"), r.get::<i64, _>("at")))
+        .collect())
+}
+
 pub async fn issued_since(
     db: &Db,
     user_id: &str,

@@ -18,6 +18,10 @@ pub const SIGN_IN_MAILS_PER_HOUR: i64 = 5;
 /// Sign-in requests one origin may make per hour, whatever the addresses.
 pub const SIGN_IN_REQUESTS_PER_ORIGIN_PER_HOUR: u32 = 30;
 
+/// Invitations one org may mail per hour, whatever the addresses: the operator's
+/// mail domain is no relay for a member's list.
+pub const INVITATIONS_PER_ORG_PER_HOUR: i64 = 20;
+
 /// What `POST /login` did; the page says the same either way.
 #[derive(Debug, PartialEq, Eq)]
 pub enum LoginRequest {
@@ -69,9 +73,11 @@ pub async fn request_link(
     Ok(LoginRequest::Answered)
 }
 
-/// `POST {web_url}/api/session/members`: the address becomes a member of the org
-/// and gets a mail whose link opens a session in it. Inviting a member again sends
-/// a fresh link.
+/// `POST {web_url}/api/session/members`: the address gets a mail whose link makes
+/// it a member of the org and opens a session in it. Until the link is followed
+/// the invitation is only that: the address is no member, its signup and sign-in
+/// work as if it had never been invited, and it may ignore the mail. Inviting
+/// again sends a fresh link.
 pub async fn invite(
     db: &Db,
     mailer: &Mailer,
@@ -81,9 +87,17 @@ pub async fn invite(
     raw_email: &str,
 ) -> Result<users::User, ApiError> {
     let email = users::normalize_email(raw_email)?;
-    let user = users::ensure(db, &email).await?;
-    users::add_member(db, org_id, &user.id, users::Role::Member, Some(&inviter.id)).await?;
     let hour_ago = now_ms() - 3600 * 1000;
+    if links::issued_for_org_since(db, org_id, links::Purpose::Invite, hour_ago).await?
+        >= INVITATIONS_PER_ORG_PER_HOUR
+    {
+        return Err(ApiError::new(
+            ErrorCode::RateLimited,
+            format!("This organization sent {INVITATIONS_PER_ORG_PER_HOUR} invitations in the last hour; try again later."),
+        ));
+    }
+    // The address's record (no membership): the link names it.
+    let user = users::ensure(db, &email).await?;
     if links::issued_since(db, &user.id, links::Purpose::Invite, hour_ago).await?
         >= SIGN_IN_MAILS_PER_HOUR
     {
@@ -109,16 +123,13 @@ pub async fn invite(
             link_url(config, &token)
         ),
     };
-    mailer
-        .send(mail)
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %format!("{e:#}"), "the invitation was not sent");
-            ApiError::new(
-                ErrorCode::InternalError,
-                "The invitation mail could not be sent; the member was added, try inviting again later.",
-            )
-        })?;
+    mailer.send(mail).await.map_err(|e| {
+        tracing::error!(error = %format!("{e:#}"), "the invitation was not sent");
+        ApiError::new(
+            ErrorCode::InternalError,
+            "The invitation mail could not be sent; try inviting again later.",
+        )
+    })?;
     Ok(user)
 }
 
@@ -192,6 +203,10 @@ pub async fn follow(db: &Db, dir: &Directory, token: &str) -> Result<Option<Sign
     let Some(f) = links::follow(db, token).await? else {
         return Ok(None);
     };
+    // An invitation is accepted by following its link: the membership starts now.
+    if f.purpose == links::Purpose::Invite && orgs::org_exists(db, &f.org_id).await? {
+        users::add_member(db, &f.org_id, &f.user_id, users::Role::Member, None).await?;
+    }
     if !users::is_member(db, &f.org_id, &f.user_id).await? {
         return Ok(None);
     }

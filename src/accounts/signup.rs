@@ -111,13 +111,26 @@ pub async fn instant(
     }
     let email = users::normalize_email(raw_email)?;
     let credits = super::usd_to_micro(config.signup.credits_usd.max(0.0))?;
-    let mut tx = db.pool.begin().await.map_err(Error::db("signup"))?;
-    let Some(user_id) = users::insert_in_tx(&mut tx, &email).await? else {
-        return Err(ApiError::new(
+    let exists = || {
+        ApiError::new(
             ErrorCode::AccountExists,
             "An account with this address exists; sign in with it instead.",
         )
-        .param("email"));
+        .param("email")
+    };
+    // An address known only from an invitation never accepted (or an operator's
+    // record of it) has no account yet: this signup makes it.
+    let known = match users::by_email(db, &email).await? {
+        Some(u) if users::first_org(db, &u.id).await?.is_none() => Some(u.id),
+        Some(_) => return Err(exists()),
+        None => None,
+    };
+    let mut tx = db.pool.begin().await.map_err(Error::db("signup"))?;
+    let user_id = match known {
+        Some(id) => id,
+        None => users::insert_in_tx(&mut tx, &email)
+            .await?
+            .ok_or_else(exists)?,
     };
     let org_id = orgs::create_in_tx(
         &mut tx,

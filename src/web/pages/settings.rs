@@ -3,7 +3,7 @@
 //! through the same rules as `PUT /api/session/settings`.
 
 use super::{org, shell, status_of, with_status};
-use crate::accounts::{orgs, signin, users};
+use crate::accounts::{links, orgs, signin, users};
 use crate::api::respond::Failure;
 use crate::web::api::{apply_settings, user_of};
 use crate::web::session::{checked_form, PageMember};
@@ -30,9 +30,17 @@ async fn render(
         Ok(v) => v,
         Err(e) => return Failure(e).into_response(),
     };
+    let pending = match links::pending_invitations(&web.app.db, &org.id).await {
+        Ok(v) => v,
+        Err(e) => return Failure(e).into_response(),
+    };
     let default = web.app.config.responses.prompt_capture_default;
     let mut ctx = shell(web, m, &org, "settings", "Settings", notice);
     ctx["members"] = j!(members);
+    ctx["pending"] = j!(pending
+        .iter()
+        .map(|(email, at)| j!({"email": email, "invited_at": at}))
+        .collect::<Vec<_>>());
     ctx["settings"] = org.settings_json(default);
     ctx["capture_default"] = j!(default);
     ctx["error"] = j!(error);
