@@ -62,7 +62,7 @@ async fn run(label: &str, db: Db) {
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    let keeper = Keeper::new(db, Duration::from_secs(86_400));
+    let keeper = Keeper::new(db, Duration::from_secs(86_400), 32 << 20);
     let body =
         json!({"model": "m", "input": "and now?", "previous_response_id": parent}).to_string();
     let mut times = Vec::with_capacity(RUNS);

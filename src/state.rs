@@ -131,7 +131,8 @@ impl AppState {
             crate::byok::secrets::Sealer::load(&config.secrets.key, &config.secrets.key_file)?;
         let byok = Arc::new(crate::byok::ByokStore::load(&db, sealer).await?);
         let retention = crate::config::parse_duration(&config.responses.retention)?;
-        let responses = crate::responses::Keeper::new(db.clone(), retention);
+        let responses =
+            crate::responses::Keeper::new(db.clone(), retention, config.limits.max_request_bytes);
         let objects = crate::store::objects::Objects::open(
             &config.storage.objects,
             &config.storage.s3_endpoint,

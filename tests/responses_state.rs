@@ -542,3 +542,50 @@ async fn reasoning_effort_passes_through_and_a_refused_value_is_the_providers_40
     assert_eq!(a.status, 200, "{}", a.json);
     assert_eq!(e.sent("c1")["thinking"]["budget_tokens"], 16384);
 }
+
+/// M4 of the 2026-12-01 security review: a conversation rebuilt from the store is
+/// held to `[limits] max_request_bytes`, what a client could send itself. A chain
+/// whose stored turns outgrow it is refused by name, before anything is built or
+/// sent, and costs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_conversation_larger_than_a_request_is_refused_not_rebuilt() {
+    let e = start_with(&[("SLUICE_LIMITS__MAX_REQUEST_BYTES", "40000")]).await;
+    let big = "lorem ipsum ".repeat(1_200); // about 14 KB a turn
+    let mut prev: Option<String> = None;
+    let mut refused = None;
+    for turn in 0..5 {
+        let mut body = json!({"model": "fmt-gpt", "input": big});
+        if let Some(p) = &prev {
+            body["previous_response_id"] = json!(p);
+        }
+        let sent_before = e.mock.requests_for("o1").len();
+        let a = e.respond(body).await;
+        if a.status != 200 {
+            assert_eq!(
+                e.mock.requests_for("o1").len(),
+                sent_before,
+                "nothing went upstream"
+            );
+            refused = Some((turn, a));
+            break;
+        }
+        e.wait_stored(turn + 1).await;
+        prev = Some(id_of(&a));
+    }
+    let (turn, a) = refused.expect("the chain outgrows the bound");
+    assert!(turn >= 2, "the first turns fit: refused at {turn}");
+    assert_error(a.status, &a.json, 400, "invalid_parameter");
+    assert_eq!(
+        a.json["error"]["param"], "previous_response_id",
+        "{}",
+        a.json
+    );
+    assert!(
+        a.json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_request_bytes"),
+        "{}",
+        a.json
+    );
+}

@@ -72,6 +72,8 @@ pub struct Begun {
 pub struct Keeper {
     db: Db,
     retention_ms: i64,
+    /// The largest conversation rebuilt, stored bytes and decompressed.
+    max_bytes: usize,
     tx: mpsc::Sender<store::Turn>,
     rx: Mutex<Option<mpsc::Receiver<store::Turn>>>,
     /// Queued turns by (org, id), until written: read-your-writes on this instance.
@@ -83,10 +85,13 @@ fn not_found(message: &'static str) -> ApiError {
 }
 
 impl Keeper {
-    pub fn new(db: Db, retention: Duration) -> Keeper {
+    /// `max_bytes`: the largest conversation rebuilt (`[limits] max_request_bytes`:
+    /// what a client could have sent itself).
+    pub fn new(db: Db, retention: Duration, max_bytes: usize) -> Keeper {
         let (tx, rx) = mpsc::channel(QUEUE);
         Keeper {
             db,
+            max_bytes,
             retention_ms: i64::try_from(retention.as_millis()).unwrap_or(i64::MAX),
             tx,
             rx: Mutex::new(Some(rx)),
@@ -255,10 +260,11 @@ impl Keeper {
             }
             let read = tokio::time::timeout(
                 READ_TIMEOUT,
-                store::items(&self.db, org_id, &rest, now_ms()),
+                store::items(&self.db, org_id, &rest, now_ms(), self.max_bytes),
             );
             match read.await {
                 Ok(Ok(more)) => found.extend(more),
+                Ok(Err(e)) if e.is::<store::TooLarge>() => return Err(too_large(self.max_bytes)),
                 Ok(Err(e)) => {
                     tracing::error!(error = %e, "responses store read failed");
                     return Err(unavailable());
@@ -385,6 +391,11 @@ impl Keeper {
         let Some(mut h) = rest else {
             return Ok(None);
         };
+        let read: usize = h.items.iter().map(|i| i.get().len()).sum();
+        let queued_bytes: usize = queued.iter().map(|t| t.items.len()).sum();
+        if read + queued_bytes > self.max_bytes {
+            return Err(too_large(self.max_bytes));
+        }
         for t in queued.iter().rev() {
             let items: Vec<Box<RawValue>> =
                 serde_json::from_slice(&t.items).map_err(|_| ApiError::internal())?;
@@ -398,11 +409,14 @@ impl Keeper {
 
     /// Reads a history from the database, within the read bound.
     async fn read(&self, org_id: &str, id: &str) -> Result<Option<History>, ApiError> {
-        let read =
-            tokio::time::timeout(READ_TIMEOUT, store::history(&self.db, org_id, id, now_ms()))
-                .await;
+        let read = tokio::time::timeout(
+            READ_TIMEOUT,
+            store::history(&self.db, org_id, id, now_ms(), self.max_bytes),
+        )
+        .await;
         match read {
             Ok(Ok(h)) => Ok(h),
+            Ok(Err(e)) if e.is::<store::TooLarge>() => Err(too_large(self.max_bytes)),
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "responses store read failed");
                 Err(unavailable())
@@ -449,6 +463,15 @@ impl Keeper {
             }
         });
     }
+}
+
+fn too_large(max: usize) -> ApiError {
+    ApiError::invalid_parameter(
+        "previous_response_id",
+        format!(
+            "The conversation stored up to previous_response_id is larger than {max} bytes ([limits] max_request_bytes), more than a request may carry; start a new conversation or send a shorter one as `input`."
+        ),
+    )
 }
 
 fn unavailable() -> ApiError {

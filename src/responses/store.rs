@@ -48,11 +48,13 @@ fn encode(items: &[u8]) -> (i64, Vec<u8>) {
     }
 }
 
-fn decode(codec: i64, bytes: Vec<u8>) -> anyhow::Result<Vec<u8>> {
+/// A stored turn's items, at most `max` bytes once decompressed (zstd stops
+/// there, so a small compressed row never becomes a large allocation).
+fn decode(codec: i64, bytes: Vec<u8>, max: usize) -> anyhow::Result<Vec<u8>> {
     Ok(match codec {
+        0 if bytes.len() > max => anyhow::bail!("a stored turn larger than {max} bytes"),
         0 => bytes,
-        // The decompressed size is bounded by what a request may carry.
-        1 => zstd::bulk::decompress(&bytes, 256 * 1024 * 1024)?,
+        1 => zstd::bulk::decompress(&bytes, max)?,
         c => anyhow::bail!("stored turn with unknown codec {c}"),
     })
 }
@@ -107,13 +109,16 @@ pub async fn insert(db: &Db, turns: &[Turn], now: i64, retention_ms: i64) -> any
 }
 
 /// Stored items of the org by id (of chains not expired); ids not found are absent.
+/// The turns read for them count against `max_bytes` as [`history`]'s do.
 pub async fn items(
     db: &Db,
     org_id: &str,
     ids: &[String],
     now: i64,
+    max_bytes: usize,
 ) -> anyhow::Result<std::collections::HashMap<String, Box<RawValue>>> {
     let mut out = std::collections::HashMap::new();
+    let mut left = max_bytes;
     for id in ids {
         if out.contains_key(id) {
             continue;
@@ -131,7 +136,9 @@ pub async fn items(
         .await?;
         let Some(row) = row else { continue };
         let position: i64 = row.try_get("position")?;
-        let bytes = decode(row.try_get("codec")?, row.try_get("items")?)?;
+        let bytes = decode(row.try_get("codec")?, row.try_get("items")?, left)
+            .map_err(|_| TooLarge(max_bytes))?;
+        left = left.saturating_sub(bytes.len());
         let mut turn: Vec<Box<RawValue>> = serde_json::from_slice(&bytes)?;
         if let Ok(p) = usize::try_from(position) {
             if p < turn.len() {
@@ -142,10 +149,24 @@ pub async fn items(
     Ok(out)
 }
 
+/// A stored conversation larger than a request may be: it is not rebuilt.
+#[derive(Debug, thiserror::Error)]
+#[error("the stored conversation is larger than {0} bytes")]
+pub struct TooLarge(pub usize);
+
 /// The conversation up to and including `id`, when the org has it stored, its
-/// chain has not expired, and every earlier turn is still there.
-pub async fn history(db: &Db, org_id: &str, id: &str, now: i64) -> anyhow::Result<Option<History>> {
-    let rows = sqlx::query(
+/// chain has not expired, and every earlier turn is still there. Its turns are
+/// read one at a time, and counted as they are: past `max_bytes` (stored or
+/// decompressed) the read stops with [`TooLarge`], so a long chain of large
+/// turns is never all in memory.
+pub async fn history(
+    db: &Db,
+    org_id: &str,
+    id: &str,
+    now: i64,
+    max_bytes: usize,
+) -> anyhow::Result<Option<History>> {
+    let query = sqlx::query(
         "WITH RECURSIVE walk(id, parent_id, depth) AS ( \
            SELECT id, parent_id, 0 FROM stored_responses WHERE org_id = $1 AND id = $2 \
            UNION ALL \
@@ -160,24 +181,33 @@ pub async fn history(db: &Db, org_id: &str, id: &str, now: i64) -> anyhow::Resul
     )
     .bind(org_id)
     .bind(id)
-    .bind(MAX_DEPTH)
-    .fetch_all(&db.pool)
-    .await?;
-    let Some(newest) = rows.last() else {
+    .bind(MAX_DEPTH);
+    let mut rows = query.fetch(&db.pool);
+    let mut items = Vec::new();
+    let mut left = max_bytes;
+    let mut first = true;
+    let mut newest: Option<(String, i64)> = None;
+    while let Some(row) = futures_util::TryStreamExt::try_next(&mut rows).await? {
+        if first {
+            // The oldest turn starts the chain; a missing one was swept.
+            let oldest_parent: Option<String> = row.try_get("parent_id")?;
+            if oldest_parent.is_some() {
+                return Ok(None);
+            }
+            first = false;
+        }
+        let codec: i64 = row.try_get("codec")?;
+        let stored: Vec<u8> = row.try_get("items")?;
+        let bytes = decode(codec, stored, left).map_err(|_| TooLarge(max_bytes))?;
+        left = left.checked_sub(bytes.len()).ok_or(TooLarge(max_bytes))?;
+        items.extend(serde_json::from_slice::<Vec<Box<RawValue>>>(&bytes)?);
+        newest = Some((row.try_get("chain_id")?, row.try_get("expires_at")?));
+    }
+    let Some((chain_id, expires_at)) = newest else {
         return Ok(None);
     };
-    let chain_id: String = newest.try_get("chain_id")?;
-    let expires_at: i64 = newest.try_get("expires_at")?;
-    // The oldest turn starts the chain; a missing one was swept.
-    let oldest_parent: Option<String> = rows[0].try_get("parent_id")?;
-    if expires_at <= now || oldest_parent.is_some() {
+    if expires_at <= now {
         return Ok(None);
-    }
-    let mut items = Vec::new();
-    for row in &rows {
-        let codec: i64 = row.try_get("codec")?;
-        let bytes = decode(codec, row.try_get("items")?)?;
-        items.extend(serde_json::from_slice::<Vec<Box<RawValue>>>(&bytes)?);
     }
     Ok(Some(History { chain_id, items }))
 }
@@ -245,6 +275,8 @@ mod tests {
         }
     }
 
+    const MB: usize = 1 << 20;
+
     #[tokio::test]
     async fn expired_chains_read_as_gone_and_the_sweep_removes_only_them() {
         let dir = tempfile::tempdir().unwrap();
@@ -272,23 +304,26 @@ mod tests {
         .await
         .unwrap();
         // The second turn renewed the chain: whole until 1150.
-        let h = history(&db, "o1", "a2", 1100).await.unwrap().unwrap();
+        let h = history(&db, "o1", "a2", 1100, MB).await.unwrap().unwrap();
         assert_eq!(h.items.len(), 2);
         assert_eq!(h.chain_id, "a1");
         // Past it: gone for reads before any sweep, for both turns.
-        assert!(history(&db, "o1", "a2", 1200).await.unwrap().is_none());
-        assert!(history(&db, "o1", "a1", 1200).await.unwrap().is_none());
+        assert!(history(&db, "o1", "a2", 1200, MB).await.unwrap().is_none());
+        assert!(history(&db, "o1", "a1", 1200, MB).await.unwrap().is_none());
+        // A history larger than the bound is refused, not built.
+        let e = history(&db, "o1", "a2", 1100, 10).await.unwrap_err();
+        assert!(e.is::<TooLarge>(), "{e}");
         // Another org's id is never another's history.
-        let other = history(&db, "o2", "a1", 1200).await.unwrap().unwrap();
+        let other = history(&db, "o2", "a1", 1200, MB).await.unwrap().unwrap();
         assert!(other.items[0].get().contains("other"));
         // Items by id: the org's own, of chains not expired.
         let ids = ["msg_a2".to_string(), "msg_b1".to_string()];
-        let found = items(&db, "o1", &ids, 1100).await.unwrap();
+        let found = items(&db, "o1", &ids, 1100, MB).await.unwrap();
         assert!(found["msg_a2"].get().contains("two"));
         assert!(found["msg_b1"].get().contains("\"b\""));
-        let found = items(&db, "o1", &ids, 1200).await.unwrap();
+        let found = items(&db, "o1", &ids, 1200, MB).await.unwrap();
         assert_eq!(found.keys().collect::<Vec<_>>(), ["msg_b1"]);
-        assert!(items(&db, "o2", &ids, 1100).await.unwrap().is_empty());
+        assert!(items(&db, "o2", &ids, 1100, MB).await.unwrap().is_empty());
         assert_eq!(sweep(&db, 1200, 1).await.unwrap(), 2);
         let left = sqlx::query("SELECT org_id, id FROM stored_responses ORDER BY org_id, id")
             .fetch_all(&db.pool)
@@ -324,6 +359,8 @@ mod tests {
             bytes.len(),
             large.len()
         );
-        assert_eq!(decode(codec, bytes).unwrap(), large);
+        assert_eq!(decode(codec, bytes.clone(), large.len()).unwrap(), large);
+        // Past the bound zstd stops: no allocation the size of the content.
+        assert!(decode(codec, bytes, large.len() - 1).is_err());
     }
 }
