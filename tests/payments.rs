@@ -368,3 +368,139 @@ async fn a_browser_pays_on_the_checkout_page_and_a_dispute_draws_the_live_balanc
     assert_eq!(st, 200);
     assert!(page.contains("disputed"), "{page}");
 }
+
+/// M5 of the 2026-12-01 security review: reversing a payment takes back what it
+/// unlocked. A refunded purchase gives back its tier step and reopens the payment
+/// review it lifted; a disputed verification takes the card on file, the settled
+/// charge and credits overflow with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reversing_a_payment_takes_back_what_it_unlocked() {
+    let b = Backend::fresh().await;
+    let fake = FakeStripe::start().await;
+    let w = Web::start(&b, with_stripe(&fake)).await;
+    let m = w.sign_up_and_in("alice@example.com").await;
+    let (st, _) =
+        w.s.admin(
+            Method::POST,
+            &format!("/admin/orgs/{}/review", m.org_id),
+            Some(json!({"under_review": true, "reason": "card payment failed"})),
+        )
+        .await;
+    assert_eq!(st, 200);
+    let tier = org(&w, &m).await["tier"].as_i64().unwrap();
+
+    // A purchase: a tier step, the payment review lifted.
+    let (_, v) = checkout(&w, &m, json!({"kind": "purchase", "amount_usd": 10})).await;
+    let sid = v["checkout_session_id"].as_str().unwrap().to_string();
+    assert_eq!(send_event(&w, &fake.completed_event(&sid)).await.0, 200);
+    let o = org(&w, &m).await;
+    assert_eq!(o["tier"].as_i64().unwrap(), tier + 1, "{o}");
+    assert_eq!(o["under_review"], json!(false), "{o}");
+    // Half refunded: 5 USD stay, still a step's worth.
+    let pi = fake.session(&sid).unwrap().payment_intent;
+    assert_eq!(
+        send_event(&w, &fake.refund_event(&pi, 1000, 500)).await.0,
+        200
+    );
+    let o = org(&w, &m).await;
+    assert_eq!(o["tier"].as_i64().unwrap(), tier + 1, "{o}");
+    // All of it: the step goes, the review is back; a second refund event of the
+    // same charge changes nothing more.
+    assert_eq!(
+        send_event(&w, &fake.refund_event(&pi, 1000, 1000)).await.0,
+        200
+    );
+    let o = org(&w, &m).await;
+    assert_eq!(o["tier"].as_i64().unwrap(), tier, "{o}");
+    assert_eq!(o["under_review"], json!(true), "{o}");
+    assert_eq!(
+        send_event(&w, &fake.refund_event(&pi, 1000, 1000)).await.0,
+        200
+    );
+    assert_eq!(org(&w, &m).await["tier"].as_i64().unwrap(), tier);
+
+    // The verification: card, settled charge, credits overflow; a dispute of it
+    // takes all three back.
+    w.s.admin(
+        Method::POST,
+        &format!("/admin/orgs/{}/review", m.org_id),
+        Some(json!({"under_review": false})),
+    )
+    .await;
+    let (_, v) = checkout(&w, &m, json!({"kind": "verification"})).await;
+    let vid = v["checkout_session_id"].as_str().unwrap().to_string();
+    assert_eq!(send_event(&w, &fake.completed_event(&vid)).await.0, 200);
+    let (st, v) = w
+        .call(
+            &m,
+            Method::PUT,
+            "/api/session/settings",
+            Some(json!({"credits_overflow": true})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let vpi = fake.session(&vid).unwrap().payment_intent;
+    assert_eq!(send_event(&w, &fake.dispute_event(&vpi, 100)).await.0, 200);
+    let o = org(&w, &m).await;
+    assert_eq!(o["card_verified"], json!(false), "{o}");
+    assert_eq!(o["settled"], json!(false), "{o}");
+    assert_eq!(o["credits_overflow"], json!(false), "{o}");
+    let (st, v) = w
+        .call(
+            &m,
+            Method::PUT,
+            "/api/session/settings",
+            Some(json!({"credits_overflow": true})),
+        )
+        .await;
+    assert_error(st, &v, 402, "verification_required");
+}
+
+/// L4 and I1 of the 2026-12-01 security review: a checkout's two "paid" events
+/// delivered at once credit it once; a paid session in another currency is not
+/// credited as cents of USD; an absurd signature timestamp is refused, not a
+/// panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_is_credited_once_in_usd_whatever_the_deliveries() {
+    let b = Backend::fresh().await;
+    let fake = FakeStripe::start().await;
+    let w = Web::start(&b, with_stripe(&fake)).await;
+    let m = w.sign_up_and_in("alice@example.com").await;
+    let start = org(&w, &m).await["balance_usd"].as_f64().unwrap();
+    for round in 0..4 {
+        let (_, v) = checkout(&w, &m, json!({"kind": "purchase", "amount_usd": 7})).await;
+        let sid = v["checkout_session_id"].as_str().unwrap().to_string();
+        let completed = fake.completed_event(&sid);
+        let mut succeeded = completed.clone();
+        succeeded["id"] = json!(format!("evt_async_{round}_{sid}"));
+        succeeded["type"] = json!("checkout.session.async_payment_succeeded");
+        let (a, b2) = tokio::join!(send_event(&w, &completed), send_event(&w, &succeeded));
+        assert_eq!((a.0, b2.0), (200, 200), "{a:?} {b2:?}");
+        let results = [a.1["result"].clone(), b2.1["result"].clone()];
+        assert!(results.contains(&json!("applied")), "{results:?}");
+        assert!(results.contains(&json!("ignored")), "{results:?}");
+        let bal = org(&w, &m).await["balance_usd"].as_f64().unwrap();
+        assert!(
+            near(bal, start + 7.0 * (round + 1) as f64),
+            "round {round}: {bal}"
+        );
+    }
+    let before = org(&w, &m).await["balance_usd"].as_f64().unwrap();
+    // A session made in the dashboard, in yen.
+    let mut yen = fake.other_event("checkout.session.completed");
+    yen["data"]["object"] = json!({"id": "cs_dashboard_yen", "object": "checkout.session",
+        "amount_total": 5000, "currency": "jpy", "client_reference_id": m.org_id,
+        "metadata": {"kind": "purchase"}, "payment_intent": "pi_yen", "payment_status": "paid"});
+    let (st, v) = send_event(&w, &yen).await;
+    assert_eq!((st, v["result"].clone()), (200, json!("ignored")), "{v}");
+    assert!(near(
+        org(&w, &m).await["balance_usd"].as_f64().unwrap(),
+        before
+    ));
+    // t far in the past: refused, the handler still there.
+    let body = fake.other_event("customer.created").to_string();
+    let (st, _) = deliver(&w, &body, &format!("t={},v1=00", i64::MIN)).await;
+    assert_eq!(st, 400);
+    let (st, _) = deliver(&w, &body, &format!("t={},v1=00", i64::MAX)).await;
+    assert_eq!(st, 400);
+}

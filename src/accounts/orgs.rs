@@ -380,6 +380,83 @@ async fn lift_payment_review(
     Ok(())
 }
 
+/// What a payment may unlock, as it stands before the payment is applied.
+#[derive(Debug, Default)]
+pub struct Unlocks {
+    pub tier: i64,
+    /// The reason of a review opened for a payment reason (a payment lifts it).
+    pub payment_review: Option<String>,
+}
+
+/// The org's tier and payment review, read inside a payment's transaction.
+pub async fn unlocks_in_tx(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    org_id: &str,
+) -> Result<Unlocks, ApiError> {
+    let row = sqlx::query(
+        "SELECT tier, under_review, review_for_payment, review_reason FROM orgs WHERE id = $1",
+    )
+    .bind(org_id)
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(Error::db("orgs"))?;
+    let flag = |c: &str| opt_i64(&row, c).unwrap_or(0) != 0;
+    Ok(Unlocks {
+        tier: opt_i64(&row, "tier").unwrap_or(0),
+        payment_review: (flag("under_review") && flag("review_for_payment")).then(|| {
+            row.try_get::<Option<String>, _>("review_reason")
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| "payment review".into())
+        }),
+    })
+}
+
+/// Takes back what a reversed payment unlocked: the tier step it gave, the
+/// payment review it lifted (opened again unless another review is open), and
+/// for the 1 USD verification the card on file, the settled charge and credits
+/// overflow (which needs both).
+pub async fn reverse_unlocks_in_tx(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    org_id: &str,
+    lower_tier: bool,
+    review: Option<&str>,
+    verification: bool,
+) -> Result<(), ApiError> {
+    let now = now_ms();
+    if lower_tier {
+        sqlx::query("UPDATE orgs SET tier = tier - 1, updated_at = $1 WHERE id = $2 AND tier > 0")
+            .bind(now)
+            .bind(org_id)
+            .execute(&mut **tx)
+            .await
+            .map_err(Error::db("orgs"))?;
+    }
+    if let Some(reason) = review {
+        sqlx::query(
+            "UPDATE orgs SET under_review = 1, review_reason = $1, review_for_payment = 1, updated_at = $2 \
+             WHERE id = $3 AND under_review = 0",
+        )
+        .bind(reason)
+        .bind(now)
+        .bind(org_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(Error::db("orgs"))?;
+    }
+    if verification {
+        sqlx::query(
+            "UPDATE orgs SET card_on_file = 0, settled = 0, credits_overflow = 0, updated_at = $1 WHERE id = $2",
+        )
+        .bind(now)
+        .bind(org_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(Error::db("orgs"))?;
+    }
+    Ok(())
+}
+
 /// Turns credits overflow on (a spent free allowance then draws credits); only a
 /// verified org (card on file and the 1 USD charge settled) may.
 pub async fn enable_overflow(db: &Db, org: &OrgRecord) -> Result<(), ApiError> {

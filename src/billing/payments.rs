@@ -303,11 +303,29 @@ impl Stripe {
             }
             "charge.refunded" => {
                 let refunded = object["amount_refunded"].as_i64().unwrap_or(0);
-                take_back(db, counters, id, kind, object, Reversal::UpTo(refunded)).await?
+                take_back(
+                    db,
+                    counters,
+                    id,
+                    kind,
+                    object,
+                    Reversal::UpTo(refunded),
+                    tier_up_micro_usd,
+                )
+                .await?
             }
             "charge.dispute.created" => {
                 let disputed = object["amount"].as_i64().unwrap_or(0);
-                take_back(db, counters, id, kind, object, Reversal::Add(disputed)).await?
+                take_back(
+                    db,
+                    counters,
+                    id,
+                    kind,
+                    object,
+                    Reversal::Add(disputed),
+                    tier_up_micro_usd,
+                )
+                .await?
             }
             _ => Applied::Ignored,
         };
@@ -353,7 +371,8 @@ pub fn verify_signature(
     if v1.is_empty() {
         return Err(WebhookError::BadSignature("no v1 signature"));
     }
-    if (now_secs - t).abs() > SIGNATURE_TOLERANCE_SECS {
+    let skew = now_secs.checked_sub(t).map(i64::unsigned_abs);
+    if skew.is_none_or(|s| s > SIGNATURE_TOLERANCE_SECS as u64) {
         return Err(WebhookError::BadSignature(
             "timestamp outside the tolerance",
         ));
@@ -401,6 +420,9 @@ struct Row_ {
     status: String,
     credited: i64,
     reversed: i64,
+    /// What applying it unlocked (M5 of the 2026-12-01 review).
+    raised_tier: bool,
+    lifted_review: Option<String>,
 }
 
 fn payment_row(r: &sqlx::any::AnyRow) -> Row_ {
@@ -411,11 +433,28 @@ fn payment_row(r: &sqlx::any::AnyRow) -> Row_ {
         status: r.get("status"),
         credited: opt_i64(r, "credited_micro_usd").unwrap_or(0),
         reversed: opt_i64(r, "reversed_micro_usd").unwrap_or(0),
+        raised_tier: opt_i64(r, "raised_tier").unwrap_or(0) != 0,
+        lifted_review: r
+            .try_get::<Option<String>, _>("lifted_review")
+            .ok()
+            .flatten(),
     }
 }
 
-const ROW_COLUMNS: &str =
-    "checkout_session_id, org_id, kind, status, credited_micro_usd, reversed_micro_usd";
+const ROW_COLUMNS: &str = "checkout_session_id, org_id, kind, status, credited_micro_usd, \
+                           reversed_micro_usd, raised_tier, lifted_review";
+
+/// A payment row read inside a webhook's transaction. On PostgreSQL it is locked
+/// until the transaction ends, so two events of one payment applied at once on
+/// two instances take turns (SQLite's transaction holds the write lock already:
+/// it wrote the event first).
+fn locked_row(db: &Db, by: &str) -> String {
+    let lock = match db.engine {
+        crate::store::db::Engine::Postgres => " FOR UPDATE",
+        crate::store::db::Engine::Sqlite => "",
+    };
+    format!("SELECT {ROW_COLUMNS} FROM payments WHERE {by} = $1{lock}")
+}
 
 /// A paid checkout: credit the purchase, or record the verification.
 async fn paid(
@@ -436,15 +475,13 @@ async fn paid(
     if !first_time(&mut tx, event_id, kind, reference).await? {
         return Ok(Applied::Duplicate);
     }
-    let stored = sqlx::query(&format!(
-        "SELECT {ROW_COLUMNS} FROM payments WHERE checkout_session_id = $1"
-    ))
-    .bind(session_id)
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(Error::db("payments"))?
-    .as_ref()
-    .map(payment_row);
+    let stored = sqlx::query(&locked_row(db, "checkout_session_id"))
+        .bind(session_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(Error::db("payments"))?
+        .as_ref()
+        .map(payment_row);
     // Our own record says whose and what it is; a session made elsewhere (the
     // Stripe dashboard) by its reference and metadata.
     let org_id = stored
@@ -472,9 +509,24 @@ async fn paid(
         .map(|r| r.kind.clone())
         .or_else(|| session["metadata"]["kind"].as_str().map(str::to_string))
         .unwrap_or_default();
+    // Amounts are read as cents of USD: a session in another currency (made in
+    // the dashboard, or a payment link) is not credited.
+    if let Some(currency) = session["currency"].as_str() {
+        if !currency.eq_ignore_ascii_case("usd") {
+            tracing::warn!(
+                currency,
+                "a paid checkout in another currency than usd is not credited"
+            );
+            commit(tx).await?;
+            return Ok(Applied::Ignored);
+        }
+    }
     let paid_micro = session["amount_total"].as_i64().unwrap_or(0) * MICRO_PER_CENT;
+    let before = orgs::unlocks_in_tx(&mut tx, &org_id).await?;
+    let mut raised_tier = false;
     let credited = match what.as_str() {
         "purchase" if paid_micro > 0 => {
+            raised_tier = paid_micro >= tier_up_micro_usd && before.tier < orgs::MAX_TIER;
             orgs::credit_in_tx(&mut tx, &org_id, paid_micro, "purchase", tier_up_micro_usd).await?;
             paid_micro
         }
@@ -501,23 +553,32 @@ async fn paid(
     };
     let now = now_ms();
     let intent = session["payment_intent"].as_str();
+    let lifted = before.payment_review;
     if stored.is_some() {
-        sqlx::query(
+        // Only from open: the payment's other event, applied meanwhile, made it paid.
+        let done = sqlx::query(
             "UPDATE payments SET status = 'paid', payment_intent = $1, credited_micro_usd = $2, \
-             updated_at = $3 WHERE checkout_session_id = $4",
+             updated_at = $3, raised_tier = $5, lifted_review = $6 \
+             WHERE checkout_session_id = $4 AND status = 'open'",
         )
         .bind(intent)
         .bind(credited)
         .bind(now)
         .bind(session_id)
+        .bind(raised_tier as i64)
+        .bind(&lifted)
         .execute(&mut *tx)
         .await
         .map_err(Error::db("payments"))?;
+        if done.rows_affected() == 0 {
+            // Dropped: what this transaction credited is rolled back.
+            return Ok(Applied::Ignored);
+        }
     } else {
         sqlx::query(
             "INSERT INTO payments (checkout_session_id, org_id, kind, amount_micro_usd, status, \
-             payment_intent, credited_micro_usd, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, 'paid', $5, $6, $7, $7)",
+             payment_intent, credited_micro_usd, created_at, updated_at, raised_tier, lifted_review) \
+             VALUES ($1, $2, $3, $4, 'paid', $5, $6, $7, $7, $8, $9)",
         )
         .bind(session_id)
         .bind(&org_id)
@@ -526,6 +587,8 @@ async fn paid(
         .bind(intent)
         .bind(credited)
         .bind(now)
+        .bind(raised_tier as i64)
+        .bind(&lifted)
         .execute(&mut *tx)
         .await
         .map_err(Error::db("payments"))?;
@@ -563,6 +626,7 @@ async fn take_back(
     kind: &str,
     object: &Value,
     how: Reversal,
+    tier_up_micro_usd: i64,
 ) -> Result<Applied, WebhookError> {
     let Some(intent) = object["payment_intent"].as_str() else {
         return Ok(Applied::Ignored);
@@ -572,15 +636,13 @@ async fn take_back(
     if !first_time(&mut tx, event_id, kind, None).await? {
         return Ok(Applied::Duplicate);
     }
-    let row = sqlx::query(&format!(
-        "SELECT {ROW_COLUMNS} FROM payments WHERE payment_intent = $1"
-    ))
-    .bind(intent)
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(Error::db("payments"))?
-    .as_ref()
-    .map(payment_row);
+    let row = sqlx::query(&locked_row(db, "payment_intent"))
+        .bind(intent)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(Error::db("payments"))?
+        .as_ref()
+        .map(payment_row);
     let Some(row) = row else {
         tx.commit().await.map_err(Error::db("payments"))?;
         return Ok(Applied::Ignored);
@@ -606,10 +668,11 @@ async fn take_back(
     } else {
         "dispute"
     };
-    orgs::debit_in_tx(&mut tx, &row.org_id, amount, entry, row.kind == "purchase").await?;
-    sqlx::query(
+    // Never past what was credited, whatever was read: the row changes only here.
+    let claimed = sqlx::query(
         "UPDATE payments SET reversed_micro_usd = reversed_micro_usd + $1, status = $2, \
-         updated_at = $3 WHERE checkout_session_id = $4",
+         updated_at = $3 WHERE checkout_session_id = $4 \
+         AND reversed_micro_usd + $1 <= credited_micro_usd",
     )
     .bind(amount)
     .bind(if entry == "refund" {
@@ -618,6 +681,31 @@ async fn take_back(
         "disputed"
     })
     .bind(now_ms())
+    .bind(&row.session)
+    .execute(&mut *tx)
+    .await
+    .map_err(Error::db("payments"))?;
+    if claimed.rows_affected() == 0 {
+        return Ok(Applied::Ignored);
+    }
+    orgs::debit_in_tx(&mut tx, &row.org_id, amount, entry, row.kind == "purchase").await?;
+    // What the payment unlocked goes with it: the tier step once what is left of
+    // the purchase is below a step's price, the review it lifted, and all the
+    // verification gave.
+    let left = row.credited - row.reversed - amount;
+    let lower_tier = row.kind == "purchase" && row.raised_tier && left < tier_up_micro_usd;
+    orgs::reverse_unlocks_in_tx(
+        &mut tx,
+        &row.org_id,
+        lower_tier,
+        row.lifted_review.as_deref(),
+        row.kind == "verification",
+    )
+    .await?;
+    sqlx::query(
+        "UPDATE payments SET raised_tier = $1, lifted_review = NULL WHERE checkout_session_id = $2",
+    )
+    .bind((row.raised_tier && !lower_tier) as i64)
     .bind(&row.session)
     .execute(&mut *tx)
     .await

@@ -291,6 +291,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0060_change_feed.sql"),
         include_str!("../../migrations/postgres/0060_change_feed.sql"),
     ),
+    (
+        70,
+        "payment unlocks",
+        include_str!("../../migrations/sqlite/0070_payment_unlocks.sql"),
+        include_str!("../../migrations/postgres/0070_payment_unlocks.sql"),
+    ),
 ];
 
 impl Db {
