@@ -9,6 +9,10 @@ use super::common::{float, int, messages, records, tags, text, time_ms};
 use crate::telemetry::model::{Message, Span, Trace, TraceSet};
 use serde_json::Value;
 
+/// Messages one record may hold: a trace with more is no conversation a person
+/// reads, and the projection stays linear in what was uploaded.
+const MAX_MESSAGES: usize = 100_000;
+
 pub fn parse(bytes: &[u8]) -> Result<Vec<Trace>, String> {
     let recs = records(bytes, &[])?;
     let mut set = TraceSet::default();
@@ -32,11 +36,22 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Trace>, String> {
         } else {
             messages(response, "assistant")
         };
-        // A conversation alone: the assistant turns at its end are the answer.
+        if input.len() + output.len() > MAX_MESSAGES {
+            return Err(format!(
+                "record {}: more than {MAX_MESSAGES} messages",
+                i + 1
+            ));
+        }
+        // A conversation alone: the assistant turns at its end are the answer
+        // (split off at once: one move, whatever their number).
         if output.is_empty() {
-            while input.last().is_some_and(|m| m.role == "assistant") && input.len() > 1 {
-                output.insert(0, input.pop().expect("non-empty"));
-            }
+            let trailing = input
+                .iter()
+                .rev()
+                .take_while(|m| m.role == "assistant")
+                .count()
+                .min(input.len().saturating_sub(1));
+            output = input.split_off(input.len() - trailing);
         }
         if input.is_empty() && output.is_empty() {
             return Err(format!("record {}: no chat messages", i + 1));
@@ -78,4 +93,38 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Trace>, String> {
         t.spans.push(span);
     }
     Ok(set.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// M6 of the 2026-12-01 security review: the assistant turns ending a
+    /// conversation are taken as its answer in one move (they were moved to the
+    /// front one at a time: quadratic in their number), and a record is bounded.
+    #[test]
+    fn trailing_assistant_turns_are_the_answer_in_order_and_records_are_bounded() {
+        let mut msgs = vec![serde_json::json!({"role": "user", "content": "q"})];
+        for i in 0..50_000 {
+            msgs.push(serde_json::json!({"role": "assistant", "content": format!("a{i}")}));
+        }
+        let line = serde_json::to_vec(&serde_json::json!({"messages": msgs})).unwrap();
+        let traces = parse(&line).unwrap();
+        let span = &traces[0].spans[0];
+        assert_eq!(span.input.len(), 1);
+        assert_eq!(span.output.len(), 50_000);
+        assert_eq!(span.output[0].content, "a0");
+        assert_eq!(span.output[49_999].content, "a49999");
+        // Only assistant turns: the first stays the input.
+        let only = br#"{"messages": [{"role": "assistant", "content": "x"}, {"role": "assistant", "content": "y"}]}"#;
+        let t = parse(only).unwrap();
+        assert_eq!((t[0].spans[0].input.len(), t[0].spans[0].output.len()), (1, 1));
+        // Past the bound the record is refused by number.
+        let many: Vec<_> = (0..MAX_MESSAGES + 1)
+            .map(|_| serde_json::json!({"role": "user", "content": "x"}))
+            .collect();
+        let line = serde_json::to_vec(&serde_json::json!({"messages": many})).unwrap();
+        let e = parse(&line).unwrap_err();
+        assert!(e.contains("more than 100000 messages"), "{e}");
+    }
 }
