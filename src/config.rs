@@ -532,6 +532,14 @@ pub struct LimitsConfig {
     /// Live keys an org's members may hold (minted through the web app); an
     /// operator's admin API is not held to it.
     pub keys_per_org: usize,
+    /// Bytes an org may store: its files and its telemetry uploads and pulls
+    /// together; past it a new one is refused (429 `insufficient_quota`,
+    /// `storage_quota_reached`).
+    pub org_storage_bytes: u64,
+    /// Files an org may hold.
+    pub org_files: u64,
+    /// Telemetry upload tickets an org may hold open (issued, not yet uploaded).
+    pub org_open_tickets: u64,
 }
 
 /// The per-rung circuit breaker.
@@ -630,6 +638,9 @@ impl Default for LimitsConfig {
             custom_models_per_org: 1_000,
             deployments_per_model: 32,
             keys_per_org: 1_000,
+            org_storage_bytes: 5 * 1024 * 1024 * 1024,
+            org_files: 10_000,
+            org_open_tickets: 100,
         }
     }
 }

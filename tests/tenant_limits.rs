@@ -186,3 +186,83 @@ async fn members_mint_at_most_the_orgs_key_limit() {
         .await;
     assert_eq!(st, 201, "{v}");
 }
+
+const BOUNDARY: &str = "----sluice-quota-boundary";
+
+async fn upload_file(s: &Sluice, key: &str, size: usize) -> (u16, Value) {
+    let mut body = format!(
+        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nuser_data\r\n\
+         --{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"data.txt\"\r\n\
+         Content-Type: text/plain\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend(std::iter::repeat_n(b'x', size));
+    body.extend_from_slice(format!("\r\n--{BOUNDARY}--\r\n").as_bytes());
+    let r = s
+        .http
+        .post(format!("{}/v1/files", s.gateway))
+        .bearer_auth(key)
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={BOUNDARY}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    (st, r.json().await.unwrap_or(Value::Null))
+}
+
+/// M7 of the 2026-12-01 security review: what an org stores (files, telemetry
+/// uploads and pulls) is bounded by its quota; past it the next one is refused
+/// (429 `insufficient_quota`, `storage_quota_reached`), and a file that would pass
+/// it is cut off as it arrives (413).
+#[tokio::test]
+async fn an_org_stores_at_most_its_quota_of_files_and_uploads() {
+    let b = Backend::fresh().await;
+    let s = Sluice::start(
+        &b,
+        Opts::default()
+            .env("SLUICE_LIMITS__ORG_STORAGE_BYTES", "200000")
+            .env("SLUICE_LIMITS__ORG_FILES", "2")
+            .env("SLUICE_LIMITS__ORG_OPEN_TICKETS", "2")
+            .env("GATEWAY_SIGNING_SECRET", "quota-test-secret"),
+    )
+    .await;
+    let (org, _, key) = s.org_and_key().await;
+    let (st, v) = upload_file(&s, &key, 120_000).await;
+    assert_eq!(st, 200, "{v}");
+    // 80,000 bytes are left: a larger file is cut off.
+    let (st, v) = upload_file(&s, &key, 100_000).await;
+    assert_error(st, &v, 413, "invalid_request");
+    let (st, v) = upload_file(&s, &key, 50_000).await;
+    assert_eq!(st, 200, "{v}");
+    // Two files: the third is refused, however small.
+    let (st, v) = upload_file(&s, &key, 10).await;
+    assert_error(st, &v, 429, "insufficient_quota");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("storage_quota_reached"),
+        "{v}"
+    );
+
+    // Upload tickets: at most two open at once.
+    let ticket = format!("/api/orgs/{org}/telemetry/traces/upload");
+    let body = json!({"source_kind": "chat-json", "source_label": "quota"});
+    for _ in 0..2 {
+        let (st, v) = s.post(&ticket, Some(&key), &body).await;
+        assert_eq!(st, 201, "{v}");
+    }
+    let (st, v) = s.post(&ticket, Some(&key), &body).await;
+    assert_error(st, &v, 429, "insufficient_quota");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("org_open_tickets"),
+        "{v}"
+    );
+}

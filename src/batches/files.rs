@@ -5,8 +5,8 @@
 
 use super::{db_err, limit_param, not_found, page, query_param, store_err, Caller};
 use crate::state::AppState;
-use crate::store::now_ms;
 use crate::store::objects::PutError;
+use crate::store::{now_ms, quota};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use pingora::http::ResponseHeader;
@@ -268,7 +268,16 @@ pub(super) async fn upload(
 ) -> Result<Value, ApiError> {
     let id = new_file_id();
     let key = object_key(&caller.org.id, &id);
-    let got = receive(state, session, &key).await;
+    // The org's quota: at most so many files, and what its bytes leave (the
+    // body is cut off there as it arrives).
+    let cap = match quota_room(state, &caller.org.id).await {
+        Ok(cap) => cap,
+        Err(e) => {
+            session.set_keepalive(None);
+            return Err(e);
+        }
+    };
+    let got = receive(state, session, &key, cap).await;
     let got = match got {
         Ok(g) => g,
         Err(e) => {
@@ -299,7 +308,32 @@ struct Received {
     size: u64,
 }
 
-async fn receive(state: &AppState, session: &mut Session, key: &str) -> Result<Received, ApiError> {
+/// What the org may still upload in one file: `[batches] max_file_bytes`, less
+/// than that when its storage quota has less left; refused at its file count.
+async fn quota_room(state: &AppState, org_id: &str) -> Result<u64, ApiError> {
+    let limits = &state.config.limits;
+    let stored = quota::stored(&state.db, org_id).await?;
+    if stored.files as u64 >= limits.org_files {
+        return Err(quota::refused(&format!(
+            "the organization holds {} files, its quota ([limits] org_files)",
+            limits.org_files
+        )));
+    }
+    quota::room(
+        &state.db,
+        org_id,
+        limits.org_storage_bytes,
+        state.config.batches.max_file_bytes,
+    )
+    .await
+}
+
+async fn receive(
+    state: &AppState,
+    session: &mut Session,
+    key: &str,
+    cap: u64,
+) -> Result<Received, ApiError> {
     let head = session.req_header();
     let content_type = head
         .headers
@@ -312,7 +346,6 @@ async fn receive(state: &AppState, session: &mut Session, key: &str) -> Result<R
             "Upload the file as multipart/form-data with the fields file and purpose.",
         )
     })?;
-    let cap = state.config.batches.max_file_bytes;
     let declared = head
         .headers
         .get(http::header::CONTENT_LENGTH)

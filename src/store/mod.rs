@@ -8,6 +8,7 @@ pub mod db;
 pub mod instances;
 pub mod journal;
 pub mod objects;
+pub mod quota;
 pub mod usage;
 
 pub use counters::Counters;

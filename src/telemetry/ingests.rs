@@ -98,6 +98,20 @@ pub struct NewIngest<'a> {
     pub expires_at: i64,
 }
 
+/// The org's upload tickets issued and not yet used (nor expired).
+pub async fn open_tickets(db: &Db, org_id: &str) -> Result<i64, Error> {
+    let row = sqlx::query(
+        "SELECT COUNT(*) AS n FROM telemetry_ingests WHERE org_id = $1 \
+         AND status IN ('awaiting_bytes', 'uploading') AND expires_at > $2",
+    )
+    .bind(org_id)
+    .bind(now_ms())
+    .fetch_one(&db.pool)
+    .await
+    .map_err(Error::db("telemetry tickets"))?;
+    Ok(row.get("n"))
+}
+
 pub async fn create(db: &Db, n: NewIngest<'_>) -> Result<Ingest, Error> {
     let id = new_id("ing");
     let key = format!("telemetry/{}/{id}", n.org_id);

@@ -58,6 +58,17 @@ async fn upload(
     let b: UploadBody = body(&raw)?;
     check_kind(&b.source_kind)?;
     check_label(&b.source_label)?;
+    // The org's quota: tickets open at once, and stored bytes (a PUT is cut off at
+    // what is left of them).
+    let limits = &state.config.limits;
+    if ingests::open_tickets(&state.db, &org_id).await? >= limits.org_open_tickets as i64 {
+        return Err(crate::store::quota::refused(&format!(
+            "the organization holds {} upload tickets not yet used ([limits] org_open_tickets)",
+            limits.org_open_tickets
+        ))
+        .into());
+    }
+    crate::store::quota::room(&state.db, &org_id, limits.org_storage_bytes, 1).await?;
     let ttl = crate::config::parse_duration(&state.config.telemetry.ticket_ttl)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(7200);

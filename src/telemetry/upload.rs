@@ -98,7 +98,23 @@ async fn receive(state: &AppState, session: &mut Session) -> Result<serde_json::
             "Send the file's raw bytes with Content-Type application/octet-stream, not a multipart or form body.",
         ));
     }
-    let cap = state.config.telemetry.max_upload_bytes;
+    let ingest_org = ingests::get(&state.db, &ingest_id)
+        .await
+        .map_err(ApiError::from)?
+        .map(|i| i.org_id);
+    let cap = match ingest_org {
+        Some(org) => {
+            let limits = &state.config.limits;
+            crate::store::quota::room(
+                &state.db,
+                &org,
+                limits.org_storage_bytes,
+                state.config.telemetry.max_upload_bytes,
+            )
+            .await?
+        }
+        None => state.config.telemetry.max_upload_bytes,
+    };
     let declared = head
         .headers
         .get(http::header::CONTENT_LENGTH)

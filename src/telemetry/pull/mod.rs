@@ -410,9 +410,11 @@ pub async fn run(
     let _slot = Slot::take(org_id)?;
     let t = &state.config.telemetry;
     let allow_private = state.config.network.allow_private_upstreams;
-    let max_bytes = t.max_upload_bytes as usize;
-    let mut out = Collected::new(limit, max_bytes);
-    let budget = Budget::new(t.max_upload_bytes, limit as u32 + SPARE_REQUESTS);
+    // What the org's storage quota leaves bounds the pull as max_upload_bytes does.
+    let quota = state.config.limits.org_storage_bytes;
+    let max_bytes = crate::store::quota::room(&state.db, org_id, quota, t.max_upload_bytes).await?;
+    let mut out = Collected::new(limit, max_bytes as usize);
+    let budget = Budget::new(max_bytes, limit as u32 + SPARE_REQUESTS);
     let secrets: Vec<&str> = vec![credential.as_str()];
     let source = if transport_kind == "postgres" {
         None
@@ -423,7 +425,7 @@ pub async fn run(
         match &source {
             None => {
                 let bound = postgres::Bound {
-                    bytes: t.max_upload_bytes,
+                    bytes: max_bytes,
                     allow_private,
                 };
                 postgres::pull(&credential, &config, bound, &mut out).await

@@ -118,7 +118,10 @@ mod tests {
         // Only assistant turns: the first stays the input.
         let only = br#"{"messages": [{"role": "assistant", "content": "x"}, {"role": "assistant", "content": "y"}]}"#;
         let t = parse(only).unwrap();
-        assert_eq!((t[0].spans[0].input.len(), t[0].spans[0].output.len()), (1, 1));
+        assert_eq!(
+            (t[0].spans[0].input.len(), t[0].spans[0].output.len()),
+            (1, 1)
+        );
         // Past the bound the record is refused by number.
         let many: Vec<_> = (0..MAX_MESSAGES + 1)
             .map(|_| serde_json::json!({"role": "user", "content": "x"}))
