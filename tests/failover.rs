@@ -751,3 +751,47 @@ async fn a_request_every_rung_refuses_as_malformed_is_the_callers_400() {
     let message = a.body["error"]["message"].as_str().unwrap();
     assert_eq!(message, "Bad key [redacted] for tools[0].name");
 }
+
+/// M8 of the 2026-12-01 security review: timeouts a request explains (a whole
+/// answer waits for all its output; a first token for all the thinking before
+/// it) never open a rung's breaker, which every org on a platform rung shares.
+/// A stream whose header does not come, however, says the rung is unwell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_a_request_explains_never_open_the_shared_breaker() {
+    let e = start(&[
+        ("SLUICE_BREAKER__FAILURE_THRESHOLD", "2"),
+        ("SLUICE_BREAKER__COOLDOWN_MS", "60000"),
+    ])
+    .await;
+    // Whole answers slower than the header timeout, and streams whose first token
+    // is slower than the first-token timeout: served by the next rung each time.
+    for _ in 0..3 {
+        e.mock
+            .script("a1", vec![Step::DelayHeaders(Duration::from_millis(1500))]);
+        let a = post(&e, &chat("chat-a")).await;
+        assert_eq!(a.body["provider"], "azure:a2", "{:?}", a.body);
+        e.mock.script(
+            "a1",
+            vec![Step::DelayFirstToken(Duration::from_millis(1500))],
+        );
+        let r = send(&e, &stream_body("chat-a")).await;
+        assert_eq!(r.status(), 200);
+        let _ = r.text().await;
+    }
+    // The rung's breaker stayed closed: the next request is its own.
+    let a = post(&e, &chat("chat-a")).await;
+    assert_eq!(header(&a.headers, "x-gateway-attempts"), "openai:ok");
+    // Streams whose header never comes do open it.
+    for _ in 0..2 {
+        e.mock
+            .script("a1", vec![Step::DelayHeaders(Duration::from_millis(1500))]);
+        let r = send(&e, &stream_body("chat-a")).await;
+        let _ = r.text().await;
+    }
+    let a = post(&e, &chat("chat-a")).await;
+    assert_eq!(
+        header(&a.headers, "x-gateway-attempts"),
+        "azure:ok",
+        "open rung skipped"
+    );
+}

@@ -241,7 +241,7 @@ pub async fn serve(
                 ));
             }
             Err(f) => {
-                if f.trips_breaker() {
+                if f.trips_breaker(false) {
                     engine.breaker.failure(&t.breaker_key, series);
                 } else {
                     engine.breaker.abandon(&t.breaker_key);

@@ -194,7 +194,7 @@ pub async fn serve(
                 }
                 Attempt::Failed(f) => {
                     rejected = None;
-                    if f.trips_breaker() {
+                    if f.trips_breaker(parsed.stream) {
                         engine.breaker.failure(&target.breaker_key, series);
                     } else {
                         engine.breaker.abandon(&target.breaker_key);

@@ -135,13 +135,17 @@ impl Failure {
 
     /// Whether the failure says the rung is unwell, and so counts toward its
     /// breaker (shared by every org on a platform rung): 5xx, 408, 429, a refused
-    /// credential (401/403), connect errors, timeouts and deaths. The caller's own
-    /// bad request (400, 404, 413, 422, ...) never does: one org could otherwise
-    /// close a model for everyone.
-    pub fn trips_breaker(&self) -> bool {
+    /// credential (401/403), connect errors, deaths, and a streamed call's header
+    /// timeout. The caller's own bad request (400, 404, 413, 422, ...) never does:
+    /// one org could otherwise close a model for everyone. Nor does a timeout the
+    /// request explains: a whole answer's header waits for all of its output (a
+    /// long `max_tokens`), and a first token for all the thinking before it (a
+    /// high reasoning effort); a stream's header comes at once whatever it asks.
+    pub fn trips_breaker(&self, streamed: bool) -> bool {
         match self {
             Failure::Status(s) => *s >= 500 || matches!(s, 401 | 403 | 408 | 429),
-            Failure::Deadline => false,
+            Failure::Deadline | Failure::FirstTokenTimeout => false,
+            Failure::HeaderTimeout => streamed,
             _ => true,
         }
     }
@@ -793,17 +797,22 @@ mod tests {
 
     #[test]
     fn only_the_rungs_own_failures_trip_the_breaker() {
-        for s in [500, 502, 503, 529, 408, 429, 401, 403] {
-            assert!(Failure::Status(s).trips_breaker(), "{s}");
+        for streamed in [true, false] {
+            for s in [500, 502, 503, 529, 408, 429, 401, 403] {
+                assert!(Failure::Status(s).trips_breaker(streamed), "{s}");
+            }
+            for s in [400, 404, 409, 413, 422] {
+                assert!(!Failure::Status(s).trips_breaker(streamed), "{s}");
+            }
+            assert!(Failure::Connect("refused".into()).trips_breaker(streamed));
+            assert!(Failure::DiedBeforeOutput.trips_breaker(streamed));
+            assert!(!Failure::Deadline.trips_breaker(streamed));
+            // The request's own length or thinking explains these (M8 of the
+            // 2026-12-01 security review).
+            assert!(!Failure::FirstTokenTimeout.trips_breaker(streamed));
         }
-        for s in [400, 404, 409, 413, 422] {
-            assert!(!Failure::Status(s).trips_breaker(), "{s}");
-        }
-        assert!(Failure::Connect("refused".into()).trips_breaker());
-        assert!(Failure::HeaderTimeout.trips_breaker());
-        assert!(Failure::FirstTokenTimeout.trips_breaker());
-        assert!(Failure::DiedBeforeOutput.trips_breaker());
-        assert!(!Failure::Deadline.trips_breaker());
+        assert!(Failure::HeaderTimeout.trips_breaker(true));
+        assert!(!Failure::HeaderTimeout.trips_breaker(false));
     }
 
     #[test]
