@@ -209,6 +209,14 @@ async fn behind_an_edge_signups_are_limited_per_client_address_the_edge_reports(
     // Another client behind the same edge has a limit of its own.
     let (st, v) = w.signup_via(Some("2001:db8::8"), "e3@example.com").await;
     assert_eq!(st, 200, "{v}");
+    // An IPv6 client is counted by its /64: another address of it is the same
+    // client (L1 of the 2026-12-01 security review); another /64 is not.
+    let (st, v) = w
+        .signup_via(Some("2001:db8::1:2:3:4"), "e3b@example.com")
+        .await;
+    assert_error(st, &v, 429, "rate_limited");
+    let (st, v) = w.signup_via(Some("2001:db8:0:1::8"), "e3c@example.com").await;
+    assert_eq!(st, 200, "{v}");
     // A request without the header (one that did not come through the edge) is
     // counted by its peer address.
     assert_eq!(w.signup_via(None, "e4@example.com").await.0, 200);

@@ -26,6 +26,24 @@ impl Client {
         }
     }
 
+    /// What per-origin limits count the client as: its IPv4 address, or the /64
+    /// network of its IPv6 address (one subscriber line is given a whole /64 and
+    /// can pick any address in it). An IPv4 address mapped into IPv6 counts as
+    /// itself.
+    pub fn origin(&self) -> String {
+        match self.ip {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => v4.to_string(),
+                None => {
+                    let s = v6.segments();
+                    let net = std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0);
+                    format!("{net}/64")
+                }
+            },
+        }
+    }
+
     /// The client of a gateway request, by [`Client::of`]: the peer is the one
     /// our connection or Pingora's socket digest holds.
     pub fn of_session(session: &pingora::proxy::Session, ip_header: &str) -> Option<Client> {
@@ -48,6 +66,21 @@ fn edge_ip(headers: &HeaderMap, name: &str) -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// L1 of the 2026-12-01 security review: an IPv6 client counts as its /64.
+    #[test]
+    fn origins_count_an_ipv6_client_by_its_64() {
+        let at = |ip: &str| Client {
+            ip: ip.parse().unwrap(),
+            port: None,
+        }
+        .origin();
+        assert_eq!(at("2001:db8:1:2::1"), at("2001:db8:1:2:ffff:1:2:3"));
+        assert_eq!(at("2001:db8:1:2::1"), "2001:db8:1:2::/64");
+        assert_ne!(at("2001:db8:1:2::1"), at("2001:db8:1:3::1"));
+        assert_eq!(at("::ffff:192.0.2.7"), "192.0.2.7");
+        assert_eq!(at("192.0.2.7"), "192.0.2.7");
+    }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

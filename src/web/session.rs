@@ -49,15 +49,15 @@ pub fn cleared_cookie(secure: bool) -> HeaderValue {
 
 /// The client's origin, which the per-origin limits count: the address the
 /// trusted edge header carries (`server.client_ip_header`), else the peer
-/// address. Behind an edge every peer address is the edge's, so without the
-/// header all clients would share one limit.
+/// address, an IPv6 one by its /64 ([`Client::origin`]). Behind an edge every
+/// peer address is the edge's, so without the header all clients would share
+/// one limit.
 pub fn origin(parts: &Parts, ip_header: &str) -> String {
     let peer = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0);
-    Client::of(&parts.headers, ip_header, peer)
-        .map_or_else(|| "unknown".to_string(), |c| c.ip.to_string())
+    Client::of(&parts.headers, ip_header, peer).map_or_else(|| "unknown".to_string(), |c| c.origin())
 }
 
 /// The client's origin, as an extractor.
