@@ -215,7 +215,9 @@ async fn behind_an_edge_signups_are_limited_per_client_address_the_edge_reports(
         .signup_via(Some("2001:db8::1:2:3:4"), "e3b@example.com")
         .await;
     assert_error(st, &v, 429, "rate_limited");
-    let (st, v) = w.signup_via(Some("2001:db8:0:1::8"), "e3c@example.com").await;
+    let (st, v) = w
+        .signup_via(Some("2001:db8:0:1::8"), "e3c@example.com")
+        .await;
     assert_eq!(st, 200, "{v}");
     // A request without the header (one that did not come through the edge) is
     // counted by its peer address.
@@ -676,7 +678,38 @@ async fn without_an_smtp_server_mails_are_eml_files_in_the_outbox() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 303);
     assert!(harness::web::set_session(r.headers()).is_some());
-    // The signup page tells a newcomer where the mail went.
+    // The outbox holds live sign-in links: the service's user alone reads it
+    // (L9 of the 2026-12-01 security review).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&outbox), 0o700);
+        assert_eq!(mode(&files[0]), 0o600);
+    }
+    // A sign-in mail is handed over in the background (the answer takes as long
+    // for an address with an account as for one without).
+    let r = s
+        .http
+        .post(format!("{}/login", s.web))
+        .form(&[("email", "gina@example.com")])
+        .send()
+        .await
+        .unwrap();
+    let page = r.text().await.unwrap();
+    harness::wait_for("the sign-in mail in the outbox", async || {
+        std::fs::read_dir(&outbox).unwrap().count() == 2
+    })
+    .await;
+    // Public pages of a service others reach never name the folder.
+    assert!(!page.contains(".eml"), "{page}");
+    drop(s);
+    // On a developer's own machine (a loopback public URL) the page tells a
+    // newcomer where the mail went.
+    let b = Backend::fresh().await;
+    let cwd = tempfile::tempdir().unwrap();
+    let mut cmd = harness::command(&b, &harness::Opts::default());
+    cmd.current_dir(cwd.path());
+    let s = Sluice::spawn(cmd, &b.database_url).await;
     let page = s
         .http
         .get(format!("{}/login", s.web))
@@ -690,12 +723,11 @@ async fn without_an_smtp_server_mails_are_eml_files_in_the_outbox() {
     let r = s
         .http
         .post(format!("{}/login", s.web))
-        .form(&[("email", "gina@example.com")])
+        .form(&[("email", "nobody@example.com")])
         .send()
         .await
         .unwrap();
     assert!(r.text().await.unwrap().contains(".eml</code> file"));
-    assert_eq!(std::fs::read_dir(&outbox).unwrap().count(), 2);
 }
 
 /// The value of the first `name="csrf"` field of a page.
@@ -805,4 +837,51 @@ async fn behind_tls_the_session_cookie_is_secure_and_lasts_the_session_ttl() {
         assert!(line.contains(attr), "{line}");
     }
     assert_eq!(w.session(&cookie.unwrap()).await.0, 200);
+}
+
+/// L2 of the 2026-12-01 security review: `POST /login` answers at once whether
+/// or not the address has an account; the sign-in mail is handed over in the
+/// background. Here the mail server never answers: a member's request still
+/// comes back without waiting out the SMTP timeout (20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_request_never_waits_on_the_mail_server() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let smtp = format!("smtp://{}", silent.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((c, _)) = silent.accept().await {
+            held.push(c);
+        }
+    });
+    let b = Backend::fresh().await;
+    let s = Sluice::start(
+        &b,
+        harness::Opts::default().env("SLUICE_EMAIL__SMTP_URL", &smtp),
+    )
+    .await;
+    let (org, _) = s.org_with(json!({"name": "quiet"})).await;
+    let (st, v) = s
+        .admin(
+            reqwest::Method::POST,
+            &format!("/admin/orgs/{org}/members"),
+            Some(json!({"email": "member@example.com"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    for email in ["member@example.com", "stranger@example.com"] {
+        let started = Instant::now();
+        let r = s
+            .http
+            .post(format!("{}/login", s.web))
+            .form(&[("email", email)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{email}: {:?}",
+            started.elapsed()
+        );
+    }
 }

@@ -26,11 +26,14 @@ pub struct Mail {
     pub text: String,
 }
 
+#[derive(Clone)]
 enum Transport {
     Smtp(AsyncSmtpTransport<Tokio1Executor>),
     Outbox(PathBuf),
 }
 
+/// Cheap to clone: a mail handed over in the background takes its own.
+#[derive(Clone)]
 pub struct Mailer {
     from: Mailbox,
     transport: Transport,
@@ -77,17 +80,36 @@ impl Mailer {
                 tokio::fs::create_dir_all(dir)
                     .await
                     .with_context(|| format!("creating {}", dir.display()))?;
+                // Its mails hold live sign-in links: the service's user alone
+                // reads them.
+                private(dir, 0o700).await;
                 let name = crate::store::new_ordered_id("mail");
                 let tmp = dir.join(format!(".{name}.tmp"));
                 let path = dir.join(format!("{name}.eml"));
                 // Written whole, then renamed: a reader never sees half a mail.
                 tokio::fs::write(&tmp, message.formatted()).await?;
+                private(&tmp, 0o600).await;
                 tokio::fs::rename(&tmp, &path).await?;
                 tracing::info!(path = %path.display(), "mail written to the outbox (no [email] smtp_url)");
             }
         }
         Ok(())
     }
+}
+
+/// Sets a path's permission bits (Unix); a failure is logged, the mail still goes.
+async fn private(path: &std::path::Path, mode: u32) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Err(e) =
+            tokio::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).await
+        {
+            tracing::warn!(path = %path.display(), error = %e, "could not make the outbox private");
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (path, mode);
 }
 
 /// The text as a 7bit body: ASCII (anything else becomes `?`), CRLF line ends. A

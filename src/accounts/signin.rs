@@ -67,9 +67,14 @@ pub async fn request_link(
             link_url(config, &token)
         ),
     };
-    if let Err(e) = mailer.send(mail).await {
-        tracing::error!(error = %format!("{e:#}"), "the sign-in mail was not sent");
-    }
+    // Handed over in the background: the answer takes as long whether or not
+    // the address has an account (an SMTP round trip would tell them apart).
+    let mailer = mailer.clone();
+    tokio::spawn(async move {
+        if let Err(e) = mailer.send(mail).await {
+            tracing::error!(error = %format!("{e:#}"), "the sign-in mail was not sent");
+        }
+    });
     Ok(LoginRequest::Answered)
 }
 

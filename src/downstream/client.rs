@@ -70,11 +70,13 @@ mod tests {
     /// L1 of the 2026-12-01 security review: an IPv6 client counts as its /64.
     #[test]
     fn origins_count_an_ipv6_client_by_its_64() {
-        let at = |ip: &str| Client {
-            ip: ip.parse().unwrap(),
-            port: None,
-        }
-        .origin();
+        let at = |ip: &str| {
+            Client {
+                ip: ip.parse().unwrap(),
+                port: None,
+            }
+            .origin()
+        };
         assert_eq!(at("2001:db8:1:2::1"), at("2001:db8:1:2:ffff:1:2:3"));
         assert_eq!(at("2001:db8:1:2::1"), "2001:db8:1:2::/64");
         assert_ne!(at("2001:db8:1:2::1"), at("2001:db8:1:3::1"));

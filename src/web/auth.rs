@@ -58,13 +58,30 @@ fn with_cookie(mut res: Response, cookie: Option<HeaderValue>) -> Response {
     res
 }
 
+/// Whether the web app's public URL names this machine (a developer's service).
+fn loopback_web(url: &str) -> bool {
+    let Some(host) = reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_string))
+    else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 fn base_ctx(web: &WebShared) -> Value {
     let config = &web.app.config;
     j!({
         "base_url": config.server.public_base_url.trim_end_matches('/'),
         "signup_enabled": config.signup.enabled,
-        // No SMTP server: the page says where the mail went.
-        "outbox": config.email.smtp_url.is_empty().then_some(crate::accounts::mail::OUTBOX),
+        // No SMTP server: the page says where the mail went, to a developer on
+        // their own machine only (the folder holds live sign-in links).
+        "outbox": (config.email.smtp_url.is_empty() && loopback_web(&config.server.public_web_url))
+            .then_some(crate::accounts::mail::OUTBOX),
     })
 }
 

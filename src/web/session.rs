@@ -57,7 +57,8 @@ pub fn origin(parts: &Parts, ip_header: &str) -> String {
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0);
-    Client::of(&parts.headers, ip_header, peer).map_or_else(|| "unknown".to_string(), |c| c.origin())
+    Client::of(&parts.headers, ip_header, peer)
+        .map_or_else(|| "unknown".to_string(), |c| c.origin())
 }
 
 /// The client's origin, as an extractor.
