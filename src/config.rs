@@ -694,6 +694,14 @@ pub fn has_public_endpoint(name: &str) -> bool {
 }
 
 impl Config {
+    /// Whether the web app's cookies are `Secure` (and its answers carry HSTS):
+    /// `[web] cookie_secure`, or a public web URL that is https (a browser reaches
+    /// it only over TLS, so a cookie sent in clear can only be an attacker's
+    /// downgrade).
+    pub fn web_cookies_secure(&self) -> bool {
+        self.web.cookie_secure || self.server.public_web_url.starts_with("https://")
+    }
+
     /// Loads defaults, then `path` (or `conf/sluice.toml` if it exists), then the
     /// environment, and validates the result. Relative paths the file sets resolve
     /// against the file's folder; `SLUICE_` variables that name no config key are

@@ -885,3 +885,44 @@ async fn a_sign_in_request_never_waits_on_the_mail_server() {
         );
     }
 }
+
+/// L3 of the 2026-12-01 security review: a web app whose public URL is https
+/// sets its cookies Secure (the session's and the signup form's) and answers
+/// with HSTS, without `[web] cookie_secure`; on plain http neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_web_app_sets_its_cookies_secure_and_sends_hsts() {
+    let b = Backend::fresh().await;
+    let s = Sluice::start(
+        &b,
+        harness::Opts::default().env("SLUICE_SERVER__PUBLIC_WEB_URL", "https://app.example.com"),
+    )
+    .await;
+    let r = s
+        .http
+        .get(format!("{}/signup", s.web))
+        .send()
+        .await
+        .unwrap();
+    let hsts = r.headers().get("strict-transport-security").cloned();
+    assert_eq!(hsts.unwrap(), "max-age=31536000");
+    let form = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .find(|c| c.starts_with("sluice_form="))
+        .unwrap();
+    assert!(form.contains("; Secure"), "{form}");
+    drop(s);
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, harness::Opts::default()).await;
+    let r = s
+        .http
+        .get(format!("{}/signup", s.web))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers().get("strict-transport-security").is_none());
+    let form = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(!form.contains("Secure"), "{form}");
+}

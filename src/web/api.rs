@@ -62,7 +62,7 @@ pub async fn logout(State(web): State<WebShared>, ApiWriter(m): ApiWriter) -> Ap
         StatusCode::NO_CONTENT,
         [(
             header::SET_COOKIE,
-            super::session::cleared_cookie(web.app.config.web.cookie_secure),
+            super::session::cleared_cookie(web.app.config.web_cookies_secure()),
         )],
     )
         .into_response())

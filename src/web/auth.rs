@@ -21,8 +21,9 @@ use serde_json::{json as j, Value};
 
 const FORM_COOKIE: &str = "sluice_form";
 
-/// The signed-out pages' form token: the browser's, or a new one it is given.
-fn form_token(headers: &HeaderMap) -> (String, Option<HeaderValue>) {
+/// The signed-out pages' form token: the browser's, or a new one it is given
+/// (`Secure` where the session cookie is).
+fn form_token(headers: &HeaderMap, secure: bool) -> (String, Option<HeaderValue>) {
     let held = headers
         .get_all(header::COOKIE)
         .iter()
@@ -37,7 +38,8 @@ fn form_token(headers: &HeaderMap) -> (String, Option<HeaderValue>) {
         None => {
             let t = links::token();
             let cookie = HeaderValue::from_str(&format!(
-                "{FORM_COOKIE}={t}; Path=/; HttpOnly; SameSite=Strict; Max-Age=86400"
+                "{FORM_COOKIE}={t}; Path=/; HttpOnly; SameSite=Strict; Max-Age=86400{}",
+                if secure { "; Secure" } else { "" }
             ))
             .ok();
             (t, cookie)
@@ -47,7 +49,7 @@ fn form_token(headers: &HeaderMap) -> (String, Option<HeaderValue>) {
 
 /// Whether a signed-out form post carries the browser's form token.
 fn form_token_matches(headers: &HeaderMap, presented: &str) -> bool {
-    let (held, fresh) = form_token(headers);
+    let (held, fresh) = form_token(headers, false);
     fresh.is_none() && !presented.is_empty() && held.as_bytes() == presented.as_bytes()
 }
 
@@ -108,7 +110,7 @@ pub async fn landing(
             })
         })
         .collect();
-    let (token, cookie) = form_token(&headers);
+    let (token, cookie) = form_token(&headers, web.app.config.web_cookies_secure());
     let mut ctx = base_ctx(&web);
     ctx["title"] = j!("One base URL for many models");
     ctx["models"] = j!(models);
@@ -120,7 +122,7 @@ pub async fn landing(
 }
 
 pub async fn signup_page(State(web): State<WebShared>, headers: HeaderMap) -> Response {
-    let (token, cookie) = form_token(&headers);
+    let (token, cookie) = form_token(&headers, web.app.config.web_cookies_secure());
     let mut ctx = base_ctx(&web);
     ctx["title"] = j!("Sign up");
     ctx["form_token"] = j!(token);
@@ -138,7 +140,7 @@ pub async fn signup_form(
     body: Bytes,
 ) -> Response {
     let form = session::Form::parse(&body);
-    let (token, cookie) = form_token(&headers);
+    let (token, cookie) = form_token(&headers, web.app.config.web_cookies_secure());
     let mut ctx = base_ctx(&web);
     ctx["title"] = j!("Sign up");
     ctx["form_token"] = j!(token);
@@ -304,7 +306,7 @@ pub async fn follow_link(
         session::session_cookie(
             &token,
             web.session_ttl.as_secs(),
-            app.config.web.cookie_secure,
+            app.config.web_cookies_secure(),
         ),
     );
     res
@@ -325,7 +327,7 @@ pub async fn logout_form(
     let mut res = Redirect::to("/").into_response();
     res.headers_mut().append(
         header::SET_COOKIE,
-        session::cleared_cookie(web.app.config.web.cookie_secure),
+        session::cleared_cookie(web.app.config.web_cookies_secure()),
     );
     res
 }

@@ -150,6 +150,13 @@ async fn secure_headers(State(web): State<WebShared>, req: Request, next: Next) 
     if !is_static && !h.contains_key(header::CACHE_CONTROL) {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
+    // Behind TLS the browser is told to come back only over it (a year).
+    if web.app.config.web_cookies_secure() {
+        h.insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000"),
+        );
+    }
     res
 }
 
