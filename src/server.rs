@@ -307,6 +307,7 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
             state.instance_id.clone(),
         );
         crate::inference::idempotency::spawn_sweep(state.db.clone());
+        crate::accounts::sessions::spawn_sweep(state.db.clone());
         state.responses.spawn_jobs();
         crate::upstream::prober::spawn_periodic(config.clone(), state.db.clone());
         // Finalized telemetry uploads are verified and projected into traces.

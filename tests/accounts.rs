@@ -926,3 +926,60 @@ async fn an_https_web_app_sets_its_cookies_secure_and_sends_hsts() {
     let form = r.headers()["set-cookie"].to_str().unwrap().to_string();
     assert!(!form.contains("Secure"), "{form}");
 }
+
+/// L7 of the 2026-12-01 security review: an owner removes a member, and the
+/// member's sessions in the org and the keys they minted there end at once; a
+/// member may leave; the last owner stays; a member cannot remove others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_member_loses_the_orgs_sessions_and_their_keys() {
+    let b = Backend::fresh().await;
+    let w = Web::start(&b, |o| o).await;
+    let alice = w.sign_up_and_in("alice@example.com").await;
+    let (st, v) = w
+        .call(
+            &alice,
+            reqwest::Method::POST,
+            "/api/session/members",
+            Some(json!({"email": "bob@example.com"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let bob_cookie = w.sign_in_by_mail("bob@example.com", 0).await;
+    let bob = w.member(&bob_cookie, None).await;
+    let (st, k) = w
+        .call(
+            &bob,
+            reqwest::Method::POST,
+            "/api/session/keys",
+            Some(json!({"name": "bob's"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{k}");
+    let bob_key = k["api_key"].as_str().unwrap().to_string();
+    assert_eq!(w.s.get("/v1/models", Some(&bob_key)).await.0, 200);
+    let del = |who: &str| format!("/api/session/members/{who}");
+    // A member removes nobody else; the last owner cannot go.
+    let (st, v) = w
+        .call(&bob, reqwest::Method::DELETE, &del(&alice.user_id), None)
+        .await;
+    assert_error(st, &v, 403, "invalid_request");
+    let (st, v) = w
+        .call(&alice, reqwest::Method::DELETE, &del(&alice.user_id), None)
+        .await;
+    assert_error(st, &v, 400, "invalid_request");
+    // The owner removes bob: his session and his key end at once.
+    let (st, _) = w
+        .call(&alice, reqwest::Method::DELETE, &del(&bob.user_id), None)
+        .await;
+    assert_eq!(st, 204);
+    let (st, v) = w.session(&bob.cookie).await;
+    assert_error(st, &v, 401, "session_required");
+    let (st, v) = w.s.get("/v1/models", Some(&bob_key)).await;
+    assert_error(st, &v, 401, "invalid_key");
+    // Alice's own key and session are untouched; bob's next sign-in finds no org.
+    assert_eq!(w.session(&alice.cookie).await.0, 200);
+    let (st, v) = w
+        .call(&alice, reqwest::Method::DELETE, &del(&bob.user_id), None)
+        .await;
+    assert_error(st, &v, 404, "not_found");
+}

@@ -121,6 +121,7 @@ impl Sessions {
         let row = sqlx::query(
             "SELECT s.id, s.user_id, s.org_id, s.csrf_token, s.expires_at, u.email \
              FROM web_sessions s JOIN users u ON u.id = s.user_id \
+             JOIN org_members m ON m.org_id = s.org_id AND m.user_id = s.user_id \
              WHERE s.token_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > $2",
         )
         .bind(&h)
@@ -144,6 +145,12 @@ impl Sessions {
         }
         cache.insert(h, (Instant::now(), found.clone()));
         Ok(found)
+    }
+
+    /// Forgets what this instance cached (a member was removed: their sessions
+    /// end here at once, elsewhere within [`CACHE_TTL`]).
+    pub fn forget_all(&self) {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// Ends the session of a token, on every instance (this one at once, the others
@@ -180,4 +187,33 @@ mod tests {
         assert!(!well_formed(&random_hex().to_uppercase()));
         assert_ne!(random_hex(), random_hex());
     }
+}
+
+/// Removes sessions and mailed links that can no longer be used (expired or
+/// revoked, used or expired) a day past that, every ten minutes; safe on several
+/// instances at once.
+pub fn spawn_sweep(db: Db) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            let day_ago = now_ms() - 24 * 3600 * 1000;
+            let swept = async {
+                sqlx::query(
+                    "DELETE FROM web_sessions WHERE expires_at < $1 OR (revoked_at IS NOT NULL AND revoked_at < $1)",
+                )
+                .bind(day_ago)
+                .execute(&db.pool)
+                .await?;
+                sqlx::query(
+                    "DELETE FROM email_links WHERE expires_at < $1 OR (used_at IS NOT NULL AND used_at < $1)",
+                )
+                .bind(day_ago)
+                .execute(&db.pool)
+                .await
+            };
+            if let Err(e) = swept.await {
+                tracing::warn!(error = %e, "sweeping old sessions and links failed");
+            }
+        }
+    });
 }

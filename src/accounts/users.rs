@@ -215,6 +215,78 @@ pub async fn add_member(
     Ok(())
 }
 
+/// Removes a member from an org: the membership, the member's sessions in the
+/// org and the keys they minted in it all end. An org keeps at least one owner.
+/// The revoked keys, for the directory.
+pub async fn remove_member(db: &Db, org_id: &str, user_id: &str) -> Result<Vec<String>, ApiError> {
+    let mut tx = db.pool.begin().await.map_err(Error::db("members"))?;
+    let role: Option<String> =
+        sqlx::query("SELECT role FROM org_members WHERE org_id = $1 AND user_id = $2")
+            .bind(org_id)
+            .bind(user_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(Error::db("members"))?
+            .map(|r| r.get("role"));
+    let Some(role) = role else {
+        return Err(ApiError::new(ErrorCode::NotFound, "No such member."));
+    };
+    if role == Role::Owner.as_str() {
+        let owners: i64 =
+            sqlx::query("SELECT COUNT(*) AS n FROM org_members WHERE org_id = $1 AND role = $2")
+                .bind(org_id)
+                .bind(Role::Owner.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(Error::db("members"))?
+                .get("n");
+        if owners <= 1 {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "The organization's last owner cannot be removed.",
+            ));
+        }
+    }
+    let now = now_ms();
+    sqlx::query("DELETE FROM org_members WHERE org_id = $1 AND user_id = $2")
+        .bind(org_id)
+        .bind(user_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::db("members"))?;
+    sqlx::query(
+        "UPDATE web_sessions SET revoked_at = $1 WHERE org_id = $2 AND user_id = $3 AND revoked_at IS NULL",
+    )
+    .bind(now)
+    .bind(org_id)
+    .bind(user_id)
+    .execute(&mut *tx)
+    .await
+    .map_err(Error::db("members"))?;
+    let keys: Vec<String> = sqlx::query(
+        "SELECT key_hash FROM api_keys WHERE org_id = $1 AND user_id = $2 AND revoked_at IS NULL",
+    )
+    .bind(org_id)
+    .bind(user_id)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(Error::db("members"))?
+    .iter()
+    .map(|r| r.get("key_hash"))
+    .collect();
+    sqlx::query(
+        "UPDATE api_keys SET revoked_at = $1, updated_at = $1 WHERE org_id = $2 AND user_id = $3 AND revoked_at IS NULL",
+    )
+    .bind(now)
+    .bind(org_id)
+    .bind(user_id)
+    .execute(&mut *tx)
+    .await
+    .map_err(Error::db("members"))?;
+    tx.commit().await.map_err(Error::db("members"))?;
+    Ok(keys)
+}
+
 pub async fn is_member(db: &Db, org_id: &str, user_id: &str) -> Result<bool, ApiError> {
     Ok(
         sqlx::query("SELECT 1 FROM org_members WHERE org_id = $1 AND user_id = $2")

@@ -199,6 +199,43 @@ pub async fn invite(
     ))
 }
 
+/// `DELETE /api/session/members/{user_id}`: 204. An owner removes any member, a
+/// member removes themselves (leaves); the org keeps one owner at least. The
+/// member's sessions in the org and the keys they minted there end at once.
+pub async fn remove_member(
+    State(web): State<WebShared>,
+    ApiWriter(m): ApiWriter,
+    Path(user_id): Path<String>,
+) -> ApiResult {
+    let app = &web.app;
+    let org_id = &m.session.org_id;
+    if user_id != m.session.user_id {
+        let members = users::members(&app.db, org_id).await?;
+        let me_owner = members
+            .iter()
+            .any(|x| x.user_id == m.session.user_id && x.role == users::Role::Owner.as_str());
+        if !me_owner {
+            return Err(Failure(
+                ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    "Only an owner of the organization removes other members.",
+                )
+                .with_status(403),
+            ));
+        }
+    }
+    let revoked = users::remove_member(&app.db, org_id, &user_id).await?;
+    if !revoked.is_empty() {
+        for k in keys::list_for_org(&app.db, org_id).await? {
+            if revoked.contains(&k.hash) {
+                app.directory.put_key(k);
+            }
+        }
+    }
+    web.sessions.forget_all();
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
 /// `GET /api/session/settings`.
 pub async fn settings(State(web): State<WebShared>, m: ApiMember) -> ApiResult {
     let org = org_of(&web, &m.session.org_id).await?;

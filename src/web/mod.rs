@@ -101,6 +101,7 @@ pub fn router(state: Shared, gateway: SocketAddr) -> anyhow::Result<Router> {
         .route("/api/session/keys", get(api::keys).post(api::mint_key))
         .route("/api/session/keys/{api_key_id}", delete(api::revoke_key))
         .route("/api/session/members", post(api::invite))
+        .route("/api/session/members/{user_id}", delete(api::remove_member))
         .route(
             "/api/session/settings",
             get(api::settings).put(api::change_settings),
