@@ -589,3 +589,47 @@ async fn a_stored_conversation_larger_than_a_request_is_refused_not_rebuilt() {
         a.json
     );
 }
+
+/// L8 of the 2026-12-01 security review: `DELETE /v1/responses/{id}` erases a
+/// stored turn before its retention ends; it cannot be continued afterwards, and
+/// another org cannot delete (or learn of) it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_response_can_be_deleted_by_its_org_only() {
+    let e = start().await;
+    let a = e
+        .respond(json!({"model": "fmt-gpt", "input": "Remember the number 7"}))
+        .await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    let id = id_of(&a);
+    e.wait_stored(1).await;
+    let (other_org, _, other_key) = e.s.org_and_key().await;
+    assert_ne!(other_org, e.org);
+    let delete = |key: &str, id: &str| {
+        let (s, key, id) = (&e.s, key.to_string(), id.to_string());
+        async move {
+            let r = s
+                .http
+                .delete(format!("{}/v1/responses/{id}", s.gateway))
+                .bearer_auth(&key)
+                .send()
+                .await
+                .unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let (st, v) = delete(&other_key, &id).await;
+    assert_error(st, &v, 404, "not_found");
+    let (st, v) = delete(&e.key, &id).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v, json!({"id": id, "object": "response", "deleted": true}));
+    assert!(e.stored_rows().await.is_empty());
+    let (st, v) = delete(&e.key, &id).await;
+    assert_error(st, &v, 404, "not_found");
+    let a = e
+        .respond(json!({"model": "fmt-gpt", "input": "Which number?", "previous_response_id": id}))
+        .await;
+    assert_error(a.status, &a.json, 400, "previous_response_not_found");
+}

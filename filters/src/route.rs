@@ -11,6 +11,8 @@ pub enum Route {
     Model,
     Chat,
     Responses,
+    /// `/v1/responses/{id}`: one stored response (DELETE).
+    StoredResponse,
     Messages,
     /// `POST /v1/messages/count_tokens`: answered 404 `not_found_error` by contract.
     MessagesCountTokens,
@@ -30,6 +32,7 @@ impl Route {
             Route::Model => "model",
             Route::Chat => "chat",
             Route::Responses => "responses",
+            Route::StoredResponse => "stored_response",
             Route::Messages => "messages",
             Route::MessagesCountTokens => "messages_count_tokens",
             Route::Embeddings => "embeddings",
@@ -40,11 +43,12 @@ impl Route {
         }
     }
 
-    pub const ALL: [Route; 11] = [
+    pub const ALL: [Route; 12] = [
         Route::Models,
         Route::Model,
         Route::Chat,
         Route::Responses,
+        Route::StoredResponse,
         Route::Messages,
         Route::MessagesCountTokens,
         Route::Embeddings,
@@ -95,6 +99,12 @@ pub fn route(path: &str) -> Route {
         "/files" => Route::Files,
         "/messages/count_tokens" if prefixed => Route::MessagesCountTokens,
         r if prefixed && r.starts_with("/models/") && r.len() > "/models/".len() => Route::Model,
+        r if prefixed
+            && r.strip_prefix("/responses/")
+                .is_some_and(|id| !id.is_empty() && !id.contains('/')) =>
+        {
+            Route::StoredResponse
+        }
         r if r.starts_with("/batches/") => Route::Batches,
         r if r.starts_with("/files/") => Route::Files,
         _ => Route::NotFound,
@@ -124,6 +134,9 @@ mod tests {
             ("/v1/files", Route::Files),
             ("/files", Route::Files),
             ("/v1/models/gpt-4.1-mini", Route::Model),
+            ("/v1/responses/resp_1", Route::StoredResponse),
+            ("/responses/resp_1", Route::NotFound),
+            ("/v1/responses/resp_1/input_items", Route::NotFound),
             ("/v1/messages/count_tokens", Route::MessagesCountTokens),
             ("/api/models", Route::Management),
             ("/api/models/gpt-4.1/waterfall", Route::Management),

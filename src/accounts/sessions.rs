@@ -176,19 +176,6 @@ impl Sessions {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_token_shaped_cookies_are_looked_up() {
-        assert!(well_formed(&random_hex()));
-        assert!(!well_formed("attacker-chosen"));
-        assert!(!well_formed(&random_hex().to_uppercase()));
-        assert_ne!(random_hex(), random_hex());
-    }
-}
-
 /// Removes sessions and mailed links that can no longer be used (expired or
 /// revoked, used or expired) a day past that, every ten minutes; safe on several
 /// instances at once.
@@ -216,4 +203,17 @@ pub fn spawn_sweep(db: Db) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_token_shaped_cookies_are_looked_up() {
+        assert!(well_formed(&random_hex()));
+        assert!(!well_formed("attacker-chosen"));
+        assert!(!well_formed(&random_hex().to_uppercase()));
+        assert_ne!(random_hex(), random_hex());
+    }
 }

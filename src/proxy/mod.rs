@@ -9,6 +9,7 @@
 mod connection;
 mod management;
 mod model_list;
+mod stored_response;
 
 use crate::downstream::answer;
 use crate::inference::Engine;
@@ -105,6 +106,10 @@ impl Gateway {
             Route::Models | Route::Model if method != http::Method::GET => {
                 Err(method_not_allowed(&method, "GET"))
             }
+            Route::StoredResponse if method != http::Method::DELETE => {
+                Err(method_not_allowed(&method, "DELETE"))
+            }
+            Route::StoredResponse => Box::pin(stored_response::delete(&self.state, session)).await,
             Route::Models => Box::pin(model_list::list(&self.state, session)).await,
             Route::Model => Box::pin(model_list::one(&self.state, session)).await,
             r if r.is_inference() && method != http::Method::POST => {

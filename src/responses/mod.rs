@@ -428,6 +428,25 @@ impl Keeper {
         }
     }
 
+    /// `DELETE /v1/responses/{id}`: removes the org's stored turn, queued or
+    /// written; false when it has none.
+    pub async fn delete(&self, org_id: &str, id: &str) -> Result<bool, ApiError> {
+        // A queued turn is dropped from the queue's record: the writer skips it.
+        let queued = self
+            .lock_pending()
+            .remove(&(org_id.to_string(), id.to_string()))
+            .is_some();
+        let stored = tokio::time::timeout(READ_TIMEOUT, store::delete(&self.db, org_id, id)).await;
+        match stored {
+            Ok(Ok(found)) => Ok(found || queued),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "responses store delete failed");
+                Err(unavailable())
+            }
+            Err(_) => Err(unavailable()),
+        }
+    }
+
     /// Starts the writer and the expiry sweep (called once, by `server.rs`).
     pub fn spawn_jobs(&self) {
         let Some(mut rx) = self.rx.lock().unwrap_or_else(|e| e.into_inner()).take() else {
@@ -437,6 +456,11 @@ impl Keeper {
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(BATCH);
             while rx.recv_many(&mut batch, BATCH).await > 0 {
+                // A turn deleted while it waited is not written.
+                {
+                    let p = pending.lock().unwrap_or_else(|e| e.into_inner());
+                    batch.retain(|t| p.contains_key(&(t.org_id.clone(), t.id.clone())));
+                }
                 // A failed write (the database away) is tried again until it lands;
                 // meanwhile the queue fills, and past `QUEUE` new turns are not kept.
                 let mut wait = Duration::from_millis(100);

@@ -212,6 +212,25 @@ pub async fn history(
     Ok(Some(History { chain_id, items }))
 }
 
+/// Deletes one stored turn of the org and its items; false when there was none.
+/// A later turn of its chain can no longer be continued (its history has a gap).
+pub async fn delete(db: &Db, org_id: &str, id: &str) -> anyhow::Result<bool> {
+    let mut tx = db.pool.begin().await?;
+    let gone = sqlx::query("DELETE FROM stored_responses WHERE org_id = $1 AND id = $2")
+        .bind(org_id)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    sqlx::query("DELETE FROM stored_items WHERE org_id = $1 AND response_id = $2")
+        .bind(org_id)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(gone > 0)
+}
+
 /// Removes expired chains and their turns, `batch` chains a statement; safe on
 /// several instances at once (each statement removes what is expired when it runs).
 pub async fn sweep(db: &Db, now: i64, batch: i64) -> anyhow::Result<u64> {
@@ -245,6 +264,11 @@ pub async fn sweep(db: &Db, now: i64, batch: i64) -> anyhow::Result<u64> {
                         .execute(&mut *tx)
                         .await?
                         .rows_affected();
+                sqlx::query("DELETE FROM stored_items WHERE org_id = $1 AND chain_id = $2")
+                    .bind(&org)
+                    .bind(&chain)
+                    .execute(&mut *tx)
+                    .await?;
             }
             tx.commit().await?;
         }
@@ -340,6 +364,24 @@ mod tests {
                 ("o2".into(), "a1".into())
             ]
         );
+        // Their items went with them (L8 of the 2026-12-01 security review).
+        let items_left: Vec<String> =
+            sqlx::query("SELECT response_id FROM stored_items ORDER BY org_id, response_id")
+                .fetch_all(&db.pool)
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get("response_id"))
+                .collect();
+        assert_eq!(items_left, ["b1", "a1"]);
+        // One turn deleted, with its items; the other org's same id untouched.
+        assert!(delete(&db, "o1", "b1").await.unwrap());
+        assert!(!delete(&db, "o1", "b1").await.unwrap());
+        let found = items(&db, "o1", &["msg_b1".to_string()], 1100, MB)
+            .await
+            .unwrap();
+        assert!(found.is_empty());
+        assert!(history(&db, "o2", "a1", 1200, MB).await.unwrap().is_some());
     }
 
     #[test]
