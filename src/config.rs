@@ -693,6 +693,9 @@ pub fn has_public_endpoint(name: &str) -> bool {
     PROVIDERS.contains(&name) && provider_default(name).base_url.starts_with("https://")
 }
 
+/// The shortest admin token an ops listener past loopback accepts.
+const MIN_ADMIN_TOKEN: usize = 32;
+
 impl Config {
     /// Whether the web app's cookies are `Secure` (and its answers carry HSTS):
     /// `[web] cookie_secure`, or a public web URL that is https (a browser reaches
@@ -863,6 +866,25 @@ impl Config {
             if self.admin.token.is_empty() {
                 bail!("admin.token_file {} is empty", self.admin.token_file);
             }
+        }
+        // An admin token others can reach must not be guessable: on a listener
+        // past loopback it is 32 characters at least (loopback: a warning).
+        let short =
+            !self.admin.token.is_empty() && self.admin.token.chars().count() < MIN_ADMIN_TOKEN;
+        if short {
+            let loopback = self
+                .server
+                .ops_listen
+                .parse::<std::net::SocketAddr>()
+                .is_ok_and(|a| a.ip().is_loopback())
+                || self.server.ops_listen.starts_with("localhost:");
+            if !loopback {
+                bail!(
+                    "admin.token is shorter than {MIN_ADMIN_TOKEN} characters and server.ops_listen ({}) is reached past loopback: use a long random token",
+                    self.server.ops_listen
+                );
+            }
+            tracing::warn!("admin.token is shorter than {MIN_ADMIN_TOKEN} characters; acceptable on a loopback ops listener only");
         }
         let o = &self.observability;
         if !matches!(o.log_format.as_str(), "text" | "json") {
@@ -1133,6 +1155,27 @@ log_format = "json"
         assert!(Config::load(Some(&file)).is_err(), "a cert needs its key");
         std::fs::write(&file, "[observability]\nlog_format = \"xml\"\n").unwrap();
         assert!(Config::load(Some(&file)).is_err());
+    }
+
+    /// L10 of the 2026-12-01 security review: an admin token others can reach is
+    /// long; a short one is refused past loopback.
+    #[test]
+    fn a_short_admin_token_is_refused_on_an_ops_listener_past_loopback() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("sluice.toml");
+        let conf = |listen: &str, token: &str| {
+            format!("[server]\nops_listen = \"{listen}\"\n[admin]\ntoken = \"{token}\"\n")
+        };
+        std::fs::write(&file, conf("0.0.0.0:9090", "short-token")).unwrap();
+        let e = Config::load(Some(&file)).unwrap_err();
+        assert!(format!("{e:#}").contains("32 characters"), "{e:#}");
+        std::fs::write(&file, conf("0.0.0.0:9090", &"k".repeat(32))).unwrap();
+        assert!(Config::load(Some(&file)).is_ok());
+        std::fs::write(&file, conf("127.0.0.1:9090", "short-token")).unwrap();
+        assert!(
+            Config::load(Some(&file)).is_ok(),
+            "loopback: a warning only"
+        );
     }
 
     #[test]

@@ -471,7 +471,9 @@ fn the_deployment_files_agree_with_the_service() {
     // Kubernetes: the config the ConfigMap holds loads, and its drain fits the
     // pod's grace with the preStop pause.
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("admin-token"), "t").unwrap();
+    // As secret.example.yaml makes it (`openssl rand -hex 32`): a short one is
+    // refused on the cluster-wide ops listener.
+    std::fs::write(dir.path().join("admin-token"), "ab".repeat(32)).unwrap();
     let toml = config_map_entry(&read("deploy/kubernetes/configmap.yaml"), "sluice.toml").replace(
         "/etc/sluice/secrets/admin-token",
         &dir.path().join("admin-token").display().to_string(),
@@ -517,9 +519,18 @@ fn the_deployment_files_agree_with_the_service() {
     std::fs::write(&cat_file, catalog).unwrap();
     let models = sluice::catalog::load_file(&cat_file).unwrap();
     assert!(models.len() >= 3);
-    for f in ["pdb.yaml", "service.yaml", "kustomization.yaml"] {
+    for f in [
+        "pdb.yaml",
+        "service.yaml",
+        "kustomization.yaml",
+        "networkpolicy.yaml",
+    ] {
         assert!(read(&format!("deploy/kubernetes/{f}")).contains("sluice"));
     }
+    // The ops port (the admin API) is not open to every pod of the cluster.
+    let policy = read("deploy/kubernetes/networkpolicy.yaml");
+    assert!(policy.contains("kind: NetworkPolicy") && policy.contains("{port: ops}"));
+    assert!(read("deploy/kubernetes/kustomization.yaml").contains("networkpolicy.yaml"));
     assert!(read("deploy/kubernetes/pdb.yaml").contains("kind: PodDisruptionBudget"));
     // The image: multi-stage, run as a user of its own.
     let image = read("deploy/Containerfile");
@@ -534,4 +545,32 @@ fn the_deployment_files_agree_with_the_service() {
             .server
             .grace_period_seconds
     );
+}
+
+/// L10 of the 2026-12-01 security review: guessing the admin token is slowed.
+/// An address that presented ten wrong tokens in a minute is refused (429, with
+/// Retry-After) until the minute ends, the right token included.
+#[tokio::test]
+async fn an_address_guessing_the_admin_token_is_held_off() {
+    let b = harness::Backend::fresh().await;
+    let s = harness::Sluice::start(&b, harness::Opts::default()).await;
+    let admin = |token: &str| {
+        let (s, token) = (&s, token.to_string());
+        async move {
+            let r = s
+                .http
+                .get(format!("{}/admin/orgs/org_none", s.ops))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.headers().get("retry-after").cloned())
+        }
+    };
+    for i in 0..10 {
+        assert_eq!(admin(&format!("guess-{i}")).await.0, 401);
+    }
+    let (st, after) = admin(harness::ADMIN_TOKEN).await;
+    assert_eq!(st, 429);
+    assert_eq!(after.unwrap(), "60");
 }

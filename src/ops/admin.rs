@@ -31,11 +31,67 @@ pub fn router(state: Shared) -> Router<Shared> {
         .route_layer(middleware::from_fn_with_state(state, guard))
 }
 
-/// Checks the admin token in constant time (both sides hashed first).
+/// Wrong admin tokens one client address may present per minute; past it the
+/// address is answered 429 for the rest of the minute, whatever it presents.
+const FAILURES_PER_MINUTE: u32 = 10;
+
+/// Wrong tokens by client address: when its minute began, and how many.
+type Failures = std::collections::HashMap<std::net::IpAddr, (std::time::Instant, u32)>;
+
+/// This process's count (bounded: a flood of addresses clears it rather than
+/// growing it).
+fn failures() -> std::sync::MutexGuard<'static, Failures> {
+    static F: std::sync::OnceLock<std::sync::Mutex<Failures>> = std::sync::OnceLock::new();
+    F.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether `ip` presented its minute's share of wrong tokens already.
+fn locked_out(ip: std::net::IpAddr) -> bool {
+    failures()
+        .get(&ip)
+        .is_some_and(|(at, n)| at.elapsed().as_secs() < 60 && *n >= FAILURES_PER_MINUTE)
+}
+
+fn count_failure(ip: std::net::IpAddr) {
+    let mut map = failures();
+    if map.len() >= 10_000 {
+        map.retain(|_, (at, _)| at.elapsed().as_secs() < 60);
+        if map.len() >= 10_000 {
+            map.clear();
+        }
+    }
+    let entry = map.entry(ip).or_insert((std::time::Instant::now(), 0));
+    if entry.0.elapsed().as_secs() >= 60 {
+        *entry = (std::time::Instant::now(), 0);
+    }
+    entry.1 += 1;
+}
+
+/// Checks the admin token in constant time (both sides hashed first). Guessing
+/// is slowed: an address that presented [`FAILURES_PER_MINUTE`] wrong tokens is
+/// refused until its minute ends.
 async fn guard(State(state): State<Shared>, req: Request, next: Next) -> Response {
     let token = &state.config.admin.token;
     if token.is_empty() {
         return Failure(ApiError::not_found(req.uri().path())).into_response();
+    }
+    let ip = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
+    if ip.is_some_and(locked_out) {
+        let mut res = Failure(ApiError::new(
+            sluice_filters::ErrorCode::RateLimited,
+            "Too many wrong admin tokens from this address; retry in a minute.",
+        ))
+        .into_response();
+        res.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("60"),
+        );
+        return res;
     }
     let presented = crate::accounts::presented_key(req.headers(), false).unwrap_or("");
     let a = Sha256::digest(presented.as_bytes());
@@ -46,6 +102,9 @@ async fn guard(State(state): State<Shared>, req: Request, next: Next) -> Respons
         .fold(0u8, |acc, (x, y)| acc | (x ^ y))
         == 0;
     if !same {
+        if let Some(ip) = ip {
+            count_failure(ip);
+        }
         return Failure(ApiError::new(
             sluice_filters::ErrorCode::InvalidKey,
             "Invalid admin token.",

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const ADMIN_TOKEN: &str = "test-admin-token-of-thirty-two-chars";
 
 /// Where one test's state lives.
 pub struct Backend {
