@@ -687,6 +687,19 @@ fn provider_default(name: &str) -> ProviderConfig {
     }
 }
 
+/// A provider's built-in public endpoint, where an org's own rung goes when it
+/// names none: never the operator's configured `[providers.<name>] base_url`,
+/// which may be an internal proxy that adds the platform's credential. Empty for
+/// a provider with no public endpoint.
+pub fn public_base_url(name: &str) -> String {
+    let b = provider_default(name).base_url;
+    if PROVIDERS.contains(&name) && b.starts_with("https://") {
+        b
+    } else {
+        String::new()
+    }
+}
+
 /// Whether a provider's built-in endpoint is a public one (https): `local`,
 /// `hosted` and `azure` have none, so an org's deployment of them names its own.
 pub fn has_public_endpoint(name: &str) -> bool {

@@ -312,10 +312,18 @@ impl Upstreams {
     /// platform's.
     fn build_target(&self, rung: &RungSpec, own: Option<Option<Arc<str>>>) -> Option<Target> {
         let p = self.providers.get(&rung.provider)?;
-        let base = if rung.base_url.is_empty() {
-            &p.base_url
-        } else {
-            &rung.base_url
+        let public;
+        let base = match (rung.base_url.is_empty(), own.is_some()) {
+            (false, _) => &rung.base_url,
+            // An org's rung that names no endpoint goes to the provider's public
+            // one, never the operator's, which may add the platform's credential
+            // (L11 of the 2026-12-01 security review); unless private upstreams
+            // are allowed, where orgs may reach the operator's network anyway.
+            (true, true) if !self.allow_private => {
+                public = crate::config::public_base_url(&rung.provider);
+                &public
+            }
+            (true, _) => &p.base_url,
         };
         let (tls, host, port, prefix) = parse_base(base)?;
         // Bedrock and Vertex have no static credential: the rung is reachable when
@@ -861,6 +869,42 @@ mod tests {
             shown.contains("gpt-4.1-mini") && shown.contains("<redacted>"),
             "{shown}"
         );
+    }
+
+    /// L11 of the 2026-12-01 security review: an org's rung that names no endpoint
+    /// goes to the provider's public one, not the operator's configured one (an
+    /// internal proxy, say, that adds the platform's key); the platform's rungs
+    /// keep the operator's.
+    #[test]
+    fn an_org_rung_without_a_base_url_never_takes_the_operators() {
+        let mut config = Config::default();
+        config.providers.insert(
+            "openai".into(),
+            crate::config::ProviderConfig {
+                base_url: "http://key-adding-proxy.internal:8000/v1".into(),
+                ..Default::default()
+            },
+        );
+        let rung = RungSpec {
+            provider: "openai".into(),
+            provider_model_id: "gpt-4.1-mini".into(),
+            base_url: String::new(),
+            zdr: false,
+            caps: Vec::new(),
+        };
+        let up = Upstreams::new(&config);
+        let own = up
+            .build_target(&rung, Some(Some(Arc::from("sk-org"))))
+            .unwrap();
+        assert_eq!(own.host(), "api.openai.com");
+        let platform = up.build_target(&rung, None).unwrap();
+        assert_eq!(platform.host(), "key-adding-proxy.internal");
+        // Private upstreams allowed: the operator trusts orgs with its network.
+        config.network.allow_private_upstreams = true;
+        let own = Upstreams::new(&config)
+            .build_target(&rung, Some(Some(Arc::from("sk-org"))))
+            .unwrap();
+        assert_eq!(own.host(), "key-adding-proxy.internal");
     }
 
     #[test]
