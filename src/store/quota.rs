@@ -17,8 +17,9 @@ pub struct Stored {
 
 pub async fn stored(db: &Db, org_id: &str) -> Result<Stored, ApiError> {
     let row = sqlx::query(
-        "SELECT (SELECT COALESCE(SUM(bytes), 0) FROM files WHERE org_id = $1) \
-         + (SELECT COALESCE(SUM(byte_size), 0) FROM telemetry_ingests WHERE org_id = $1) AS bytes, \
+        // SUM is NUMERIC on PostgreSQL, which the Any driver does not read.
+        "SELECT CAST((SELECT COALESCE(SUM(bytes), 0) FROM files WHERE org_id = $1) \
+         + (SELECT COALESCE(SUM(byte_size), 0) FROM telemetry_ingests WHERE org_id = $1) AS BIGINT) AS bytes, \
          (SELECT COUNT(*) FROM files WHERE org_id = $1) AS files",
     )
     .bind(org_id)
@@ -26,8 +27,8 @@ pub async fn stored(db: &Db, org_id: &str) -> Result<Stored, ApiError> {
     .await
     .map_err(Error::db("storage quota"))?;
     Ok(Stored {
-        bytes: row.try_get("bytes").unwrap_or(0),
-        files: row.try_get("files").unwrap_or(0),
+        bytes: row.try_get("bytes").map_err(Error::db("storage quota"))?,
+        files: row.try_get("files").map_err(Error::db("storage quota"))?,
     })
 }
 
