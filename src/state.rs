@@ -212,6 +212,11 @@ impl AppState {
         if !matches!(set, Ok(true)) {
             return;
         }
+        // What local allowances used while it was away is in the ledger the
+        // windows are put back from.
+        if let Some(leases) = &self.leases {
+            leases.forget_local();
+        }
         let now = crate::store::counters::now_secs();
         let unstored =
             crate::store::usage::read_spool(std::path::Path::new(&self.config.storage.usage_spool));

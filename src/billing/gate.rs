@@ -22,7 +22,7 @@ use crate::catalog::model::{FreeAllowance, ModelSpec, Price, Requires};
 use crate::config::BillingConfig;
 use crate::error::Error;
 use crate::store::counters::{
-    now_secs, window_counter, BalanceReq, Counters, WindowOutcome, WindowReq,
+    now_secs, window_counter, BalanceReq, Counters, Down, WindowOutcome, WindowReq,
 };
 use crate::store::usage::UsageEvent;
 use crate::store::Db;
@@ -413,10 +413,15 @@ fn window(key: String, secs: u64, amount: i64, limit: i64, l: Limit, m: Measure)
             amount,
             limit,
             ttl_secs: if m == Measure::Slot { SLOT_TTL } else { 0 },
-            // Rates and concurrency may run on a local allowance while the shared
-            // store is away; money (spend caps, allowances) may not.
-            local_when_down: !l.is_free()
-                && matches!(m, Measure::Request | Measure::Tokens | Measure::Slot),
+            // While the shared store is away an instance serves its share of
+            // rates and concurrency, and of what money windows (spend caps,
+            // allowances) had left.
+            down: if !l.is_free() && matches!(m, Measure::Request | Measure::Tokens | Measure::Slot)
+            {
+                Down::Share
+            } else {
+                Down::Remaining
+            },
         },
         limit: l,
         measure: m,
@@ -574,7 +579,7 @@ pub async fn restore_free(
             amount,
             limit: i64::MAX,
             ttl_secs: 0,
-            local_when_down: false,
+            down: Down::Refuse,
         })
         .collect();
         if !windows.is_empty() {
@@ -801,7 +806,7 @@ pub async fn restore_money(
             amount,
             limit: i64::MAX,
             ttl_secs: 0,
-            local_when_down: false,
+            down: Down::Refuse,
         })
         .collect();
     for chunk in windows.chunks(64) {

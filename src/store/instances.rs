@@ -12,6 +12,16 @@ use std::time::Duration;
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
 pub const HEARTBEAT_TTL: Duration = Duration::from_secs(6);
 
+/// Instances whose beat the database has fresh, as of this instance's last beat
+/// (at least 1: this one). While the shared counters are away each instance
+/// grants itself a share of a window: this many share it. With the database away
+/// too, the last count stands.
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+pub fn live() -> usize {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed).max(1)
+}
+
 fn marker(instance: &str) -> String {
     format!("inst:{instance}")
 }
@@ -34,6 +44,17 @@ pub fn spawn_heartbeat(counters: Arc<dyn Counters>, db: Db, instance: String) {
             .execute(&db.pool);
             if let Err(e) = db.bounded(beat).await {
                 tracing::warn!(error = %e, "instance heartbeat not stored in the database");
+            }
+            let ttl_ms = i64::try_from(HEARTBEAT_TTL.as_millis()).unwrap_or(i64::MAX);
+            let count = sqlx::query("SELECT COUNT(*) AS n FROM instances WHERE seen_at >= $1")
+                .bind(now_ms() - ttl_ms)
+                .fetch_one(&db.pool);
+            if let Ok(row) = db.bounded(count).await {
+                let n: i64 = row.get("n");
+                LIVE.store(
+                    usize::try_from(n).unwrap_or(1).max(1),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
             }
             tokio::time::sleep(HEARTBEAT).await;
         }

@@ -18,13 +18,23 @@
 //! limit, so the limits hold across instances (no overspend from leasing); a key at
 //! its limit can still be served from a block another instance holds for at most
 //! `IDLE` after that instance last used it, and is refused by every instance once
-//! the blocks are used or returned. While the shared store does not answer, an
-//! instance serves on what it holds; a window marked `local_when_down` (request and
-//! token rates, concurrency) may then be served on one more block of its own,
-//! unbacked (at most one block per instance and window over the limit); anything
-//! else (spend caps, free allowances, the balance) is refused.
+//! the blocks are used or returned.
+//!
+//! While the shared store does not answer, an instance serves on what it holds,
+//! then on an allowance it grants itself (`Local`), once per counter and outage:
+//! - rates and concurrency (`Down::Share`): the limit over the live instances;
+//! - spend caps and free allowances (`Down::Remaining`): that share of what the
+//!   window had left when the shared store last answered this instance (nothing
+//!   when it never did);
+//! - a balance: that share of the live balance the shared store last reported.
+//!
+//! What it uses of an allowance is owed to the shared counter: it goes there with
+//! the lease's return once the store answers again (a counter the store lost is
+//! left gone, and a balance reseeded from the ledger drops it: the ledger has
+//! it). A store that failed is not asked again for `RETRY_DOWN`: requests do not
+//! each wait out its timeout. The bounds are in docs/decisions.md.
 
-use super::{BalanceReq, Counters, WindowOutcome, WindowReq};
+use super::{BalanceReq, Counters, Down, Observed, WindowOutcome, WindowReq};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -32,6 +42,9 @@ use std::time::{Duration, Instant};
 
 /// A lease unused this long goes back to the shared store.
 pub const IDLE: Duration = Duration::from_secs(1);
+/// After a failed call, the shared store is left alone this long (then one
+/// request, or the readiness probe, tries it again).
+const RETRY_DOWN: Duration = Duration::from_millis(250);
 /// A window's block: this fraction of its limit.
 const WINDOW_SHARE: i64 = 16;
 /// A balance block: this many times the draw that asked for it.
@@ -48,22 +61,42 @@ struct Lease {
     /// The window's end (Unix seconds), for windowed counters.
     ends: Option<u64>,
     last_use: Instant,
-    /// Granted locally while the shared store was away: nothing to give back.
-    unbacked: bool,
+    /// What this instance granted itself while the shared store was away.
+    local: Option<Local>,
     /// A balance block is being fetched in the background.
     refilling: bool,
 }
 
+/// An allowance granted with the shared store away: `granted`, of which `left`
+/// is unused; the rest is owed to the shared counter.
+#[derive(Debug, Clone, Copy)]
+struct Local {
+    granted: i64,
+    left: i64,
+}
+
 impl Lease {
-    /// A lease of a window, ending with it; `unbacked` when granted while the
-    /// shared store was away.
-    fn window(req: &WindowReq, now: u64, available: i64, unbacked: bool) -> Lease {
+    /// What the lease's return does to the shared counter: the unused backed part
+    /// goes back, what the local allowance used is charged.
+    fn settlement(&self) -> i64 {
+        let used = self.local.map_or(0, |l| l.granted - l.left);
+        if self.balance {
+            self.available - used
+        } else {
+            used - self.available
+        }
+    }
+}
+
+impl Lease {
+    /// A lease of a window, ending with it.
+    fn window(req: &WindowReq, now: u64, available: i64) -> Lease {
         Lease {
             available,
             balance: false,
             ends: (req.window_secs > 0).then(|| (now / req.window_secs + 1) * req.window_secs),
             last_use: Instant::now(),
-            unbacked,
+            local: None,
             refilling: false,
         }
     }
@@ -75,7 +108,7 @@ impl Lease {
             balance: true,
             ends: None,
             last_use: Instant::now(),
-            unbacked: false,
+            local: None,
             refilling: false,
         }
     }
@@ -84,6 +117,11 @@ impl Lease {
 pub struct LeasedCounters {
     inner: Arc<dyn Counters>,
     leases: Arc<Mutex<HashMap<String, Lease>>>,
+    /// What the shared store last said of each counter this instance took from:
+    /// a window's total (with the window's end), a balance's live value.
+    seen: Mutex<HashMap<String, (i64, Option<u64>)>>,
+    /// When the shared store last failed a call, while it has not answered since.
+    down_since: Mutex<Option<Instant>>,
 }
 
 /// One window of a take, with its stored counter name, the part this instance's
@@ -120,6 +158,77 @@ impl LeasedCounters {
         LeasedCounters {
             inner,
             leases: Arc::new(Mutex::new(HashMap::new())),
+            seen: Mutex::new(HashMap::new()),
+            down_since: Mutex::new(None),
+        }
+    }
+
+    /// Whether the shared store failed a call within `RETRY_DOWN` (and has not
+    /// answered since): a take then goes straight to the local allowances.
+    fn recently_down(&self) -> bool {
+        self.down_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|t| t.elapsed() < RETRY_DOWN)
+    }
+
+    fn mark(&self, up: bool) {
+        let mut d = self.down_since.lock().unwrap_or_else(|e| e.into_inner());
+        *d = if up { None } else { Some(Instant::now()) };
+    }
+
+    /// Whether the shared store is away (failed its last call).
+    pub fn store_down(&self) -> bool {
+        self.down_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Drops what local allowances used: the shared store lost its data and its
+    /// windows and balances are put back from the ledger, which has that use.
+    pub fn forget_local(&self) {
+        self.lock().retain(|_, l| l.local.is_none());
+    }
+
+    /// Remembers what the shared store reported of the counters of a take.
+    fn remember(&self, needs: &[Need<'_>], seen: &Observed, balance: Option<&BalanceReq>) {
+        let mut map = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let now = super::now_secs();
+        if map.len() > 100_000 {
+            map.retain(|_, (_, end)| end.is_none_or(|e| e > now));
+            if map.len() > 100_000 {
+                map.clear();
+            }
+        }
+        for (n, total) in needs.iter().zip(&seen.totals) {
+            let end =
+                (n.req.window_secs > 0).then(|| (now / n.req.window_secs + 1) * n.req.window_secs);
+            map.insert(n.name.clone(), (*total, end));
+        }
+        if let (Some(b), Some(live)) = (balance, seen.balance) {
+            map.insert(b.key.clone(), (live, None));
+        }
+    }
+
+    /// The allowance this instance may grant itself of a counter while the shared
+    /// store is away; `None`: refused.
+    fn allowance(&self, name: &str, req: Option<&WindowReq>) -> Option<i64> {
+        let live = crate::store::instances::live() as i64;
+        let seen = || {
+            let map = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            map.get(name)
+                .filter(|(_, end)| end.is_none_or(|e| e > super::now_secs()))
+                .map(|(v, _)| *v)
+        };
+        match req {
+            // A balance: its share of what was live.
+            None => seen().map(|live_balance| live_balance.max(0) / live),
+            Some(w) => match w.down {
+                Down::Refuse => None,
+                Down::Share => Some((w.limit / live).max(1)),
+                Down::Remaining => seen().map(|total| (w.limit - total).max(0) / live),
+            },
         }
     }
 
@@ -157,33 +266,49 @@ impl LeasedCounters {
         });
     }
 
-    /// Gives back what idle leases hold, and drops leases of windows that ended.
+    /// Gives back what idle leases hold and charges what their local allowances
+    /// used, and drops leases of windows that ended. A lease whose allowance was
+    /// used is kept until the shared store took its charge (while the store is
+    /// away it keeps serving on what is left of it); with the store back it goes
+    /// at the next return, idle or not.
     pub async fn return_idle(&self, all: bool) {
         let now = super::now_secs();
+        let up = !self.store_down();
         let mut back = Vec::new();
         {
             let mut leases = self.lock();
-            leases.retain(|name, l| {
-                if l.ends.is_some_and(|e| e <= now) {
-                    return false;
+            leases.retain(|_, l| l.ends.is_none_or(|e| e > now));
+            for (name, l) in leases.iter() {
+                let due = all || l.last_use.elapsed() >= IDLE || (up && l.local.is_some());
+                if due {
+                    back.push((name.clone(), l.settlement(), l.local.is_some()));
                 }
-                if !all && l.last_use.elapsed() < IDLE {
-                    return true;
-                }
-                if !l.unbacked && l.available != 0 {
-                    let delta = if l.balance { l.available } else { -l.available };
-                    back.push((name.clone(), delta));
-                }
-                false
-            });
+            }
         }
         if back.is_empty() {
             return;
         }
-        if let Err(e) = self.inner.correct_many(&back).await {
-            // What could not go back stays counted until its window ends (a
-            // balance: until the next reseed from the ledger).
-            tracing::warn!(error = %e, leases = back.len(), "leases not given back");
+        let charges: Vec<(String, i64)> = back
+            .iter()
+            .filter(|(_, d, _)| *d != 0)
+            .map(|(n, d, _)| (n.clone(), *d))
+            .collect();
+        let delivered = charges.is_empty() || self.inner.correct_many(&charges).await.is_ok();
+        self.mark(delivered);
+        let mut leases = self.lock();
+        for (name, _, local) in back {
+            // What could not go back of a backed lease stays counted until its
+            // window ends (a balance: until the next reseed from the ledger); a
+            // local allowance's use is kept owing.
+            if delivered || !local {
+                leases.remove(&name);
+            }
+        }
+        if !delivered {
+            tracing::warn!(
+                leases = charges.len(),
+                "leases not given back; the shared store is away"
+            );
         }
     }
 
@@ -200,6 +325,100 @@ impl LeasedCounters {
         });
     }
 
+    /// Admits what the leases did not cover on this instance's local allowances,
+    /// the shared store being away: each counter's allowance is granted once
+    /// (`allowance`), and a part that does not fit what is left of it is refused
+    /// as its limit would refuse it. A counter with no allowance at all (never
+    /// seen here, or refused by rule) fails the take with `err`.
+    fn take_local(
+        &self,
+        needs: &[Need<'_>],
+        balance: Option<(&BalanceReq, i64)>,
+        now: u64,
+        give_back: impl Fn(&Self),
+        err: impl FnOnce() -> anyhow::Error,
+    ) -> anyhow::Result<WindowOutcome> {
+        enum Verdict {
+            Fits(Vec<(usize, i64)>, Option<i64>),
+            Short { index: usize, current: i64 },
+            NoAllowance,
+        }
+        let mut leases = self.lock();
+        let left_of =
+            |leases: &HashMap<String, Lease>, name: &str, req: Option<&WindowReq>| match leases
+                .get(name)
+                .and_then(|l| l.local)
+            {
+                Some(local) => Some((local.left, None)),
+                None => self.allowance(name, req).map(|a| (a, Some(a))),
+            };
+        let verdict = 'check: {
+            let mut fresh = Vec::new();
+            for (i, n) in needs.iter().enumerate().filter(|(_, n)| n.remote > 0) {
+                match left_of(&leases, &n.name, Some(n.req)) {
+                    None => break 'check Verdict::NoAllowance,
+                    Some((left, _)) if left < n.remote => {
+                        break 'check Verdict::Short {
+                            index: i,
+                            current: n.req.limit.saturating_sub(left),
+                        }
+                    }
+                    Some((_, granted)) => fresh.push((i, granted.unwrap_or(-1))),
+                }
+            }
+            let mut bal_fresh = None;
+            if let Some((b, remote)) = balance {
+                match left_of(&leases, &b.key, None) {
+                    None => break 'check Verdict::NoAllowance,
+                    Some((left, _)) if left < remote => {
+                        break 'check Verdict::Short {
+                            index: needs.len(),
+                            current: left,
+                        }
+                    }
+                    Some((_, granted)) => bal_fresh = Some(granted.unwrap_or(-1)),
+                }
+            }
+            Verdict::Fits(fresh, bal_fresh)
+        };
+        match verdict {
+            Verdict::Fits(parts, bal) => {
+                for (i, granted) in parts {
+                    let n = &needs[i];
+                    let l = leases
+                        .entry(n.name.clone())
+                        .or_insert_with(|| Lease::window(n.req, now, 0));
+                    let local = l.local.get_or_insert(Local {
+                        granted: granted.max(0),
+                        left: granted.max(0),
+                    });
+                    local.left -= n.remote;
+                    l.last_use = Instant::now();
+                }
+                if let (Some((b, remote)), Some(granted)) = (balance, bal) {
+                    let l = leases.entry(b.key.clone()).or_insert_with(Lease::balance);
+                    let local = l.local.get_or_insert(Local {
+                        granted: granted.max(0),
+                        left: granted.max(0),
+                    });
+                    local.left -= remote;
+                    l.last_use = Instant::now();
+                }
+                Ok(WindowOutcome::Added)
+            }
+            Verdict::Short { index, current } => {
+                drop(leases);
+                give_back(self);
+                Ok(WindowOutcome::Refused { index, current })
+            }
+            Verdict::NoAllowance => {
+                drop(leases);
+                give_back(self);
+                Err(err())
+            }
+        }
+    }
+
     /// Takes what the shared store must give for the uncovered windows and draw,
     /// with a block more when `blocks`; the request's own amounts are consumed.
     async fn take_remote(
@@ -207,7 +426,7 @@ impl LeasedCounters {
         needs: &[Need<'_>],
         balance: Option<(&BalanceReq, i64)>,
         blocks: bool,
-    ) -> anyhow::Result<(WindowOutcome, Vec<usize>)> {
+    ) -> anyhow::Result<(WindowOutcome, Vec<usize>, Observed)> {
         let mut reqs = Vec::new();
         let mut index = Vec::new();
         for (i, n) in needs.iter().enumerate().filter(|(_, n)| n.remote > 0) {
@@ -230,8 +449,8 @@ impl LeasedCounters {
             }
             req
         });
-        let out = self.inner.take(&reqs, bal.as_ref()).await?;
-        Ok((out, index))
+        let (out, seen) = self.inner.take_observed(&reqs, bal.as_ref()).await?;
+        Ok((out, index, seen))
     }
 }
 
@@ -276,7 +495,7 @@ impl Counters for LeasedCounters {
                     // fetched now, off this request's path.
                     if bal_remote == 0
                         && !l.refilling
-                        && !l.unbacked
+                        && l.local.is_none()
                         && l.available <= balance_block(b.amount) / 2
                     {
                         l.refilling = true;
@@ -305,15 +524,31 @@ impl Counters for LeasedCounters {
                 }
             }
         };
+        // The shared store failed a moment ago: straight to the local allowances.
+        if self.recently_down() {
+            return self.take_local(&needs, remote_balance, now, give_back, || {
+                anyhow::anyhow!("the shared counters are away")
+            });
+        }
         // With a block first; near a limit, the exact amount.
         let mut result = None;
         for blocks in [true, false] {
             match self.take_remote(&needs, remote_balance, blocks).await {
-                Ok((WindowOutcome::Added, _)) => {
+                Ok((WindowOutcome::Added, remote, seen)) => {
+                    let taken: Vec<Need> = remote
+                        .iter()
+                        .map(|&i| Need {
+                            req: needs[i].req,
+                            name: needs[i].name.clone(),
+                            local: 0,
+                            remote: 0,
+                        })
+                        .collect();
+                    self.remember(&taken, &seen, remote_balance.map(|(b, _)| b));
                     result = Some(Ok(blocks));
                     break;
                 }
-                Ok((WindowOutcome::Refused { index, current }, remote)) if !blocks => {
+                Ok((WindowOutcome::Refused { index, current }, remote, _)) if !blocks => {
                     give_back(self);
                     // Map the shared store's index back to the request's windows.
                     let index = remote.get(index).copied().unwrap_or(windows.len());
@@ -329,8 +564,8 @@ impl Counters for LeasedCounters {
                         current: current.saturating_add(held),
                     });
                 }
-                Ok((WindowOutcome::Refused { .. }, _)) => continue,
-                Ok((WindowOutcome::Unseeded, _)) => {
+                Ok((WindowOutcome::Refused { .. }, _, _)) => continue,
+                Ok((WindowOutcome::Unseeded, _, _)) => {
                     give_back(self);
                     return Ok(WindowOutcome::Unseeded);
                 }
@@ -342,11 +577,12 @@ impl Counters for LeasedCounters {
         }
         match result {
             Some(Ok(with_blocks)) => {
+                self.mark(true);
                 let mut leases = self.lock();
                 for n in needs.iter().filter(|n| n.remote > 0) {
                     let l = leases
                         .entry(n.name.clone())
-                        .or_insert_with(|| Lease::window(n.req, now, 0, false));
+                        .or_insert_with(|| Lease::window(n.req, now, 0));
                     if with_blocks {
                         l.available += block(n.req.limit);
                     }
@@ -362,33 +598,8 @@ impl Counters for LeasedCounters {
                 Ok(WindowOutcome::Added)
             }
             Some(Err(e)) => {
-                // The shared store is away: rate windows may go on locally on one
-                // unbacked block each; spend and balance may not.
-                let local = remote_balance.is_none()
-                    && needs
-                        .iter()
-                        .filter(|n| n.remote > 0)
-                        .all(|n| n.req.local_when_down);
-                if !local {
-                    give_back(self);
-                    return Err(e);
-                }
-                let mut leases = self.lock();
-                for n in needs.iter().filter(|n| n.remote > 0) {
-                    let fresh = !leases.contains_key(&n.name);
-                    let l = leases
-                        .entry(n.name.clone())
-                        .or_insert_with(|| Lease::window(n.req, now, block(n.req.limit), true));
-                    if !fresh && !l.unbacked || l.available < n.remote {
-                        // Its one block is used: refused.
-                        drop(leases);
-                        give_back(self);
-                        return Err(e);
-                    }
-                    l.available -= n.remote;
-                    l.last_use = Instant::now();
-                }
-                Ok(WindowOutcome::Added)
+                self.mark(false);
+                self.take_local(&needs, remote_balance, now, give_back, || e)
             }
             None => {
                 give_back(self);
@@ -433,9 +644,13 @@ impl Counters for LeasedCounters {
                     // A balance drawn down from outside the requests (a payment
                     // reversed): this instance's lease goes back with it, so its
                     // next draw meets the shared balance as it now is.
+                    // (A lease whose local allowance was used stays: its charge
+                    // goes with its return.)
+                    Some(l) if l.balance && l.local.is_some() => {
+                        remote.push((name.clone(), *delta))
+                    }
                     Some(l) if l.balance => {
-                        let back = if l.unbacked { 0 } else { l.available };
-                        remote.push((name.clone(), delta.saturating_add(back)));
+                        remote.push((name.clone(), delta.saturating_add(l.settlement())));
                         leases.remove(name);
                     }
                     _ => remote.push((name.clone(), *delta)),
@@ -474,8 +689,12 @@ impl Counters for LeasedCounters {
         self.inner.delete(key).await
     }
 
+    /// Whether the shared store answers; an answer ends the outage (the next
+    /// return charges what the local allowances used).
     async fn ping(&self) -> bool {
-        self.inner.ping().await
+        let ok = self.inner.ping().await;
+        self.mark(ok);
+        ok
     }
 }
 
@@ -510,10 +729,17 @@ mod tests {
             w: &[WindowReq],
             b: Option<&BalanceReq>,
         ) -> anyhow::Result<WindowOutcome> {
+            Ok(self.take_observed(w, b).await?.0)
+        }
+        async fn take_observed(
+            &self,
+            w: &[WindowReq],
+            b: Option<&BalanceReq>,
+        ) -> anyhow::Result<(WindowOutcome, Observed)> {
             self.check()?;
             let _ = self.gate.subscribe().wait_for(|open| *open).await;
             self.takes.fetch_add(1, Ordering::Relaxed);
-            self.inner.take(w, b).await
+            self.inner.take_observed(w, b).await
         }
         async fn seed_balance(&self, k: &str, b: i64, c: i64) -> anyhow::Result<()> {
             self.inner.seed_balance(k, b, c).await
@@ -564,7 +790,7 @@ mod tests {
             amount: 1,
             limit,
             ttl_secs: 0,
-            local_when_down: local,
+            down: if local { Down::Share } else { Down::Remaining },
         }
     }
 
@@ -614,7 +840,7 @@ mod tests {
             amount,
             limit: 16_000,
             ttl_secs: 0,
-            local_when_down: true,
+            down: Down::Share,
         };
         let name = super::super::window_counter("ktpm:key_1", 3600, super::super::now_secs());
         // Held at 500, used 120: the shared counter has the take and a block.
@@ -748,30 +974,89 @@ mod tests {
         assert_eq!(store.get("bal:org_1").await.unwrap(), Some(120));
     }
 
+    /// Issue 52: with the shared store away an instance serves a rate window on
+    /// its share of the limit, a money window and a balance on their share of
+    /// what the store last reported, and a counter it never saw not at all; what
+    /// it used is charged to the shared counters when they answer again.
     #[tokio::test]
-    async fn with_the_shared_store_away_rates_run_on_one_block_and_money_stops() {
+    async fn with_the_shared_store_away_each_counter_runs_on_its_share_and_is_charged_back() {
         let store = shared();
         store.seed_balance("bal:org_1", 1_000, 1_000).await.unwrap();
         let a = LeasedCounters::new(store.clone());
-        store.down.store(true, Ordering::Relaxed);
-        // A rate window: one unbacked block of its own (160 / 16 = 10), then refused.
-        let w = [rpm(160, true)];
-        let served = futures_count(&a, &w).await;
-        assert_eq!(served, 10);
-        // A spend window or a balance draw: refused at once.
-        assert!(a.take(&[rpm(160, false)], None).await.is_err());
         let draw = BalanceReq {
             key: "bal:org_1".into(),
             org_id: "org_1".into(),
             credited: 1_000,
-            amount: 1,
+            amount: 10,
             floor: 0,
         };
-        assert!(a.take(&[], Some(&draw)).await.is_err());
-        // Back: the unbacked block is never given back as if it were taken.
-        store.down.store(false, Ordering::Relaxed);
+        let spend = |amount| WindowReq {
+            key: "kspend:key_1".into(),
+            window_secs: 86_400,
+            amount,
+            limit: 1_600,
+            ttl_secs: 0,
+            down: Down::Remaining,
+        };
+        // Up: a draw (and a block of eight), a spend (and a block of 100), a
+        // request (and a block of 10).
+        let w = [rpm(160, true)];
+        assert_eq!(
+            a.take(&[spend(100)], Some(&draw)).await.unwrap(),
+            WindowOutcome::Added
+        );
+        assert_eq!(a.take(&w, None).await.unwrap(), WindowOutcome::Added);
+        assert_eq!(store.get("bal:org_1").await.unwrap(), Some(910));
+        store.down.store(true, Ordering::Relaxed);
+        // A rate window: its backed block, then its share (one instance here: all
+        // of it), then refused as the limit refuses.
+        assert_eq!(futures_count(&a, &w).await, 10 + 160);
+        assert!(matches!(
+            a.take(&w, None).await.unwrap(),
+            WindowOutcome::Refused { index: 0, .. }
+        ));
+        // The balance: the backed block, then what was live (910).
+        let mut drawn = 0;
+        while let Ok(WindowOutcome::Added) = a.take(&[], Some(&draw)).await {
+            drawn += 10;
+            assert!(drawn < 2_000);
+        }
+        assert_eq!(drawn, 80 + 910);
+        // The spend window: its backed block (100), then what it had left (1,600 -
+        // 200 taken): 1,400.
+        let mut spent = 0;
+        while let Ok(WindowOutcome::Added) = a.take(&[spend(100)], None).await {
+            spent += 100;
+            assert!(spent < 5_000);
+        }
+        assert_eq!(spent, 100 + 1_400);
+        // A money window never seen here: refused, the store being away.
+        let other = WindowReq {
+            key: "kspend:key_2".into(),
+            ..spend(1)
+        };
+        assert!(a.take(&[other], None).await.is_err());
+        // Still away: nothing is charged yet, and the allowances are kept.
         a.return_idle(true).await;
-        assert_eq!(store.window_total("krpm:key_1", 3600).await.unwrap(), 0);
+        assert!(matches!(
+            a.take(&w, None).await.unwrap(),
+            WindowOutcome::Refused { .. }
+        ));
+        // Back: the use is charged to the shared counters.
+        store.down.store(false, Ordering::Relaxed);
+        assert!(a.ping().await);
+        a.return_idle(true).await;
+        // (A counter the store never had would be left gone: a rate's local use
+        // then just ends with the outage.)
+        assert_eq!(
+            store.window_total("krpm:key_1", 3600).await.unwrap(),
+            1 + 10 + 160
+        );
+        assert_eq!(
+            store.window_total("kspend:key_1", 86_400).await.unwrap(),
+            1_600
+        );
+        assert_eq!(store.get("bal:org_1").await.unwrap(), Some(0));
     }
 
     async fn futures_count(a: &LeasedCounters, w: &[WindowReq]) -> usize {

@@ -8,7 +8,8 @@
 //! Losing a marker only costs its conversation a cold prompt cache.
 
 use super::{
-    credited_mark, now_secs, window_counter, BalanceReq, Counters, WindowOutcome, WindowReq,
+    credited_mark, now_secs, window_counter, BalanceReq, Counters, Observed, WindowOutcome,
+    WindowReq,
 };
 use async_trait::async_trait;
 use std::collections::{HashMap, VecDeque};
@@ -172,13 +173,22 @@ impl Counters for MemoryCounters {
         windows: &[WindowReq],
         balance: Option<&BalanceReq>,
     ) -> anyhow::Result<WindowOutcome> {
+        Ok(self.take_observed(windows, balance).await?.0)
+    }
+
+    async fn take_observed(
+        &self,
+        windows: &[WindowReq],
+        balance: Option<&BalanceReq>,
+    ) -> anyhow::Result<(WindowOutcome, Observed)> {
         let now = Instant::now();
         let secs = now_secs();
         let mut map = self.lock();
+        let nothing = Observed::default;
         let live_balance = match balance {
             Some(b) => match sync_balance(&mut map, b, now) {
                 Some(live) => Some(live),
-                None => return Ok(WindowOutcome::Unseeded),
+                None => return Ok((WindowOutcome::Unseeded, nothing())),
             },
             None => None,
         };
@@ -189,24 +199,30 @@ impl Counters for MemoryCounters {
         for (i, (w, k)) in windows.iter().zip(&keys).enumerate() {
             let current = int_of(&map, k, now).unwrap_or(0);
             if current.saturating_add(w.amount) > w.limit {
-                return Ok(WindowOutcome::Refused { index: i, current });
+                return Ok((WindowOutcome::Refused { index: i, current }, nothing()));
             }
         }
+        let mut seen = Observed::default();
         if let (Some(b), Some(live)) = (balance, live_balance) {
             if live.saturating_sub(b.amount) < b.floor {
-                return Ok(WindowOutcome::Refused {
-                    index: windows.len(),
-                    current: live,
-                });
+                return Ok((
+                    WindowOutcome::Refused {
+                        index: windows.len(),
+                        current: live,
+                    },
+                    nothing(),
+                ));
             }
             set_int(&mut map, &b.key, live.saturating_sub(b.amount), None);
+            seen.balance = Some(live.saturating_sub(b.amount));
         }
         for (w, k) in windows.iter().zip(keys) {
             let current = int_of(&map, &k, now).unwrap_or(0);
             let expires = (w.window_secs > 0).then(|| now + Duration::from_secs(w.window_secs + 1));
             set_int(&mut map, &k, current.saturating_add(w.amount), expires);
+            seen.totals.push(current.saturating_add(w.amount));
         }
-        Ok(WindowOutcome::Added)
+        Ok((WindowOutcome::Added, seen))
     }
 
     async fn seed_balance(&self, key: &str, balance: i64, credited: i64) -> anyhow::Result<()> {
@@ -343,7 +359,7 @@ mod tests {
             amount: 1,
             limit: 10,
             ttl_secs: 0,
-            local_when_down: false,
+            down: super::super::Down::Refuse,
         };
         c.take(std::slice::from_ref(&w), None).await.unwrap();
         assert_eq!(c.len(), 1_002);
@@ -361,7 +377,7 @@ mod tests {
             amount,
             limit: 100,
             ttl_secs: 0,
-            local_when_down: false,
+            down: super::super::Down::Refuse,
         };
         assert_eq!(c.take(&[w(5)], None).await.unwrap(), WindowOutcome::Added);
         assert_eq!(

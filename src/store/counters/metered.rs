@@ -3,7 +3,7 @@
 //! `sluice_redis_errors_total`). A thin layer over the Redis store; the
 //! in-process store is not wrapped (its calls are map lookups).
 
-use super::{BalanceReq, Counters, WindowOutcome, WindowReq};
+use super::{BalanceReq, Counters, Observed, WindowOutcome, WindowReq};
 use async_trait::async_trait;
 use prometheus::Histogram;
 use prometheus::IntCounter;
@@ -61,6 +61,14 @@ impl Counters for MeteredCounters {
         balance: Option<&BalanceReq>,
     ) -> anyhow::Result<WindowOutcome> {
         timed!(self, 0, self.inner.take(windows, balance))
+    }
+
+    async fn take_observed(
+        &self,
+        windows: &[WindowReq],
+        balance: Option<&BalanceReq>,
+    ) -> anyhow::Result<(WindowOutcome, Observed)> {
+        timed!(self, 0, self.inner.take_observed(windows, balance))
     }
 
     async fn seed_balance(&self, key: &str, balance: i64, credited: i64) -> anyhow::Result<()> {

@@ -44,9 +44,33 @@ pub struct WindowReq {
     /// when it has none (0: never expires). It bounds how long slots held by an
     /// instance that died stay counted; the in-process store dies with its slots.
     pub ttl_secs: u64,
-    /// While the shared store does not answer, this window may be served on a
-    /// local allowance (`leased`): rates and concurrency may, money may not.
-    pub local_when_down: bool,
+    /// What an instance may grant itself of this window while the shared store
+    /// does not answer (`leased`).
+    pub down: Down,
+}
+
+/// A window's allowance while the shared store is away, per instance (the rule
+/// and its bound are in docs/decisions.md, "Shared state").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Down {
+    /// Nothing: the take fails.
+    #[default]
+    Refuse,
+    /// Rates and concurrency: its share of the limit (the limit over the live
+    /// instances), as if the window had just begun.
+    Share,
+    /// Money (a spend cap, a free allowance): its share of what the window had
+    /// left when the shared store last answered this instance; nothing when it
+    /// never did.
+    Remaining,
+}
+
+/// What a take that was added saw in the shared store: each window's total
+/// after it, and the live balance after the draw. Only a shared store says it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observed {
+    pub totals: Vec<i64>,
+    pub balance: Option<i64>,
 }
 
 /// A draw on a shared balance, taken in the same atomic step as the windows.
@@ -95,6 +119,16 @@ pub trait Counters: Send + Sync {
         windows: &[WindowReq],
         balance: Option<&BalanceReq>,
     ) -> anyhow::Result<WindowOutcome>;
+
+    /// [`Counters::take`], with what the store saw when it added (a store that
+    /// does not say gives nothing).
+    async fn take_observed(
+        &self,
+        windows: &[WindowReq],
+        balance: Option<&BalanceReq>,
+    ) -> anyhow::Result<(WindowOutcome, Observed)> {
+        Ok((self.take(windows, balance).await?, Observed::default()))
+    }
 
     /// Starts a balance counter at `balance` with its credited mark at `credited`,
     /// unless the mark exists (another request seeded it first).
@@ -191,7 +225,7 @@ pub(crate) mod contract {
             amount,
             limit,
             ttl_secs: 0,
-            local_when_down: false,
+            down: Down::Refuse,
         };
         assert_eq!(
             c.take(&[w("a", 3, 5), w("b", 10, 100)], None)
@@ -222,7 +256,7 @@ pub(crate) mod contract {
             amount,
             limit,
             ttl_secs: 0,
-            local_when_down: false,
+            down: Down::Refuse,
         };
         assert_eq!(
             c.take(&[life(4, 5)], None).await.unwrap(),
@@ -306,7 +340,7 @@ pub(crate) mod contract {
             amount: 5,
             limit: 10,
             ttl_secs: 0,
-            local_when_down: false,
+            down: Down::Refuse,
         };
         assert_eq!(
             c.take(std::slice::from_ref(&short), None).await.unwrap(),

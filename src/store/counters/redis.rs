@@ -2,7 +2,8 @@
 //! so it is atomic and one round trip.
 
 use super::{
-    credited_mark, now_secs, window_counter, BalanceReq, Counters, WindowOutcome, WindowReq,
+    credited_mark, now_secs, window_counter, BalanceReq, Counters, Observed, WindowOutcome,
+    WindowReq,
 };
 use anyhow::Context;
 use async_trait::async_trait;
@@ -15,7 +16,8 @@ use std::time::Duration;
 /// expires, a negative ttl sets -ttl only on a key without an expiry); with a
 /// balance (credited, amount, floor). Syncs the balance with the credited total,
 /// checks every window and the balance, then adds to all, or to none; returns
-/// {0, 0} when taken, {-1, 0} when the balance has no credited mark (nothing
+/// {0, 0, total of each window after it, live balance after the draw (0 without
+/// one)} when taken, {-1, 0} when the balance has no credited mark (nothing
 /// taken), else {index+1, current}.
 const TAKE: &str = r#"
 local n = tonumber(ARGV[1])
@@ -61,10 +63,14 @@ for i = 1, n do
     redis.call('EXPIRE', KEYS[i], -ttl)
   end
 end
-if live then
-  redis.call('DECRBY', KEYS[n+1], draw)
+local out = {0, 0}
+for i = 1, n do
+  out[#out+1] = tonumber(redis.call('GET', KEYS[i]) or '0')
 end
-return {0, 0}
+if live then
+  out[#out+1] = redis.call('DECRBY', KEYS[n+1], draw)
+end
+return out
 "#;
 
 /// KEYS: an affinity marker, its org's index (a sorted set of markers in the
@@ -175,8 +181,16 @@ impl Counters for RedisCounters {
         windows: &[WindowReq],
         balance: Option<&BalanceReq>,
     ) -> anyhow::Result<WindowOutcome> {
+        Ok(self.take_observed(windows, balance).await?.0)
+    }
+
+    async fn take_observed(
+        &self,
+        windows: &[WindowReq],
+        balance: Option<&BalanceReq>,
+    ) -> anyhow::Result<(WindowOutcome, Observed)> {
         if windows.is_empty() && balance.is_none() {
-            return Ok(WindowOutcome::Added);
+            return Ok((WindowOutcome::Added, Observed::default()));
         }
         let now = now_secs();
         let mut inv = self.take.prepare_invoke();
@@ -195,16 +209,25 @@ impl Counters for RedisCounters {
             inv.arg(b.credited).arg(b.amount).arg(b.floor);
         }
         let mut conn = self.conn.clone();
-        let (idx, cur): (i64, i64) = self.bounded(inv.invoke_async(&mut conn)).await?;
+        let got: Vec<i64> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        let (idx, cur) = (
+            got.first().copied().unwrap_or(0),
+            got.get(1).copied().unwrap_or(0),
+        );
         Ok(if idx == 0 {
-            WindowOutcome::Added
+            let totals = got.get(2..2 + windows.len()).unwrap_or_default().to_vec();
+            let balance = balance.and_then(|_| got.get(2 + windows.len()).copied());
+            (WindowOutcome::Added, Observed { totals, balance })
         } else if idx < 0 {
-            WindowOutcome::Unseeded
+            (WindowOutcome::Unseeded, Observed::default())
         } else {
-            WindowOutcome::Refused {
-                index: (idx - 1) as usize,
-                current: cur,
-            }
+            (
+                WindowOutcome::Refused {
+                    index: (idx - 1) as usize,
+                    current: cur,
+                },
+                Observed::default(),
+            )
         })
     }
 
