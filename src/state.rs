@@ -42,6 +42,9 @@ pub struct AppState {
     /// (`spawn_readiness`): `/readyz` reads these, never the stores themselves.
     database_up: AtomicBool,
     counters_up: AtomicBool,
+    /// The counters store's epoch marker as this instance last saw it (a change
+    /// says the store lost its data).
+    epoch: std::sync::Mutex<Option<String>>,
 }
 
 /// The header a batch line carries to this instance's gateway listener:
@@ -157,6 +160,7 @@ impl AppState {
             gateway_up: AtomicBool::new(false),
             database_up: AtomicBool::new(true),
             counters_up: AtomicBool::new(true),
+            epoch: std::sync::Mutex::new(None),
         }))
     }
 
@@ -200,28 +204,45 @@ impl AppState {
 
     /// A shared counters store that lost its data (a Redis restarted empty) lost
     /// the money windows with it: key daily spend and free allowance use. The
-    /// store holds a marker with no natural end; the instance that finds it gone
-    /// (one, by `SET NX`) puts those windows back from the ledger. Balances reseed
-    /// themselves on their next draw (`SeededCounters`); rate windows restart.
+    /// store holds a marker with no natural end, a random value; the instance
+    /// that finds it gone (one, by `SET NX`) puts those windows back from the
+    /// ledger. Every instance that sees the value change (or go) drops its
+    /// leases: they were blocks of counters that no longer exist. Balances
+    /// reseed themselves on their next draw (`SeededCounters`); rate windows
+    /// restart.
     async fn restore_if_counters_lost(&self) {
         const EPOCH_TTL: std::time::Duration = std::time::Duration::from_secs(90 * 86_400);
+        let Some(leases) = &self.leases else { return };
+        let Ok(current) = self.counters.get_marker("epoch").await else {
+            return;
+        };
+        let known = self.epoch.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let (Some(c), Some(k)) = (&current, &known) {
+            if c == k {
+                return;
+            }
+        }
+        if known.is_some() {
+            tracing::warn!("the counters store lost its data: this instance's leases are dropped");
+            leases.forget_all();
+        }
+        if let Some(c) = current {
+            // Another instance found it gone first, and restored.
+            *self.epoch.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+            return;
+        }
+        let nonce = crate::store::new_id("epoch");
         let set = self
             .counters
-            .put_marker("epoch", &self.instance_id, EPOCH_TTL, true)
+            .put_marker("epoch", &nonce, EPOCH_TTL, true)
             .await;
         if !matches!(set, Ok(true)) {
             return;
-        }
-        // What local allowances used while it was away is in the ledger the
-        // windows are put back from.
-        if let Some(leases) = &self.leases {
-            leases.forget_local();
         }
         let now = crate::store::counters::now_secs();
         let unstored =
             crate::store::usage::read_spool(std::path::Path::new(&self.config.storage.usage_spool));
         // Straight to the shared store: the ledger's totals are not leased.
-        let Some(leases) = &self.leases else { return };
         let restore =
             crate::billing::gate::restore_money(leases.shared(), &self.db, now, &unstored);
         let failed = match tokio::time::timeout(std::time::Duration::from_secs(10), restore).await {
@@ -230,6 +251,7 @@ impl AppState {
                     "the counters store had no epoch marker (first start, or it lost its data): \
                      key daily spend and free allowance use restored from the ledger"
                 );
+                *self.epoch.lock().unwrap_or_else(|e| e.into_inner()) = Some(nonce);
                 return;
             }
             Ok(Err(e)) => e.to_string(),

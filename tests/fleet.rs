@@ -16,12 +16,15 @@
 
 mod harness;
 
-use harness::{command, repo_path, sql_rows, Backend, Opts, Sluice};
+use harness::fleet::{
+    event_count, flush_redis, host_port, key_cost, ok_events, only_key, org_balance, org_cost,
+    start_redis, via, Fleet,
+};
+use harness::{repo_path, Backend, Opts, Sluice};
 use serde_json::{json, Value};
 use sluice_mock::fault_proxy::FaultProxy;
 use sluice_mock::{Mock, Step};
 use std::collections::{BTreeMap, HashSet};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,68 +37,6 @@ const LOW_CREDITS_MICRO: i64 = 3_000;
 /// The worst case one request reserves (`max_tokens` 100 at the fixture's prices,
 /// plus the prompt): the unit of the stated bounds.
 const MAX_TOKENS: u64 = 100;
-
-struct RedisServer(Child, u16);
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn start_redis(dir: &std::path::Path) -> RedisServer {
-    let port = free_port();
-    let mut child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--dir"])
-        .arg(dir)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server (the test command installs it)");
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return RedisServer(child, port);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("redis-server did not start");
-}
-
-/// Empties the test's Redis, as a restart without persistence does.
-fn flush_redis(port: u16) {
-    let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string(), "FLUSHALL"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-}
-
-/// `postgres://user@host:port/db` with host:port replaced.
-fn via(url: &str, addr: std::net::SocketAddr) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let (auth_host, path) = rest.split_once('/').unwrap();
-    let auth = auth_host
-        .rsplit_once('@')
-        .map_or(String::new(), |(a, _)| format!("{a}@"));
-    format!("{scheme}://{auth}{addr}/{path}")
-}
-
-fn host_port(url: &str) -> String {
-    let rest = url.split_once("://").unwrap().1;
-    let host = rest.split('/').next().unwrap();
-    host.rsplit_once('@').map_or(host, |(_, h)| h).to_string()
-}
 
 /// The load's phases: steady, then one fault at a time (with its heal and a
 /// little after).
@@ -120,90 +61,6 @@ struct Outcome {
     code: Option<String>,
     took: Duration,
     timed_out: bool,
-}
-
-struct Fleet {
-    backend: Backend,
-    db_url: String,
-    redis_url: String,
-    mock: Mock,
-    dirs: Vec<tempfile::TempDir>,
-    instances: Vec<Option<Sluice>>,
-}
-
-impl Fleet {
-    fn opts(&self, i: usize) -> Opts {
-        let base = self.mock.base_url();
-        Opts::default()
-            .catalog(repo_path("tests/fixtures/ops.toml"))
-            .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
-            .env("SLUICE_PROVIDERS__AZURE__BASE_URL", &base)
-            .env("OPENAI_API_KEY", "sk-platform-openai")
-            .env("AZURE_OPENAI_API_KEY", "az-platform")
-            .env("SLUICE_STORAGE__DATABASE_URL", &self.db_url)
-            .env("SLUICE_STORAGE__REDIS_URL", &self.redis_url)
-            // Short store timeouts, as production's, with room for a loaded CI box.
-            .env("SLUICE_STORAGE__REDIS_TIMEOUT_MS", "250")
-            .env("SLUICE_STORAGE__DATABASE_TIMEOUT_MS", "1000")
-            // Each instance its own disk: spool and journal.
-            .env(
-                "SLUICE_STORAGE__USAGE_SPOOL",
-                self.dirs[i].path().join("usage-spool.jsonl").display(),
-            )
-    }
-
-    async fn start(&mut self, i: usize) {
-        let cmd = command(&self.backend, &self.opts(i));
-        let s = Sluice::spawn(cmd, &self.db_url).await;
-        self.instances[i] = Some(s);
-    }
-
-    fn kill(&mut self, i: usize) {
-        if let Some(s) = self.instances[i].take() {
-            let ok = Command::new("kill")
-                .args(["-KILL", &s.pid().to_string()])
-                .status()
-                .unwrap();
-            assert!(ok.success());
-            drop(s);
-        }
-    }
-
-    fn live(&self) -> Vec<&Sluice> {
-        self.instances.iter().flatten().collect()
-    }
-
-    /// Seconds until every live instance answers `/readyz` 200 (panics past 10 s).
-    async fn ready_within(&self, what: &str) -> f64 {
-        let t = Instant::now();
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()
-            .unwrap();
-        for s in self.live() {
-            loop {
-                let probe = Instant::now();
-                let r = http.get(format!("{}/readyz", s.ops)).send().await;
-                assert!(
-                    probe.elapsed() < Duration::from_millis(1500),
-                    "/readyz answers within a second ({what})"
-                );
-                let (status, body) = match r {
-                    Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
-                    Err(e) => (0, e.to_string()),
-                };
-                if status == 200 {
-                    break;
-                }
-                assert!(
-                    t.elapsed() < Duration::from_secs(10),
-                    "an instance was not ready 10 s after {what}: {status} {body}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-        t.elapsed().as_secs_f64()
-    }
 }
 
 fn chat(stream: bool) -> Value {
@@ -586,53 +443,6 @@ fn worst_case_micro() -> i64 {
     (MAX_TOKENS as i64) * 2 + 100
 }
 
-/// The one number a query returns (its column `n`).
-async fn sql_number(db: &str, sql: &str) -> i64 {
-    sql_rows(db, sql).await[0]["n"].as_i64().unwrap()
-}
-
-async fn org_balance(db: &str, org: &str) -> i64 {
-    let sql = format!("SELECT balance_micro_usd AS n FROM orgs WHERE id = '{org}'");
-    sql_number(db, &sql).await
-}
-
-/// What the usage events that `filter` picks cost, in micro-dollars.
-async fn cost_of(db: &str, filter: &str) -> i64 {
-    let sql = format!(
-        "SELECT CAST(COALESCE(SUM(cost_micro_usd), 0) AS BIGINT) AS n FROM usage_events WHERE {filter}"
-    );
-    sql_number(db, &sql).await
-}
-
-async fn org_cost(db: &str, org: &str) -> i64 {
-    cost_of(db, &format!("org_id = '{org}'")).await
-}
-
-async fn key_cost(db: &str, key: &str) -> i64 {
-    cost_of(db, &format!("key_id = '{key}'")).await
-}
-
-async fn event_count(db: &str) -> i64 {
-    sql_number(db, "SELECT COUNT(*) AS n FROM usage_events").await
-}
-
-/// Served (200) events of a key for a model.
-async fn ok_events(db: &str, key: &str, model: &str) -> i64 {
-    let sql = format!(
-        "SELECT COUNT(*) AS n FROM usage_events WHERE key_id = '{key}' AND model = '{model}' AND status = 200 AND incomplete = 0"
-    );
-    sql_number(db, &sql).await
-}
-
-async fn only_key(db: &str, org: &str) -> String {
-    let r = sql_rows(
-        db,
-        &format!("SELECT id FROM api_keys WHERE org_id = '{org}'"),
-    )
-    .await;
-    r[0]["id"].as_str().unwrap().to_string()
-}
-
 /// Issue 22's bound, on three instances over one Redis: leases are taken inside
 /// each limit, so however the requests spread, a key's requests per minute and its
 /// daily spend never pass the limit; and once a key is at its limit every
@@ -770,4 +580,279 @@ async fn leased_limits_hold_across_three_instances() {
         "{spent} spent past a cap of {CAP_MICRO}"
     );
     assert!(spent > CAP_MICRO / 2, "{spent} of {CAP_MICRO}");
+}
+
+/// What one paced request got.
+#[derive(Debug, Clone)]
+struct Paced {
+    window: usize,
+    key: usize,
+    status: u16,
+    code: Option<String>,
+    whole: bool,
+}
+
+/// The windows of the outage run: each outage with the minute after its heal.
+const OUTAGES: [(&str, u64); 3] = [
+    ("redis away 10 s, back empty", 10),
+    ("postgres away 15 s", 15),
+    ("postgres away 25 s", 25),
+];
+/// How long each heal is watched.
+const AFTER_HEAL: Duration = Duration::from_secs(60);
+/// The paced load, and the requests it may have open at once.
+const RATE: u64 = 150;
+const SLOTS: usize = 64;
+/// The capped key's daily cap and the low org's credits: each is reached during
+/// the first outage (a quarter of the load at about 20 micro-USD a request).
+const CAP2_MICRO: i64 = 6_000;
+
+/// Issue 52: what clients see while a store is away. Three instances at 150
+/// requests a second (a quarter of them on a capped key, a quarter on an org with
+/// little credit) through Redis away 10 s and back empty, PostgreSQL away 15 s
+/// and 25 s: at most 2% of requests fail in each outage and the minute after its
+/// heal (a cap or the credit refusing, 429 `insufficient_quota`, is no failure),
+/// nothing piles up (the load never waits for a free slot), every whole answer is
+/// billed once, and the cap and the credit are overspent by at most 10%.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_instances_serve_through_store_outages_at_150_requests_a_second() {
+    let _one = ONE_FLEET.lock().await;
+    if std::env::var("SLUICE_TEST_DATABASE_URL").is_err()
+        || std::env::var("SLUICE_TEST_REDIS_URL").is_err()
+    {
+        eprintln!("outage run: runs on the PostgreSQL + Redis pass only");
+        return;
+    }
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = start_redis(redis_dir.path());
+    let redis_proxy = FaultProxy::start(&format!("127.0.0.1:{}", redis.1)).await;
+    let backend = Backend::fresh().await;
+    let pg_proxy = FaultProxy::start(&host_port(&backend.database_url)).await;
+    let mut fleet = Fleet {
+        db_url: via(&backend.database_url, pg_proxy.addr()),
+        redis_url: format!("redis://{}/", redis_proxy.addr()),
+        backend,
+        mock: Mock::start().await,
+        dirs: (0..3).map(|_| tempfile::tempdir().unwrap()).collect(),
+        instances: vec![None, None, None],
+    };
+    for i in 0..3 {
+        fleet.start(i).await;
+    }
+    let a = fleet.instances[0].as_ref().unwrap();
+    let (org, plain_id, plain_key) = a.org_and_key().await;
+    let (st, k) = a
+        .admin(
+            reqwest::Method::POST,
+            &format!("/admin/orgs/{org}/keys"),
+            Some(json!({"name": "capped", "daily_spend_cap_usd": CAP2_MICRO as f64 / 1e6})),
+        )
+        .await;
+    assert_eq!(st, 201, "{k}");
+    let capped_key = k["api_key"].as_str().unwrap().to_string();
+    let capped_id = k["api_key_id"].as_str().unwrap().to_string();
+    let (low_org, low_key) = a
+        .org_with(
+            json!({"name": "low", "email_verified": true, "card_verified": true,
+                          "credits_usd": CAP2_MICRO as f64 / 1e6, "tier": 3}),
+        )
+        .await;
+    // Half the load on the plain key, a quarter each on the capped and low ones.
+    let keys = [
+        plain_key.clone(),
+        plain_key.clone(),
+        capped_key.clone(),
+        low_key.clone(),
+    ];
+    for s in fleet.live() {
+        for k in &keys {
+            s.wait_for_key(k).await;
+        }
+    }
+    let gateways: Vec<String> = fleet
+        .live()
+        .iter()
+        .map(|s| s.gateway.replace("http://", ""))
+        .collect();
+    let outcomes: Arc<Mutex<Vec<Paced>>> = Arc::default();
+    let window = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let no_slot = Arc::new(AtomicUsize::new(0));
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()
+        .unwrap();
+    let pacer = {
+        let (outcomes, window, stop, no_slot) = (
+            outcomes.clone(),
+            window.clone(),
+            stop.clone(),
+            no_slot.clone(),
+        );
+        let keys = keys.clone();
+        tokio::spawn(async move {
+            let slots = Arc::new(tokio::sync::Semaphore::new(SLOTS));
+            let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / RATE));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let mut running = Vec::new();
+            let mut n = 0usize;
+            while !stop.load(Ordering::SeqCst) {
+                tick.tick().await;
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    no_slot.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                };
+                let (key, gw) = (n % keys.len(), gateways[n % gateways.len()].clone());
+                let stream = (n / keys.len()) % 2 == 0;
+                let (http, keys, outcomes, w) = (
+                    http.clone(),
+                    keys.clone(),
+                    outcomes.clone(),
+                    window.load(Ordering::SeqCst),
+                );
+                n += 1;
+                running.push(tokio::spawn(async move {
+                    let (status, whole, code, _) = send(&http, &gw, &keys[key], None, stream).await;
+                    drop(slot);
+                    outcomes.lock().unwrap().push(Paced {
+                        window: w,
+                        key,
+                        status,
+                        code,
+                        whole,
+                    });
+                }));
+            }
+            for r in running {
+                let _ = r.await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut figures: BTreeMap<String, String> = BTreeMap::new();
+    for (i, (name, secs)) in OUTAGES.iter().enumerate() {
+        window.store(i + 1, Ordering::SeqCst);
+        if i == 0 {
+            redis_proxy.cut();
+            flush_redis(redis.1);
+        } else {
+            pg_proxy.cut();
+        }
+        tokio::time::sleep(Duration::from_secs(*secs)).await;
+        redis_proxy.heal();
+        pg_proxy.heal();
+        let t = fleet.ready_within(name).await;
+        figures.insert(format!("{name}: ready after heal (s)"), format!("{t:.2}"));
+        tokio::time::sleep(AFTER_HEAL).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    pacer.await.unwrap();
+    let outcomes = outcomes.lock().unwrap().clone();
+
+    // A failure: no answer, a 5xx, or a refusal other than a cap or the credit
+    // doing their job.
+    let failed = |o: &Paced| {
+        let refused_by_money = o.status == 429 && o.code.as_deref() == Some("insufficient_quota");
+        !(o.status == 200 && o.whole) && !refused_by_money
+    };
+    let mut shares = Vec::new();
+    for (i, (name, _)) in OUTAGES.iter().enumerate() {
+        let of: Vec<&Paced> = outcomes.iter().filter(|o| o.window == i + 1).collect();
+        let bad: Vec<&Paced> = of.iter().copied().filter(|o| failed(o)).collect();
+        let mut codes: BTreeMap<String, usize> = BTreeMap::new();
+        for o in &bad {
+            *codes
+                .entry(format!(
+                    "{} {}",
+                    o.status,
+                    o.code.clone().unwrap_or_default()
+                ))
+                .or_default() += 1;
+        }
+        let share = bad.len() as f64 / of.len().max(1) as f64;
+        figures.insert(
+            format!("{name} and the minute after"),
+            format!(
+                "{} requests, {} failed ({:.2}%): {codes:?}",
+                of.len(),
+                bad.len(),
+                share * 100.0
+            ),
+        );
+        shares.push(share);
+    }
+    let waited = no_slot.load(Ordering::SeqCst);
+    figures.insert("no free slot (of 64)".into(), waited.to_string());
+
+    // The usage reaches the ledger.
+    let db = &fleet.backend.database_url;
+    let mut last = (-1, -1);
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = (event_count(db).await, org_balance(db, &org).await);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    let served = |ks: &[usize]| {
+        outcomes
+            .iter()
+            .filter(|o| ks.contains(&o.key) && o.status == 200 && o.whole)
+            .count() as i64
+    };
+    let low_id = only_key(db, &low_org).await;
+    let billed = (
+        ok_events(db, &plain_id, "ops-chat").await,
+        ok_events(db, &capped_id, "ops-chat").await,
+        ok_events(db, &low_id, "ops-chat").await,
+    );
+    figures.insert(
+        "whole answers / billed (plain, capped, low)".into(),
+        format!(
+            "{}/{}, {}/{}, {}/{}",
+            served(&[0, 1]),
+            billed.0,
+            served(&[2]),
+            billed.1,
+            served(&[3]),
+            billed.2
+        ),
+    );
+    let capped_spent = key_cost(db, &capped_id).await;
+    let low_balance = org_balance(db, &low_org).await;
+    figures.insert(
+        "capped key: spent / cap (micro-USD)".into(),
+        format!("{capped_spent} / {CAP2_MICRO}"),
+    );
+    figures.insert(
+        "low org: balance of its credits (micro-USD)".into(),
+        format!("{low_balance} of {CAP2_MICRO}"),
+    );
+    eprintln!("outage figures: {figures:#?}");
+    for s in &shares {
+        assert!(*s <= 0.02, "{figures:#?}");
+    }
+    assert_eq!(waited, 0, "requests piled up: {figures:#?}");
+    assert_eq!(billed.0, served(&[0, 1]), "{figures:#?}");
+    assert_eq!(billed.1, served(&[2]), "{figures:#?}");
+    assert_eq!(billed.2, served(&[3]), "{figures:#?}");
+    assert!(capped_spent * 10 <= CAP2_MICRO * 11, "{figures:#?}");
+    assert!(low_balance * 10 >= -CAP2_MICRO, "{figures:#?}");
+    assert!(
+        capped_spent * 10 >= CAP2_MICRO * 9,
+        "the cap was reached: {figures:#?}"
+    );
+    // Every org's ledger and balance agree.
+    for o in [&org, &low_org] {
+        let spent = org_cost(db, o).await;
+        let balance = org_balance(db, o).await;
+        let credits = if o == &low_org {
+            CAP2_MICRO
+        } else {
+            balance + spent
+        };
+        assert_eq!(balance, credits - spent, "{o}");
+    }
+    drop(redis);
 }

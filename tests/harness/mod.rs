@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod fleet;
 pub mod web;
 
 use serde_json::{json, Value};

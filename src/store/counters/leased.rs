@@ -42,6 +42,10 @@ use std::time::{Duration, Instant};
 
 /// A lease unused this long goes back to the shared store.
 pub const IDLE: Duration = Duration::from_secs(1);
+/// How often the leased counters are read again (`refresh_seen`), and how many
+/// at most.
+const FRESH: Duration = Duration::from_millis(250);
+const FRESH_MAX: usize = 4_096;
 /// After a failed call, the shared store is left alone this long (then one
 /// request, or the readiness probe, tries it again).
 const RETRY_DOWN: Duration = Duration::from_millis(250);
@@ -119,7 +123,7 @@ pub struct LeasedCounters {
     leases: Arc<Mutex<HashMap<String, Lease>>>,
     /// What the shared store last said of each counter this instance took from:
     /// a window's total (with the window's end), a balance's live value.
-    seen: Mutex<HashMap<String, (i64, Option<u64>)>>,
+    seen: Arc<Mutex<HashMap<String, (i64, Option<u64>)>>>,
     /// When the shared store last failed a call, while it has not answered since.
     down_since: Mutex<Option<Instant>>,
 }
@@ -158,7 +162,7 @@ impl LeasedCounters {
         LeasedCounters {
             inner,
             leases: Arc::new(Mutex::new(HashMap::new())),
-            seen: Mutex::new(HashMap::new()),
+            seen: Arc::new(Mutex::new(HashMap::new())),
             down_since: Mutex::new(None),
         }
     }
@@ -185,10 +189,12 @@ impl LeasedCounters {
             .is_some()
     }
 
-    /// Drops what local allowances used: the shared store lost its data and its
-    /// windows and balances are put back from the ledger, which has that use.
-    pub fn forget_local(&self) {
-        self.lock().retain(|_, l| l.local.is_none());
+    /// Drops every lease, unreturned, and what local allowances used: the shared
+    /// store lost its data, and its windows and balances are put back from the
+    /// ledger, which has that use. A block leased of the lost counters is no
+    /// longer taken from anything: spent on, it would be spent twice.
+    pub fn forget_all(&self) {
+        self.lock().clear();
     }
 
     /// Remembers what the shared store reported of the counters of a take.
@@ -240,11 +246,22 @@ impl LeasedCounters {
     /// would have found the lease empty does not wait on the shared store. What
     /// arrives after its lease went (returned, or reseeded) goes back at once.
     fn refill_balance(&self, draw: &BalanceReq) {
-        let (inner, leases) = (self.inner.clone(), self.leases.clone());
+        let (inner, leases, seen) = (self.inner.clone(), self.leases.clone(), self.seen.clone());
         let mut req = draw.clone();
         req.amount = balance_block(draw.amount);
         tokio::spawn(async move {
-            let got = matches!(inner.take(&[], Some(&req)).await, Ok(WindowOutcome::Added));
+            let got = match inner.take_observed(&[], Some(&req)).await {
+                Ok((WindowOutcome::Added, observed)) => {
+                    // What is left once this block is taken: an outage's share is
+                    // of that, not of what the last request's take saw.
+                    if let Some(live) = observed.balance {
+                        let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                        seen.insert(req.key.clone(), (live, None));
+                    }
+                    true
+                }
+                _ => false,
+            };
             let orphan = {
                 let mut leases = lock(&leases);
                 match leases.get_mut(&req.key) {
@@ -312,15 +329,51 @@ impl LeasedCounters {
         }
     }
 
-    /// Returns idle leases every `IDLE` while the process runs.
+    /// Reads again what the shared store holds of every counter this instance
+    /// leases (one round trip for all, at most `FRESH_MAX` of them): an outage's
+    /// shares are of what was left a moment before it, not of what this
+    /// instance's last take saw (a lease that lasts takes nothing for a long
+    /// while, as other instances take on).
+    async fn refresh_seen(&self) {
+        if self.store_down() {
+            return;
+        }
+        let names: Vec<(String, Option<u64>)> = self
+            .lock()
+            .iter()
+            .take(FRESH_MAX)
+            .map(|(n, l)| (n.clone(), l.ends))
+            .collect();
+        if names.is_empty() {
+            return;
+        }
+        let keys: Vec<String> = names.iter().map(|(n, _)| n.clone()).collect();
+        let Ok(values) = self.inner.get_many(&keys).await else {
+            return;
+        };
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        for ((name, ends), v) in names.into_iter().zip(values) {
+            if let Some(v) = v {
+                seen.insert(name, (v, ends));
+            }
+        }
+    }
+
+    /// Returns idle leases every `IDLE`, and reads the leased counters again every
+    /// `FRESH`, while the process runs.
     pub fn spawn_returns(self: &Arc<Self>) {
         let me = self.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(IDLE);
+            let mut tick = tokio::time::interval(FRESH);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut n = 0u32;
             loop {
                 tick.tick().await;
-                me.return_idle(false).await;
+                me.refresh_seen().await;
+                n += 1;
+                if n % 4 == 0 {
+                    me.return_idle(false).await;
+                }
             }
         });
     }

@@ -95,6 +95,10 @@ impl Counters for MeteredCounters {
         timed!(self, 6, self.inner.get(key))
     }
 
+    async fn get_many(&self, keys: &[String]) -> anyhow::Result<Vec<Option<i64>>> {
+        timed!(self, 6, self.inner.get_many(keys))
+    }
+
     async fn set(&self, key: &str, value: i64) -> anyhow::Result<()> {
         timed!(self, 7, self.inner.set(key, value))
     }

@@ -158,6 +158,15 @@ pub trait Counters: Send + Sync {
     /// The value of a plain counter (`None` when absent).
     async fn get(&self, key: &str) -> anyhow::Result<Option<i64>>;
 
+    /// The values of several counters (one round trip where the store allows).
+    async fn get_many(&self, keys: &[String]) -> anyhow::Result<Vec<Option<i64>>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            out.push(self.get(k).await?);
+        }
+        Ok(out)
+    }
+
     /// Sets a plain counter.
     async fn set(&self, key: &str, value: i64) -> anyhow::Result<()>;
 

@@ -284,6 +284,16 @@ impl Counters for RedisCounters {
         self.bounded(conn.get(self.k(key))).await
     }
 
+    async fn get_many(&self, keys: &[String]) -> anyhow::Result<Vec<Option<i64>>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn.clone();
+        let names: Vec<String> = keys.iter().map(|k| self.k(k)).collect();
+        self.bounded(redis::cmd("MGET").arg(&names).query_async(&mut conn))
+            .await
+    }
+
     async fn set(&self, key: &str, value: i64) -> anyhow::Result<()> {
         let mut conn = self.conn.clone();
         let _: () = self.bounded(conn.set(self.k(key), value)).await?;
