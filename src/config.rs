@@ -540,6 +540,10 @@ pub struct LimitsConfig {
     pub org_files: u64,
     /// Telemetry upload tickets an org may hold open (issued, not yet uploaded).
     pub org_open_tickets: u64,
+    /// Inference requests an instance holds admitted and not yet committed (head
+    /// read, first content not yet out); past it 429 `gateway_overloaded`. 0: 1,024
+    /// per gateway thread.
+    pub max_pending: usize,
 }
 
 /// The per-rung circuit breaker.
@@ -641,6 +645,7 @@ impl Default for LimitsConfig {
             org_storage_bytes: 5 * 1024 * 1024 * 1024,
             org_files: 10_000,
             org_open_tickets: 100,
+            max_pending: 0,
         }
     }
 }
@@ -953,6 +958,14 @@ impl Config {
             self.server.threads
         } else {
             std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+
+    /// `[limits] max_pending`, or 1,024 per gateway thread.
+    pub fn max_pending(&self) -> usize {
+        match self.limits.max_pending {
+            0 => 1_024 * self.gateway_threads(),
+            n => n,
         }
     }
 }

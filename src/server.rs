@@ -387,7 +387,7 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     // priority, so a batch takes what the live requests leave of the core.
     if config.batches.concurrency > 0 {
         server.add_service(BatchLines {
-            gateway: Arc::new(Gateway::new(state.clone())),
+            gateway: Arc::new(Gateway::for_batch_lines(state.clone())),
             state: state.clone(),
         });
     }

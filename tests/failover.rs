@@ -795,3 +795,70 @@ async fn timeouts_a_request_explains_never_open_the_shared_breaker() {
         "open rung skipped"
     );
 }
+
+/// Issue 52: an instance bounds the inference requests it holds admitted and not
+/// yet committed (`[limits] max_pending`). Past it a request is answered 429
+/// `gateway_overloaded` with `Retry-After` at once, before any work is spent on
+/// it, while the admitted ones are served; a stream that committed no longer
+/// holds a place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_its_pending_bound_an_instance_sheds_at_once() {
+    let e = start(&[("SLUICE_LIMITS__MAX_PENDING", "2")]).await;
+    let e = std::sync::Arc::new(e);
+    e.mock.script(
+        "s1",
+        vec![
+            // Under the rung's header timeout here (600 ms).
+            Step::DelayHeaders(Duration::from_millis(500)),
+            Step::DelayHeaders(Duration::from_millis(500)),
+        ],
+    );
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        let e = e.clone();
+        slow.push(tokio::spawn(
+            async move { post(&e, &chat("chat-solo")).await },
+        ));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = std::time::Instant::now();
+    let shed = post(&e, &chat("chat-solo")).await;
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_error(shed.status, &shed.body, 429, "gateway_overloaded");
+    assert_eq!(header(&shed.headers, "retry-after"), "1");
+    for s in slow {
+        let a = s.await.unwrap();
+        assert_eq!(a.status, 200, "{:?}", a.body);
+    }
+    // Two streams that committed and go on slowly hold no place.
+    e.mock.script(
+        "s1",
+        vec![
+            Step::SlowChunks {
+                n: 20,
+                every: Duration::from_millis(100),
+            },
+            Step::SlowChunks {
+                n: 20,
+                every: Duration::from_millis(100),
+            },
+        ],
+    );
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        let mut r = send(&e, &stream_body("chat-solo")).await;
+        assert_eq!(r.status(), 200);
+        let first = r.chunk().await.unwrap();
+        assert!(first.is_some());
+        streams.push(r);
+    }
+    let a = post(&e, &chat("chat-solo")).await;
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    for r in streams {
+        let _ = r.text().await;
+    }
+}

@@ -8,6 +8,7 @@ pub mod cap;
 pub mod client;
 pub mod http1;
 pub mod listener;
+pub mod pending;
 
 /// What answering a request gave: the status written, or the error still to write.
 pub type Handled = Result<u16, sluice_filters::ApiError>;

@@ -17,6 +17,7 @@ mod waterfall;
 
 pub use admit::{authenticate, granted};
 
+use crate::downstream::pending::Place;
 use crate::downstream::Handled;
 use crate::state::AppState;
 use crate::trace::Trail;
@@ -67,6 +68,7 @@ impl Engine {
         route: Route,
         started: Instant,
         trail: &mut Trail,
+        place: Option<Place>,
     ) -> Handled {
         let state = &self.state;
         // A batch line from this instance's runner names its key by the internal
@@ -112,6 +114,7 @@ impl Engine {
             started,
             Duration::from_millis(state.config.limits.request_deadline_ms),
         );
+        tally.pending = place;
         tally.platform_price = model.spec.price;
         tally.batch_line = batch_line;
         tally.prompt_estimate = (body.len() / 4) as u64;

@@ -189,7 +189,8 @@ pub(super) async fn stream_attempt(
                 }
                 continue;
             }
-            // Commit.
+            // Commit: the request no longer counts as pending.
+            tally.pending = None;
             tally.first_token = Some(tally.started.elapsed());
             if !tally.header_sent {
                 let Some(h) = sse_header(tally, &t.provider, "ok") else {

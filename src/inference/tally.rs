@@ -30,6 +30,8 @@ pub enum Outcome {
 }
 
 pub struct Tally {
+    /// The request's place under `[limits] max_pending`, until it commits.
+    pub pending: Option<crate::downstream::pending::Place>,
     pub started: Instant,
     pub deadline: Instant,
     /// Time spent waiting on providers.
@@ -97,6 +99,7 @@ pub struct Tape {
 impl Tally {
     pub fn new(started: Instant, deadline: Duration) -> Tally {
         Tally {
+            pending: None,
             started,
             deadline: started + deadline,
             upstream_wait: Duration::ZERO,

@@ -431,8 +431,9 @@ async fn stream(
             Seen::Nothing => {}
         }
     }
-    // Commit.
+    // Commit: the request no longer counts as pending.
     flow.committed = true;
+    tally.pending = None;
     if let Output::Encode(slot @ None) = &mut flow.output {
         *slot = Some(match tally.take_resume() {
             Some(enc) => enc,

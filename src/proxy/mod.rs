@@ -12,6 +12,7 @@ mod model_list;
 mod stored_response;
 
 use crate::downstream::answer;
+use crate::downstream::pending::Pending;
 use crate::inference::Engine;
 use crate::state::AppState;
 use crate::trace::Trail;
@@ -28,10 +29,24 @@ pub struct Gateway {
     /// Each session's downstream modules: one of our own puts `x-request-id` on
     /// every answer, whichever step writes it.
     modules: HttpModules,
+    /// The bound on inference requests admitted and not yet committed (none on
+    /// the batch lines' gateway: the runner's concurrency bounds those).
+    pending: Option<Pending>,
 }
 
 impl Gateway {
+    /// The gateway clients reach: load shed past `[limits] max_pending`.
     pub fn new(state: Arc<AppState>) -> Gateway {
+        let pending = Some(Pending::new(state.config.max_pending()));
+        Gateway::with(state, pending)
+    }
+
+    /// The batch lines' gateway.
+    pub fn for_batch_lines(state: Arc<AppState>) -> Gateway {
+        Gateway::with(state, None)
+    }
+
+    fn with(state: Arc<AppState>, pending: Option<Pending>) -> Gateway {
         let mut modules = HttpModules::new();
         modules.add_module(Box::new(crate::trace::request_id::RequestIds));
         Gateway {
@@ -39,8 +54,33 @@ impl Gateway {
             engine: Engine::new(state.clone()),
             modules,
             state,
+            pending,
         }
     }
+}
+
+/// 429 `gateway_overloaded` with `Retry-After`, before anything of the request
+/// is read: its connection closes (its body, if any, is never read).
+async fn overloaded(
+    session: &mut Session,
+    format: Format,
+    trail: &mut Trail,
+) -> pingora::Result<u16> {
+    let e = ApiError::new(
+        ErrorCode::GatewayOverloaded,
+        "This instance holds as many requests as it may before their first answer; retry shortly, or on another instance.",
+    );
+    session.set_keepalive(None);
+    trail.failed(&e);
+    answer::send(
+        session,
+        e.status,
+        "application/json",
+        bytes::Bytes::from(e.to_body(format)),
+        &[("retry-after", "1".to_string())],
+    )
+    .await?;
+    Ok(e.status)
 }
 
 fn method_not_allowed(method: &http::Method, allowed: &str) -> ApiError {
@@ -115,7 +155,16 @@ impl Gateway {
             r if r.is_inference() && method != http::Method::POST => {
                 Err(method_not_allowed(&method, "POST"))
             }
-            r if r.is_inference() => self.engine.handle(session, r, started, trail).await,
+            r if r.is_inference() => {
+                let place = match &self.pending {
+                    None => None,
+                    Some(p) => match p.admit() {
+                        Some(place) => Some(place),
+                        None => return overloaded(session, format, trail).await,
+                    },
+                };
+                self.engine.handle(session, r, started, trail, place).await
+            }
             Route::MessagesCountTokens => Err(ApiError::new(
                 ErrorCode::NotFound,
                 "count_tokens is not served by this gateway.",

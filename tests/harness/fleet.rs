@@ -123,6 +123,28 @@ impl Fleet {
         self.instances.iter().flatten().collect()
     }
 
+    /// Every live instance's `/readyz`: status, body, and how long it took.
+    pub async fn readiness(&self) -> Vec<(u16, serde_json::Value, Duration)> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let mut out = Vec::new();
+        for s in self.live() {
+            let t = Instant::now();
+            let r = http.get(format!("{}/readyz", s.ops)).send().await;
+            let took = t.elapsed();
+            match r {
+                Ok(r) => {
+                    let st = r.status().as_u16();
+                    out.push((st, r.json().await.unwrap_or_default(), took));
+                }
+                Err(_) => out.push((0, serde_json::Value::Null, took)),
+            }
+        }
+        out
+    }
+
     /// Seconds until every live instance answers `/readyz` 200 (panics past 10 s).
     pub async fn ready_within(&self, what: &str) -> f64 {
         let t = Instant::now();

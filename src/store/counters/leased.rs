@@ -118,12 +118,16 @@ impl Lease {
     }
 }
 
+/// What the shared store last said of a counter: its value, and the end of its
+/// window (Unix seconds) for a windowed one.
+type Seen = HashMap<String, (i64, Option<u64>)>;
+
 pub struct LeasedCounters {
     inner: Arc<dyn Counters>,
     leases: Arc<Mutex<HashMap<String, Lease>>>,
     /// What the shared store last said of each counter this instance took from:
     /// a window's total (with the window's end), a balance's live value.
-    seen: Arc<Mutex<HashMap<String, (i64, Option<u64>)>>>,
+    seen: Arc<Mutex<Seen>>,
     /// When the shared store last failed a call, while it has not answered since.
     down_since: Mutex<Option<Instant>>,
 }
@@ -371,7 +375,7 @@ impl LeasedCounters {
                 tick.tick().await;
                 me.refresh_seen().await;
                 n += 1;
-                if n % 4 == 0 {
+                if n.is_multiple_of(4) {
                     me.return_idle(false).await;
                 }
             }
