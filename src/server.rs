@@ -297,6 +297,12 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         .build()?;
     let state = state_rt.block_on(AppState::build(config.clone()))?;
     state_rt.block_on(async {
+        // A shared counters store without its epoch marker (first start, or it
+        // lost its data) refuses money windows until they are restored: done
+        // before the gateway listens.
+        if state.leases.is_some() {
+            state.restore_if_counters_lost().await;
+        }
         state.spawn_refreshers();
         state.spawn_readiness();
         // The idempotency jobs: this instance's liveness marker, and the sweep of

@@ -5,7 +5,7 @@ use crate::catalog::CatalogStore;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::store::counters::{
-    LeasedCounters, MemoryCounters, MeteredCounters, RedisCounters, SeededCounters,
+    LeasedCounters, MemoryCounters, MeteredCounters, RedisCounters, SeededCounters, EPOCH,
 };
 use crate::store::usage::{spawn_writer, UsageSink};
 use crate::store::{Counters, Db};
@@ -210,10 +210,10 @@ impl AppState {
     /// leases: they were blocks of counters that no longer exist. Balances
     /// reseed themselves on their next draw (`SeededCounters`); rate windows
     /// restart.
-    async fn restore_if_counters_lost(&self) {
+    pub async fn restore_if_counters_lost(&self) {
         const EPOCH_TTL: std::time::Duration = std::time::Duration::from_secs(90 * 86_400);
         let Some(leases) = &self.leases else { return };
-        let Ok(current) = self.counters.get_marker("epoch").await else {
+        let Ok(current) = self.counters.get_marker(EPOCH).await else {
             return;
         };
         let known = self.epoch.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -234,7 +234,7 @@ impl AppState {
         let nonce = crate::store::new_id("epoch");
         let set = self
             .counters
-            .put_marker("epoch", &nonce, EPOCH_TTL, true)
+            .put_marker(EPOCH, &nonce, EPOCH_TTL, true)
             .await;
         if !matches!(set, Ok(true)) {
             return;
@@ -259,7 +259,7 @@ impl AppState {
         };
         // The marker goes, so the next readiness tick tries again.
         tracing::error!(error = %failed, "restoring money windows from the ledger failed; retrying");
-        let _ = self.counters.delete("epoch").await;
+        let _ = self.counters.delete(EPOCH).await;
     }
 
     /// Whether the database answered the last readiness probes.

@@ -654,6 +654,11 @@ impl Counters for LeasedCounters {
                 }
                 Ok(WindowOutcome::Added)
             }
+            // Answered, but not restored yet: refused, the store being up.
+            Some(Err(e)) if e.is::<super::redis::Unrestored>() => {
+                give_back(self);
+                Err(e)
+            }
             Some(Err(e)) => {
                 self.mark(false);
                 self.take_local(&needs, remote_balance, now, give_back, || e)

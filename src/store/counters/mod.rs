@@ -12,7 +12,7 @@ pub mod seeded;
 pub use self::leased::LeasedCounters;
 pub use self::memory::MemoryCounters;
 pub use self::metered::MeteredCounters;
-pub use self::redis::RedisCounters;
+pub use self::redis::{RedisCounters, EPOCH};
 pub use self::seeded::SeededCounters;
 
 use async_trait::async_trait;

@@ -11,19 +11,26 @@ use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use std::time::Duration;
 
-/// KEYS: the window keys, then (with a balance) the balance and its credited mark.
-/// ARGV[1]: the number of windows; per window (amount, limit, ttl; ttl 0 never
-/// expires, a negative ttl sets -ttl only on a key without an expiry); with a
-/// balance (credited, amount, floor). Syncs the balance with the credited total,
+/// KEYS: the window keys, then (with a balance) the balance and its credited mark,
+/// then (when the take has a money window) the epoch marker. ARGV[1]: the number
+/// of windows; per window (amount, limit, ttl; ttl 0 never expires, a negative ttl
+/// sets -ttl only on a key without an expiry); with a balance (credited, amount,
+/// floor); last, 1 when the epoch marker is checked, else 0. A take with a money
+/// window on a store without its epoch marker (it lost its data, and the windows
+/// are not restored from the ledger yet) answers {-2, 0}: nothing taken. Syncs the balance with the credited total,
 /// checks every window and the balance, then adds to all, or to none; returns
 /// {0, 0, total of each window after it, live balance after the draw (0 without
 /// one)} when taken, {-1, 0} when the balance has no credited mark (nothing
 /// taken), else {index+1, current}.
 const TAKE: &str = r#"
 local n = tonumber(ARGV[1])
+local guard = tonumber(ARGV[#ARGV])
+if guard == 1 and redis.call('EXISTS', KEYS[#KEYS]) == 0 then
+  return {-2, 0}
+end
 local live = nil
 local draw = 0
-if #KEYS > n then
+if #KEYS - guard > n then
   local bk, mk = KEYS[n+1], KEYS[n+2]
   local base = n*3 + 1
   local credited = tonumber(ARGV[base+1])
@@ -118,8 +125,32 @@ end
 return 0
 "#;
 
+/// The marker a store that keeps its data has (`AppState::restore_if_counters_lost`).
+pub const EPOCH: &str = "epoch";
+
+/// The store lost its data and its money windows are not restored from the
+/// ledger yet: a take of one waits for the restore (it is not the store being
+/// away: no outage share applies).
+#[derive(Debug, thiserror::Error)]
+#[error("the counters store lost its data; money windows are being restored from the ledger")]
+pub struct Unrestored;
+
+/// The state runtime's threads (`server.rs`): they use the connection made at start.
+const STATE_THREAD: &str = "sluice-state";
+
+thread_local! {
+    /// This thread's own connections, by store.
+    static OWN: std::cell::RefCell<Vec<(u64, ConnectionManager)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 pub struct RedisCounters {
+    /// The connection made at start, on the state runtime (its reads run there).
     conn: ConnectionManager,
+    /// What makes another connection: each service thread gets one of its own.
+    client: redis::Client,
+    config: redis::aio::ConnectionManagerConfig,
+    /// Tells this store's thread connections from another's (tests make several).
+    id: u64,
     /// The longest one call may take.
     timeout: Duration,
     prefix: String,
@@ -141,17 +172,54 @@ impl RedisCounters {
             .set_factor(100)
             .set_max_delay(1_000)
             .set_number_of_retries(3);
-        let conn = ConnectionManager::new_with_config(client, config)
+        let conn = ConnectionManager::new_with_config(client.clone(), config.clone())
             .await
             .context("connecting to Redis")?;
         Ok(RedisCounters {
             conn,
+            client,
+            config,
+            id: rand::random(),
             timeout,
             prefix: "sluice:".into(),
             take: Script::new(TAKE),
             affinity_put: Script::new(AFFINITY_PUT),
             correct: Script::new(CORRECT),
         })
+    }
+
+    /// The connection a call goes through. On a service's own thread (the
+    /// gateway's, where requests wait on a lease's refill or a window's block) it
+    /// is that thread's, made on its first call: its replies are read by the
+    /// thread that waits for them, never by the state runtime, a background
+    /// thread that busy cores starve (a reply it has not read is a request that
+    /// waits). On the state runtime, and when a thread's own cannot be made in
+    /// time, the one made at start.
+    async fn conn(&self) -> ConnectionManager {
+        if std::thread::current().name() == Some(STATE_THREAD) {
+            return self.conn.clone();
+        }
+        let own = OWN.with(|o| {
+            o.borrow()
+                .iter()
+                .find(|(id, _)| *id == self.id)
+                .map(|(_, c)| c.clone())
+        });
+        if let Some(c) = own {
+            return c;
+        }
+        let made = tokio::time::timeout(
+            self.timeout.max(Duration::from_millis(500)),
+            ConnectionManager::new_with_config(self.client.clone(), self.config.clone()),
+        )
+        .await;
+        match made {
+            Ok(Ok(c)) => {
+                OWN.with(|o| o.borrow_mut().push((self.id, c.clone())));
+                c
+            }
+            _ => self.conn.clone(),
+        }
     }
 
     /// Runs one call within the timeout: a Redis that hangs fails the call.
@@ -208,7 +276,13 @@ impl Counters for RedisCounters {
             inv.key(self.k(&b.key)).key(self.k(&credited_mark(&b.key)));
             inv.arg(b.credited).arg(b.amount).arg(b.floor);
         }
-        let mut conn = self.conn.clone();
+        // Money windows are only taken from a store that has its epoch marker.
+        let guard = windows.iter().any(|w| w.down == super::Down::Remaining);
+        if guard {
+            inv.key(self.k(EPOCH));
+        }
+        inv.arg(i64::from(guard));
+        let mut conn = self.conn().await;
         let got: Vec<i64> = self.bounded(inv.invoke_async(&mut conn)).await?;
         let (idx, cur) = (
             got.first().copied().unwrap_or(0),
@@ -218,6 +292,8 @@ impl Counters for RedisCounters {
             let totals = got.get(2..2 + windows.len()).unwrap_or_default().to_vec();
             let balance = balance.and_then(|_| got.get(2 + windows.len()).copied());
             (WindowOutcome::Added, Observed { totals, balance })
+        } else if idx == -2 {
+            return Err(Unrestored.into());
         } else if idx < 0 {
             (WindowOutcome::Unseeded, Observed::default())
         } else {
@@ -233,7 +309,7 @@ impl Counters for RedisCounters {
 
     async fn seed_balance(&self, key: &str, balance: i64, credited: i64) -> anyhow::Result<()> {
         // Rare (once per org after a loss): the script is not kept prepared.
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await;
         let script = redis::Script::new(SEED);
         let mut inv = script.prepare_invoke();
         inv.key(self.k(key))
@@ -249,7 +325,7 @@ impl Counters for RedisCounters {
         for (k, v) in adds {
             pipe.incr(self.k(k), *v).ignore();
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await;
         let _: () = self.bounded(pipe.query_async(&mut conn)).await?;
         Ok(())
     }
@@ -262,25 +338,25 @@ impl Counters for RedisCounters {
         for (k, v) in adds {
             inv.key(self.k(k)).arg(*v);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await;
         let _: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
         Ok(())
     }
 
     async fn window_total(&self, key: &str, window_secs: u64) -> anyhow::Result<i64> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await;
         let name = self.window_key(key, window_secs, now_secs());
         let v: Option<i64> = self.bounded(conn.get(name)).await?;
         Ok(v.unwrap_or(0))
     }
 
     async fn add(&self, key: &str, amount: i64) -> anyhow::Result<i64> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await;
         self.bounded(conn.incr(self.k(key), amount)).await
     }
 
     async fn get(&self, key: &str) -> anyhow::Result<Option<i64>> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await;
         self.bounded(conn.get(self.k(key))).await
     }
 
@@ -288,14 +364,14 @@ impl Counters for RedisCounters {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await;
         let names: Vec<String> = keys.iter().map(|k| self.k(k)).collect();
         self.bounded(redis::cmd("MGET").arg(&names).query_async(&mut conn))
             .await
     }
 
     async fn set(&self, key: &str, value: i64) -> anyhow::Result<()> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await;
         let _: () = self.bounded(conn.set(self.k(key), value)).await?;
         Ok(())
     }
@@ -307,7 +383,7 @@ impl Counters for RedisCounters {
         ttl: Duration,
         only_if_absent: bool,
     ) -> anyhow::Result<bool> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await;
         let ttl_ms = ttl.as_millis().max(1) as u64;
         // Affinity markers are capped per org, like the in-process ones.
         let org = key
@@ -334,18 +410,18 @@ impl Counters for RedisCounters {
     }
 
     async fn get_marker(&self, key: &str) -> anyhow::Result<Option<String>> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await;
         self.bounded(conn.get(self.k(key))).await
     }
 
     async fn delete(&self, key: &str) -> anyhow::Result<()> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await;
         let _: () = self.bounded(conn.del(self.k(key))).await?;
         Ok(())
     }
 
     async fn ping(&self) -> bool {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await;
         self.bounded(redis::cmd("PING").query_async::<String>(&mut conn))
             .await
             .is_ok()
