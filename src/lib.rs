@@ -28,6 +28,7 @@ pub mod config;
 pub mod deadline;
 pub mod error;
 pub mod metrics;
+pub mod money;
 pub mod priority;
 pub mod server;
 
@@ -44,10 +45,12 @@ pub mod telemetry;
 // The request flow.
 pub mod downstream;
 pub mod inference;
-pub mod search;
 
-// Features, each a room the flow reaches through one door.
+// Per-request features, each a room the flow reaches only through the seam.
+pub mod hooks;
+pub mod idempotency;
 pub mod responses;
+pub mod search;
 
 // What each request leaves for operators: metrics series, access line, trace.
 pub mod trace;
@@ -64,3 +67,4 @@ pub mod catalog;
 // State.
 pub mod state;
 pub mod store;
+pub mod time;

@@ -273,6 +273,25 @@ fn bind(addr: &str) -> anyhow::Result<TcpListener> {
     Ok(l)
 }
 
+/// The per-request features, in the order each request meets them: the
+/// responses store rebuilds a conversation before the Idempotency-Key is claimed
+/// over the body served, and both see the answer's bytes as they go out.
+fn request_features(state: &Arc<AppState>) -> crate::hooks::Registry {
+    use crate::hooks::HookFor;
+    let capture = state.config.responses.prompt_capture_default;
+    let features: Vec<Arc<dyn HookFor>> = vec![
+        Arc::new(crate::responses::hook::Store::new(
+            state.responses.clone(),
+            capture,
+        )),
+        Arc::new(crate::idempotency::Claims::new(state.clone())),
+        Arc::new(crate::search::hook::Searching::new(
+            crate::search::Searcher::new(&state.config),
+        )),
+    ];
+    crate::hooks::Registry::new(features)
+}
+
 /// The gateway listener's connection cap: `[server] max_connections`, or what the
 /// open-file limit leaves once the web and ops caps and 512 descriptors for the
 /// process's own connections (stores, providers, files) are set aside.
@@ -312,7 +331,7 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
             state.db.clone(),
             state.instance_id.clone(),
         );
-        crate::inference::idempotency::spawn_sweep(state.db.clone());
+        crate::idempotency::spawn_sweep(state.db.clone());
         crate::accounts::sessions::spawn_sweep(state.db.clone());
         state.responses.spawn_jobs();
         crate::upstream::prober::spawn_periodic(config.clone(), state.db.clone());
@@ -363,10 +382,12 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
+    let hooks = request_features(&state);
+
     if tls.tls_cert.is_empty() {
         server.add_service(crate::downstream::listener::PlainListener {
             name: "gateway",
-            app: Arc::new(Gateway::new(state.clone())),
+            app: Arc::new(Gateway::new(state.clone(), hooks.clone())),
             listener: Some(gateway_listener),
             threads: config.gateway_threads(),
             cap: ConnectionCap::new("gateway", gateway_max_connections(&config.server)),
@@ -378,7 +399,7 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("the gateway's TLS listener: {e}"))?;
         let mut service = pingora::services::listening::Service::new(
             "gateway".into(),
-            Gateway::new(state.clone()),
+            Gateway::new(state.clone(), hooks.clone()),
         );
         service.add_listener(unbuffered_reads(&gateway_addr.to_string()).tls(settings));
         service.threads = Some(config.gateway_threads());
@@ -393,7 +414,7 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     // priority, so a batch takes what the live requests leave of the core.
     if config.batches.concurrency > 0 {
         server.add_service(BatchLines {
-            gateway: Arc::new(Gateway::for_batch_lines(state.clone())),
+            gateway: Arc::new(Gateway::for_batch_lines(state.clone(), hooks.clone())),
             state: state.clone(),
         });
     }

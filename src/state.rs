@@ -28,7 +28,7 @@ pub struct AppState {
     /// The leases this instance holds of the shared counters (Redis only).
     pub leases: Option<Arc<LeasedCounters>>,
     /// The responses store (`store`, `previous_response_id`).
-    pub responses: crate::responses::Keeper,
+    pub responses: Arc<crate::responses::Keeper>,
     /// Uploaded files (telemetry exports; files and batch outputs next).
     pub objects: crate::store::objects::Objects,
     /// This process's id: it owns the Idempotency-Keys it claims while it lives.
@@ -134,8 +134,11 @@ impl AppState {
             crate::byok::secrets::Sealer::load(&config.secrets.key, &config.secrets.key_file)?;
         let byok = Arc::new(crate::byok::ByokStore::load(&db, sealer).await?);
         let retention = crate::config::parse_duration(&config.responses.retention)?;
-        let responses =
-            crate::responses::Keeper::new(db.clone(), retention, config.limits.max_request_bytes);
+        let responses = Arc::new(crate::responses::Keeper::new(
+            db.clone(),
+            retention,
+            config.limits.max_request_bytes,
+        ));
         let objects = crate::store::objects::Objects::open(
             &config.storage.objects,
             &config.storage.s3_endpoint,

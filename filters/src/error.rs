@@ -226,6 +226,15 @@ impl ApiError {
         Self::new(ErrorCode::NotFound, format!("Unknown path {shown}."))
     }
 
+    /// 405: `method` is not served here; `allowed` names what is.
+    pub fn method_not_allowed(method: impl fmt::Display, allowed: &str) -> Self {
+        Self::new(
+            ErrorCode::InvalidRequest,
+            format!("Method {method} is not allowed here; use {allowed}."),
+        )
+        .with_status(405)
+    }
+
     pub fn internal() -> Self {
         Self::new(
             ErrorCode::InternalError,

@@ -4,6 +4,7 @@
 //! values out. That keeps the hardest logic (errors, routing, format translation,
 //! parameter policy) unit-testable, fuzzable and benchmarkable on its own.
 
+pub mod codec;
 pub mod error;
 pub mod inbound;
 pub mod ir;

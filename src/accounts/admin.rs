@@ -2,8 +2,10 @@
 //! requests. The HTTP admin API (ops listener) and the `sluice admin` CLI both call
 //! these, so their effects are the same.
 
-use super::{keys, orgs, parse_rfc3339_ms, usd_to_micro, Directory};
+use super::{keys, orgs, Directory};
+use crate::money::usd_to_micro;
 use crate::store::Db;
+use crate::time::parse_rfc3339_ms;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sluice_filters::{ApiError, ErrorCode};

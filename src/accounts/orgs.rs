@@ -1,8 +1,8 @@
 //! Organizations: verification state, tier, credit balance, grants, review state.
 //! Every write bumps `updated_at`, which is how other instances see the change.
 
-use super::{micro_to_usd, usd_to_micro};
 use crate::error::Error;
+use crate::money::{micro_to_usd, usd_to_micro};
 use crate::store::db::opt_i64;
 use crate::store::{new_id, now_ms, Db};
 use serde::Serialize;

@@ -110,7 +110,7 @@ pub async fn instant(
         ));
     }
     let email = users::normalize_email(raw_email)?;
-    let credits = super::usd_to_micro(config.signup.credits_usd.max(0.0))?;
+    let credits = crate::money::usd_to_micro(config.signup.credits_usd.max(0.0))?;
     let exists = || {
         ApiError::new(
             ErrorCode::AccountExists,
@@ -181,7 +181,7 @@ pub async fn instant(
     Ok(SignupResult {
         api_key: plaintext,
         org_id,
-        credits_granted: super::micro_to_usd(credits),
+        credits_granted: crate::money::micro_to_usd(credits),
         verification_required: true,
         overview_url: format!(
             "{}/overview",

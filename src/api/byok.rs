@@ -183,7 +183,7 @@ pub async fn rotate_account(
     match account_check::spend(&state.config, &live).await {
         Ok(micro) => {
             connections::set_spend(&state.db, &live.conn.id, micro).await?;
-            out["spend_usd"] = j!(crate::accounts::micro_to_usd(micro));
+            out["spend_usd"] = j!(crate::money::micro_to_usd(micro));
         }
         Err(why) if live.conn.provider == "openrouter" => {
             out["spend_error"] = j!(why);

@@ -8,7 +8,6 @@ pub mod models;
 pub mod respond;
 pub mod usage;
 
-use crate::accounts::{presented_key, KeyRecord, OrgRecord};
 use crate::state::AppState;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -20,11 +19,7 @@ use std::sync::Arc;
 
 pub type Shared = Arc<AppState>;
 
-/// The caller's key and org, when a valid key was presented.
-pub struct Caller {
-    pub key: Arc<KeyRecord>,
-    pub org: Arc<OrgRecord>,
-}
+pub use crate::accounts::Caller;
 
 /// A route that requires a key.
 pub struct Authed(pub Caller);
@@ -33,15 +28,9 @@ pub struct Authed(pub Caller);
 pub struct MaybeAuthed(pub Option<Caller>);
 
 async fn caller(parts: &Parts, state: &Shared) -> Result<Option<Caller>, Failure> {
-    let has_auth = parts.headers.contains_key(http::header::AUTHORIZATION);
-    match presented_key(&parts.headers, false) {
-        Some(k) => match state.directory.authenticate_or_fetch(&state.db, k).await {
-            Some((key, org)) => Ok(Some(Caller { key, org })),
-            None => Err(Failure(ApiError::invalid_key())),
-        },
-        None if has_auth => Err(Failure(ApiError::invalid_key())),
-        None => Ok(None),
-    }
+    crate::accounts::authenticate(&state.directory, &state.db, &parts.headers, false)
+        .await
+        .map_err(Failure)
 }
 
 impl FromRequestParts<Shared> for Authed {
@@ -122,9 +111,7 @@ async fn telemetry_caller(
     let (mut parts, body) = req.into_parts();
     match Authed::from_request_parts(&mut parts, &state).await {
         Ok(Authed(c)) => {
-            parts.extensions.insert(crate::telemetry::Caller {
-                org_id: c.org.id.clone(),
-            });
+            parts.extensions.insert(c);
             next.run(axum::extract::Request::from_parts(parts, body))
                 .await
         }
@@ -170,7 +157,7 @@ async fn list_keys(
                 "expires_at": k.expires_at,
                 "revoked": k.revoked_at.is_some(),
                 "limits": {
-                    "daily_spend_cap_usd": k.daily_spend_cap_micro_usd.map(crate::accounts::micro_to_usd),
+                    "daily_spend_cap_usd": k.daily_spend_cap_micro_usd.map(crate::money::micro_to_usd),
                     "rpm": k.rpm,
                     "tpm": k.tpm,
                 },

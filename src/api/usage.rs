@@ -7,8 +7,8 @@
 
 use super::respond::{json, ApiResult, Failure};
 use super::{Authed, Shared};
-use crate::accounts::micro_to_usd;
 use crate::error::Error;
+use crate::money::micro_to_usd;
 use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use serde_json::{json as j, Value};
@@ -256,7 +256,7 @@ pub async fn daily_rollup(state: &Shared, reader: Reader<'_>, q: &Scope) -> Resu
         .map(|r| {
             let key = if group == "day" {
                 let day: i64 = r.get("k");
-                Value::from(crate::billing::day_string(day))
+                Value::from(crate::time::day_string(day))
             } else {
                 Value::from(r.get::<String, _>("k"))
             };
@@ -352,15 +352,4 @@ pub async fn key_limits(
             },
         }),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn days_are_civil_utc_dates() {
-        assert_eq!(crate::billing::day_string(0), "1970-01-01");
-        assert_eq!(crate::billing::day_string(19_723), "2024-01-01");
-        assert_eq!(crate::billing::day_string(20_414), "2025-11-22");
-        assert_eq!(crate::billing::day_string(11_016), "2000-02-29");
-    }
 }

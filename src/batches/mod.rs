@@ -18,20 +18,14 @@ mod wake;
 mod wire;
 pub use wire::Lines;
 
-use crate::accounts::{presented_key, KeyRecord, OrgRecord};
 use crate::downstream::answer::{send_error, send_json};
 use crate::downstream::body::{read_capped, BodyError};
 use crate::state::AppState;
 use pingora::proxy::Session;
 use sluice_filters::{ApiError, ErrorCode, Format, Route};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Who is calling: a live key and its org.
-pub(crate) struct Caller {
-    pub key: Arc<KeyRecord>,
-    pub org: Arc<OrgRecord>,
-}
+pub(crate) use crate::accounts::Caller;
 
 /// A database failure as the client sees it (the cause goes to the log).
 pub(crate) fn db_err(what: &'static str) -> impl Fn(sqlx::Error) -> ApiError {
@@ -108,22 +102,10 @@ pub(crate) async fn json_body(
 }
 
 async fn authenticate(state: &AppState, session: &Session) -> Result<Caller, ApiError> {
-    let presented =
-        presented_key(&session.req_header().headers, false).ok_or_else(ApiError::invalid_key)?;
-    let (key, org) = state
-        .directory
-        .authenticate_or_fetch(&state.db, presented)
-        .await
-        .ok_or_else(ApiError::invalid_key)?;
-    Ok(Caller { key, org })
-}
-
-fn method_not_allowed(method: &http::Method, allowed: &str) -> ApiError {
-    ApiError::new(
-        ErrorCode::InvalidRequest,
-        format!("Method {method} is not allowed here; use {allowed}."),
-    )
-    .with_status(405)
+    let headers = &session.req_header().headers;
+    crate::accounts::authenticate(&state.directory, &state.db, headers, false)
+        .await?
+        .ok_or_else(ApiError::invalid_key)
 }
 
 /// Serves one request of `/v1/files*` or `/v1/batches*` (or an unprefixed twin);
@@ -159,18 +141,18 @@ async fn answer(
         (Route::Files, ["files"]) => match method {
             M::POST => files::upload(state, session, &caller).await.map(Some),
             M::GET => files::list(state, &caller, &query).await.map(Some),
-            m => Err(method_not_allowed(&m, "GET or POST")),
+            m => Err(ApiError::method_not_allowed(&m, "GET or POST")),
         },
         (Route::Files, ["files", id]) => match method {
             M::GET => files::get(state, &caller, id).await.map(Some),
             M::DELETE => files::delete(state, &caller, id).await.map(Some),
-            m => Err(method_not_allowed(&m, "GET or DELETE")),
+            m => Err(ApiError::method_not_allowed(&m, "GET or DELETE")),
         },
         (Route::Files, ["files", id, "content"]) => match method {
             M::GET => files::content(state, session, &caller, id)
                 .await
                 .map(|()| None),
-            m => Err(method_not_allowed(&m, "GET")),
+            m => Err(ApiError::method_not_allowed(&m, "GET")),
         },
         (Route::Batches, ["batches"]) => match method {
             M::POST => {
@@ -178,15 +160,15 @@ async fn answer(
                 batch::create(state, &caller, body).await.map(Some)
             }
             M::GET => batch::list(state, &caller, &query).await.map(Some),
-            m => Err(method_not_allowed(&m, "GET or POST")),
+            m => Err(ApiError::method_not_allowed(&m, "GET or POST")),
         },
         (Route::Batches, ["batches", id]) => match method {
             M::GET => batch::get(state, &caller, id).await.map(Some),
-            m => Err(method_not_allowed(&m, "GET")),
+            m => Err(ApiError::method_not_allowed(&m, "GET")),
         },
         (Route::Batches, ["batches", id, "cancel"]) => match method {
             M::POST => batch::cancel(state, &caller, id).await.map(Some),
-            m => Err(method_not_allowed(&m, "POST")),
+            m => Err(ApiError::method_not_allowed(&m, "POST")),
         },
         _ => Err(ApiError::not_found(session.req_header().uri.path())),
     }

@@ -16,11 +16,11 @@
 //! input at its price weight.
 
 use crate::accounts::keys::KeyRecord;
-use crate::accounts::micro_to_usd;
 use crate::accounts::orgs::OrgRecord;
 use crate::catalog::model::{FreeAllowance, ModelSpec, Price, Requires};
 use crate::config::BillingConfig;
 use crate::error::Error;
+use crate::money::micro_to_usd;
 use crate::store::counters::{
     now_secs, window_counter, BalanceReq, Counters, Down, WindowOutcome, WindowReq,
 };
@@ -124,7 +124,7 @@ pub fn guardrails(key: &KeyRecord, billing: &BillingConfig) -> Guardrails {
     Guardrails {
         daily_spend_cap_micro_usd: key.daily_spend_cap_micro_usd.or_else(|| {
             d.daily_spend_cap_usd
-                .map(|usd| crate::accounts::usd_to_micro(usd).unwrap_or(i64::MAX))
+                .map(|usd| crate::money::usd_to_micro(usd).unwrap_or(i64::MAX))
         }),
         rpm: key.rpm.or(d.rpm),
         tpm: key.tpm.or(d.tpm),
@@ -531,12 +531,12 @@ fn free_base(org_id: &str, slug: &str) -> String {
 
 /// The monthly cap counts a calendar month (UTC), named in the counter.
 fn month_name(now: u64) -> String {
-    super::day_string((now / DAY) as i64)[..7].to_string()
+    crate::time::day_string((now / DAY) as i64)[..7].to_string()
 }
 
 /// The first second of `now`'s calendar month (UTC).
 pub fn month_start(now: u64) -> u64 {
-    let day = super::day_string((now / DAY) as i64);
+    let day = crate::time::day_string((now / DAY) as i64);
     let dom: u64 = day[8..].parse().unwrap_or(1);
     (now / DAY - (dom - 1)) * DAY
 }
@@ -594,7 +594,7 @@ fn free_windows(ask: &Ask<'_>, now: u64) -> Vec<Window> {
     let base = free_base(&ask.org.id, &ask.model.slug);
     let w = ask.worst;
     let tokens = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    let micro = |usd: f64| crate::accounts::usd_to_micro(usd).unwrap_or(i64::MAX);
+    let micro = |usd: f64| crate::money::usd_to_micro(usd).unwrap_or(i64::MAX);
     let month = month_name(now);
     [
         (
@@ -922,7 +922,7 @@ mod tests {
         let now = 20_414 * DAY + 43_200;
         assert_eq!(month_start(now), (20_414 - 21) * DAY);
         assert_eq!(
-            crate::billing::day_string((month_start(now) / DAY) as i64),
+            crate::time::day_string((month_start(now) / DAY) as i64),
             "2025-11-01"
         );
         assert_eq!(month_start(20_393 * DAY), 20_393 * DAY);

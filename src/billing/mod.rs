@@ -2,6 +2,7 @@
 //! per million tokens, a call's cost is micro-USD, rounded to the nearest micro-USD
 //! (half up) once per call, so there is no systematic markup either way.
 
+pub mod extra;
 pub mod gate;
 pub mod payments;
 
@@ -32,20 +33,6 @@ pub fn cost_micro_usd(price: &Price, usage: &Usage) -> u64 {
 pub fn priced(price: &Price, mut usage: Usage) -> Usage {
     usage.cost_micro_usd = Some(cost_micro_usd(price, &usage));
     usage
-}
-
-/// Days since the Unix epoch as `YYYY-MM-DD` (UTC), civil-from-days.
-pub fn day_string(days: i64) -> String {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
 }
 
 #[cfg(test)]

@@ -743,7 +743,7 @@ pub async fn list_for_org(db: &Db, org_id: &str) -> Result<Vec<Payment>, ApiErro
     .fetch_all(&db.pool)
     .await
     .map_err(Error::db("payments"))?;
-    let usd = crate::accounts::micro_to_usd;
+    let usd = crate::money::micro_to_usd;
     Ok(rows
         .iter()
         .map(|r| Payment {

@@ -3,9 +3,9 @@
 //! database and never appear in a read.
 
 use super::secrets::Sealer;
-use crate::accounts::micro_to_usd;
 use crate::config::PROVIDERS;
 use crate::error::Error;
+use crate::money::micro_to_usd;
 use crate::store::db::opt_i64;
 use crate::store::{new_id, now_ms, Db};
 use serde_json::{json, Value};

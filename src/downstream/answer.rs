@@ -6,6 +6,43 @@ use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use sluice_filters::{ApiError, Format};
 
+/// An answer as the client received it: status, the headers worth replaying, and
+/// the body bytes (a stream's frames in order).
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Tape {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// Sends a stored answer again, marked `idempotent-replayed: true`; returns its
+/// status (499 when the client is gone).
+pub async fn replay(session: &mut Session, tape: Tape) -> u16 {
+    let Ok(mut h) = ResponseHeader::build_no_case(tape.status, Some(tape.headers.len() + 2)) else {
+        return 500;
+    };
+    for (n, v) in &tape.headers {
+        if !n.eq_ignore_ascii_case("transfer-encoding") {
+            let _ = h.append_header(n.clone(), v.as_str());
+        }
+    }
+    let _ = h.insert_header("idempotent-replayed", "true");
+    let _ = h.insert_header(http::header::CONTENT_LENGTH, tape.body.len());
+    let ok = session
+        .write_response_header(Box::new(h), false)
+        .await
+        .is_ok()
+        && session
+            .write_response_body(Some(Bytes::from(tape.body)), true)
+            .await
+            .is_ok();
+    if ok {
+        tape.status
+    } else {
+        499
+    }
+}
+
 /// Writes a complete answer with a body and extra headers.
 pub async fn send(
     session: &mut Session,

@@ -4,7 +4,7 @@
 //! request comes from, of the route's kind), the org's active route for it, and
 //! the gates of the lanes that route can use.
 
-use crate::accounts::{presented_key, KeyRecord, OrgRecord};
+use crate::accounts::{Caller, OrgRecord};
 use crate::billing::gate;
 use crate::byok::{active_route, RouteRung};
 use crate::catalog::{Model, ModelKind};
@@ -18,33 +18,25 @@ use sluice_filters::{ApiError, ErrorCode, Route};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The presented key and its org, or 401 `invalid_key`.
-pub async fn authenticate(
-    state: &AppState,
-    session: &Session,
-    allow_x_api_key: bool,
-) -> Result<(Arc<KeyRecord>, Arc<OrgRecord>), ApiError> {
-    let key = presented_key(&session.req_header().headers, allow_x_api_key)
-        .ok_or_else(ApiError::invalid_key)?;
-    state
-        .directory
-        .authenticate_or_fetch(&state.db, key)
-        .await
+/// Who asks: the presented key (an Anthropic client's `x-api-key` too on the
+/// messages route), or the batch line this instance's runner sends.
+pub async fn caller(state: &AppState, session: &Session, route: Route) -> Result<Caller, ApiError> {
+    if let Some(found) = batch_caller(state, session) {
+        return found;
+    }
+    let headers = &session.req_header().headers;
+    let messages = route == Route::Messages;
+    crate::accounts::authenticate(&state.directory, &state.db, headers, messages)
+        .await?
         .ok_or_else(ApiError::invalid_key)
 }
-
-/// A request's key and its org.
-pub type Caller = (Arc<KeyRecord>, Arc<OrgRecord>);
 
 /// The internal credential of this instance's batch runner (`x-sluice-batch:
 /// <process token> <key hash> <batch id>:<line>`): `None` when the header is
 /// absent; else the key it names, which must still be live (a revoked key fails
 /// its lines with 401 `invalid_key`), and the line. The token is random per
 /// process and never leaves it, so no client can present it.
-pub fn batch_caller(
-    state: &AppState,
-    session: &Session,
-) -> Option<Result<(Caller, Box<str>), ApiError>> {
+fn batch_caller(state: &AppState, session: &Session) -> Option<Result<Caller, ApiError>> {
     let v = session
         .req_header()
         .headers
@@ -55,7 +47,14 @@ pub fn batch_caller(
         .and_then(|v| v.split_once(' '))
         .filter(|(token, _)| state.internal_token_matches(token))
         .and_then(|(_, rest)| rest.split_once(' '))
-        .and_then(|(hash, line)| Some((state.directory.authenticate_hash(hash)?, line.into())));
+        .and_then(|(hash, line)| {
+            let (key, org) = state.directory.authenticate_hash(hash)?;
+            Some(Caller {
+                key,
+                org,
+                batch_line: Some(line.into()),
+            })
+        });
     Some(found.ok_or_else(ApiError::invalid_key))
 }
 

@@ -34,7 +34,7 @@ pub enum Attempt {
     ClientGone,
     /// The model called `tool_search` (tool search the gateway serves): the call
     /// is billed and a search round follows.
-    Round(Box<crate::search::Turn>),
+    Round(Box<crate::hooks::Turn>),
 }
 
 impl Attempt {
@@ -131,9 +131,7 @@ pub async fn write_whole(
     // Lower-case names are taken as they are; a `HeaderName` would be title-cased
     // and parsed again on insert.
     let _ = h.insert_header("content-length", body.len());
-    if tally.tape.is_some() {
-        tally.tape_header(&h);
-    }
+    tally.header_out(&mut h);
     session
         .write_response_header(Box::new(h), false)
         .await
@@ -211,10 +209,10 @@ pub async fn read_before_commit(
             Some(Err(_)) => {
                 // A keep-alive tick: the first content is slow.
                 if !tally.header_sent {
-                    let Some(h) = sse_header(tally, provider, "pending") else {
+                    let Some(mut h) = sse_header(tally, provider, "pending") else {
                         return Before::Over(Attempt::Terminal(ApiError::internal()));
                     };
-                    tally.tape_header(&h);
+                    tally.header_out(&mut h);
                     // The keep-alive is written right after: one write for both.
                     hold_next_flush(session);
                     if session.write_response_header(h, false).await.is_err() {

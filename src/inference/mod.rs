@@ -1,61 +1,69 @@
-//! One inference request's life, admit to settle, as DESIGN.md's request path
-//! gives it: admit (key, body, model, route, gates), plan the rungs, walk the
-//! waterfall until one commits, then settle (cost, usage event, idempotency).
-//! Each step is a file of this folder; `handle` reads as the list of them.
+//! One inference request's life, as named phases (DESIGN.md's request path):
+//! 1. admit: who asks, the body under its limits, the model, the org's route
+//!    (`admit.rs`);
+//! 2. before the rungs: the request parsed, the gates of its lanes taken
+//!    (`ready.rs`);
+//! 3. the waterfall with its attempts (`rounds.rs`, `waterfall.rs`, `plan.rs`,
+//!    `attempt.rs`, `native_chat.rs`, `translated.rs`, `embeddings.rs`);
+//! 4. the answer's bytes, through the request's account (`tally.rs`);
+//! 5. settle and record (`settle.rs`).
+//!
+//! Per-request features (the Idempotency-Key store, the responses store, web
+//! search and tool search) plug into these phases through `crate::hooks`;
+//! `server.rs` registers them and this folder names none of them. `handle`
+//! reads as the list of the phases.
 
 mod admit;
 mod attempt;
 mod embeddings;
-pub mod idempotency;
 mod native_chat;
 mod plan;
+mod ready;
 mod rounds;
 mod settle;
 mod tally;
 mod translated;
 mod waterfall;
 
-pub use admit::{authenticate, granted};
+pub use admit::granted;
 
+use crate::billing::gate::Admission;
+use crate::catalog::Model;
+use crate::downstream::answer;
 use crate::downstream::pending::Place;
 use crate::downstream::Handled;
+use crate::hooks::{Arrival, Hooks, Registry, Settled};
 use crate::state::AppState;
 use crate::trace::Trail;
 use crate::upstream::breaker::Breaker;
 use crate::upstream::Upstreams;
-use bytes::Bytes;
-use idempotency::Claim;
 use pingora::proxy::Session;
-use plan::{ParsedRequest, CACHEABLE_BYTES};
+use ready::{Asking, Ready, Work};
 use settle::Settling;
-use sluice_filters::inbound::Inbound;
-use sluice_filters::json::{with_long_strings, RawObject};
-use sluice_filters::Route;
+use sluice_filters::{ApiError, Route};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tally::Tally;
+use tally::{Outcome, Tally};
 
-/// What serving inference needs beyond the shared state: the provider client and
-/// the health of every rung it calls.
+/// What serving inference needs beyond the shared state: the provider client,
+/// the health of every rung it calls, and the features registered at start.
 pub struct Engine {
     pub state: Arc<AppState>,
     upstreams: Upstreams,
     breaker: Breaker,
-    /// Web search and tool search (`[search]`, `[tool_search]`).
-    searcher: crate::search::Searcher,
+    hooks: Registry,
 }
 
 impl Engine {
-    pub fn new(state: Arc<AppState>) -> Engine {
+    pub fn new(state: Arc<AppState>, hooks: Registry) -> Engine {
         let upstreams = Upstreams::new(&state.config);
         let b = &state.config.breaker;
         let breaker = Breaker::new(b.failure_threshold, Duration::from_millis(b.cooldown_ms));
-        let searcher = crate::search::Searcher::new(&state.config);
         Engine {
             state,
             upstreams,
             breaker,
-            searcher,
+            hooks,
         }
     }
 
@@ -70,209 +78,102 @@ impl Engine {
         trail: &mut Trail,
         place: Option<Place>,
     ) -> Handled {
-        let state = &self.state;
-        // A batch line from this instance's runner names its key by the internal
-        // credential (the key itself is never stored); every other step is alike.
-        let (key, org, batch_line) = match admit::batch_caller(state, session) {
-            Some(found) => {
-                let ((key, org), line) = found?;
-                (key, org, Some(line))
-            }
-            None => {
-                let (key, org) =
-                    admit::authenticate(state, session, route == Route::Messages).await?;
-                (key, org, None)
-            }
-        };
-        trail.identify(&key, &org);
-        admit::not_under_review(&org)?;
-        let read = admit::read_body(state, session, route, started).await?;
-        let (mut members, mut long) = admit::split_object(&read)?;
-        let mut body = &read;
-        // The responses store: a continued conversation is rebuilt in front of the
-        // request's own input, before anything else reads the body.
-        let continued: Bytes;
-        let mut keeping = None;
-        let mut history_repaired = false;
-        if route == Route::Responses {
-            let capture = org.captures_prompts(state.config.responses.prompt_capture_default);
-            let begun = Box::pin(state.responses.begin(&org.id, capture, &members)).await?;
-            keeping = begun.keeping;
-            history_repaired = begun.repaired;
-            if let Some(b) = begun.body {
-                continued = Bytes::from(b);
-                body = &continued;
-                (members, long) = admit::split_object(body)?;
-            }
-        }
-        let asked = admit::model(state, session, &org, &members, route)?;
-        let model = &asked.model;
-        trail.model(model);
-        let mut rungs = admit::active_route(state, session, &org, model)?;
-
-        let mut tally = Tally::new(
-            started,
-            Duration::from_millis(state.config.limits.request_deadline_ms),
-        );
-        tally.pending = place;
-        tally.platform_price = model.spec.price;
-        tally.batch_line = batch_line;
-        tally.prompt_estimate = (body.len() / 4) as u64;
-        if keeping.is_some() {
-            tally.capture = Some(Vec::new());
-        }
-        tally.history_repaired = history_repaired;
-        tally.trace = std::mem::take(&mut trail.attempts);
-        let inbound = match route {
-            Route::Chat => Some(Inbound::Chat),
-            Route::Responses => Some(Inbound::Responses),
-            Route::Messages => Some(Inbound::Messages),
-            _ => None,
-        };
-        let ask = |worst, platform| crate::billing::gate::Ask {
-            key: &key,
-            org: &org,
-            model: &model.spec,
-            worst,
-            platform,
-        };
-        let admission;
-        let mut ticket = None;
-        let mut streamed = false;
-        let outcome = match inbound {
-            Some(inbound) => {
-                // Structural validation before anything is charged or sent.
-                // The body's long strings were found by the split: the parse
-                // jumps over them instead of looking through them again.
-                let mut req = with_long_strings(&long, || inbound.parse(body, &members))?;
-                req.model = asked.name.clone();
-                streamed = req.stream;
-                trail.streaming(streamed);
-                // Encrypted reasoning reaches a responses client only when it asks;
-                // the store keeps it either way.
-                let asked_encrypted = req
-                    .include
-                    .iter()
-                    .any(|i| i == "reasoning.encrypted_content");
-                tally.hide_encrypted = inbound == Inbound::Responses && !asked_encrypted;
-                let keep_reasoning = keeping.is_some() && !asked_encrypted;
-                if asked.online {
-                    sluice_filters::inbound::common::want_web_search(
-                        &mut req,
-                        sluice_filters::ir::SearchForm::Online,
-                    );
-                }
-                if inbound != Inbound::Messages {
-                    if let Some(k) = idempotency::key_of(session)? {
-                        // Rare paths are boxed: inline, their database futures would
-                        // enlarge every request's state.
-                        let claim = Box::pin(idempotency::claim(
-                            state,
-                            &org.id,
-                            &k,
-                            route.label(),
-                            body,
-                            tally.deadline,
-                        ));
-                        let claimed = claim.await;
-                        let result = match &claimed {
-                            Ok(Claim::Fresh(_)) => "fresh",
-                            Ok(Claim::Replay(_)) => "replay",
-                            Err(_) => "refused",
-                        };
-                        state.metrics.idempotency.with_label_values(&[result]).inc();
-                        match claimed? {
-                            Claim::Replay(tape) => {
-                                let replay = Box::pin(idempotency::replay(session, tape));
-                                return Ok(replay.await);
-                            }
-                            Claim::Fresh(t) => {
-                                tally.tape = Some(Box::default());
-                                tally.tape_cap = state.config.limits.idempotency_max_tape_bytes;
-                                ticket = Some(t);
-                            }
-                        }
-                    }
-                }
-                let mut worst = admit::worst_case(model, &req, body.len());
-                if req.orchestrated() {
-                    worst = self.searcher.hold(worst, &req, &model.spec.price);
-                }
-                admission = match admit::admit_lanes(state, &mut rungs, |p| ask(worst, p)).await {
-                    Ok(a) => a,
-                    Err(e) => {
-                        if let Some(t) = ticket {
-                            let finish = Box::pin(idempotency::finish(state, t, &tally, e.status));
-                            finish.await;
-                        }
-                        return Err(e);
-                    }
-                };
-                if admission.free {
-                    tally.platform_price = Default::default();
-                }
-                let mut parsed = ParsedRequest {
-                    inbound,
-                    stream: req.stream,
-                    req,
-                    object: RawObject::from_members(&members),
-                    source: body.clone(),
-                    long_context: asked.long_context,
-                    rungs,
-                    org_id: org.id.clone(),
-                    cacheable: body.len() >= CACHEABLE_BYTES,
-                    keep_reasoning,
-                    prep: Default::default(),
-                };
-                if parsed.req.orchestrated() {
-                    // Web search and tool search: the one service-run search runs
-                    // here, before the first attempt (never again on fail-over).
-                    let prepare = Box::pin(self.searcher.prepare(
-                        &self.upstreams,
-                        &mut parsed.req,
-                        inbound,
-                        &parsed.rungs,
-                        tally.deadline,
-                    ));
-                    parsed.prep = prepare.await;
-                    tally.orch = parsed.prep.spent(!admission.free);
-                    if let Some(us) = tally.orch.as_ref().and_then(|o| o.search_us) {
-                        // The vendor's time is not the gateway's overhead.
-                        tally.upstream_wait += Duration::from_micros(us);
-                    }
-                }
-                let serve = Box::pin(rounds::serve(self, session, &mut tally, model, parsed));
-                serve.await
-            }
-            None => {
-                let req = sluice_filters::inbound::embeddings::parse(body)?;
-                let worst = crate::billing::gate::worst_case(&model.spec.price, body.len(), 0);
-                admission = admit::admit_lanes(state, &mut rungs, |p| ask(worst, p)).await?;
-                if admission.free {
-                    tally.platform_price = Default::default();
-                }
-                let serve = Box::pin(embeddings::serve(self, session, &mut tally, &rungs, req));
-                serve.await
-            }
-        };
-        let who = Settling {
+        let state = &*self.state;
+        // 1. Admit.
+        let caller = admit::caller(state, session, route).await?;
+        trail.identify(&caller.key, &caller.org);
+        admit::not_under_review(&caller.org)?;
+        let (org, headers) = (&caller.org, &session.req_header().headers);
+        let mut hooks = self.hooks.on_arrival(&Arrival {
             route,
-            inbound,
-            model,
-            key_id: &key.id,
-            org_id: &org.id,
+            org,
+            headers,
+        });
+        let read = admit::read_body(state, session, route, started).await?;
+        let (members, long) = admit::split_object(&read)?;
+        let rebuilt = hooks.body(&caller.org, &members).await?;
+        let body = rebuilt.as_ref().unwrap_or(&read);
+        let (members, long) = match &rebuilt {
+            Some(b) => admit::split_object(b)?,
+            None => (members, long),
         };
-        let served = matches!(outcome, tally::Outcome::Written(200));
-        let status = settle::settle(
-            state, session, &mut tally, who, admission, ticket, outcome, trail,
-        )
-        .await;
-        // The turn is kept once its answer is whole at the client (a cut stream
-        // as incomplete); a client gone mid-stream leaves nothing.
-        if let (Some(k), Some(answer), true) = (keeping, tally.capture.take(), served) {
-            let slug = &model.spec.slug;
-            state.responses.finish(&org.id, slug, k, &answer, streamed);
-        }
+        let asked = admit::model(state, session, &caller.org, &members, route)?;
+        let model = &*asked.model;
+        trail.model(&asked.model);
+        let rungs = admit::active_route(state, session, &caller.org, model)?;
+        let deadline = Duration::from_millis(state.config.limits.request_deadline_ms);
+        let mut tally = Tally::new(started, deadline, place, model, body.len());
+        tally.trace = std::mem::take(&mut trail.attempts);
+        // 2. Before the rungs.
+        let ask = Asking::new(&caller, route, &asked, body, &members, &long);
+        let (admission, work) =
+            match Box::pin(self.ready(&ask, &mut hooks, &mut tally, rungs)).await {
+                Ok(Ready::Go(admission, work)) => (admission, work),
+                Ok(Ready::Replay(tape)) => return Ok(Box::pin(answer::replay(session, tape)).await),
+                Err(e) => return Err(ask.refused(hooks, e).await),
+            };
+        let streamed = work.streams();
+        trail.streaming(streamed);
+        // 3, 4. The waterfall, and the answer's bytes.
+        tally.hooks = hooks;
+        let outcome = Box::pin(self.serve(session, &mut tally, model, work)).await;
+        // 5. Settle and record.
+        let served = matches!(outcome, Outcome::Written(200));
+        let who = ask.settling(admission);
+        let status = settle::settle(state, session, &mut tally, who, outcome, trail).await;
+        let billed = tally.billable || tally.header_sent || (200..300).contains(&status);
+        let done = ask.settled(status, served, billed, streamed);
+        std::mem::take(&mut tally.hooks).after(&done).await;
         Ok(status)
+    }
+}
+
+impl Engine {
+    /// The waterfall: in rounds when a feature's loop part runs them.
+    async fn serve(
+        &self,
+        session: &mut Session,
+        tally: &mut Tally,
+        model: &Model,
+        work: Work<'_>,
+    ) -> Outcome {
+        match work {
+            Work::Rungs(parsed) => rounds::serve(self, session, tally, model, *parsed).await,
+            Work::Embed(req, rungs) => embeddings::serve(self, session, tally, &rungs, req).await,
+        }
+    }
+}
+
+impl Asking<'_> {
+    /// What settlement records the request under.
+    fn settling(&self, admission: Admission) -> Settling<'_> {
+        Settling {
+            route: self.route,
+            inbound: self.inbound,
+            model: &self.asked.model,
+            caller: self.caller,
+            admission,
+        }
+    }
+
+    /// A request refused before the waterfall: the features hear of it (a
+    /// claimed key is released).
+    async fn refused(&self, hooks: Hooks, e: ApiError) -> ApiError {
+        hooks
+            .after(&self.settled(e.status, false, false, false))
+            .await;
+        e
+    }
+
+    /// How the request ended, for the features' `after`.
+    fn settled(&self, status: u16, served: bool, billed: bool, streamed: bool) -> Settled<'_> {
+        Settled {
+            status,
+            served,
+            billed,
+            streamed,
+            org_id: &self.caller.org.id,
+            model: &self.asked.model,
+        }
     }
 }

@@ -193,10 +193,10 @@ pub(super) async fn stream_attempt(
             tally.pending = None;
             tally.first_token = Some(tally.started.elapsed());
             if !tally.header_sent {
-                let Some(h) = sse_header(tally, &t.provider, "ok") else {
+                let Some(mut h) = sse_header(tally, &t.provider, "ok") else {
                     return Attempt::Terminal(ApiError::internal());
                 };
-                tally.tape_header(&h);
+                tally.header_out(&mut h);
                 // The committing event is written right after: one write for both.
                 hold_next_flush(session);
                 if session.write_response_header(h, false).await.is_err() {
@@ -305,7 +305,7 @@ impl Pump<'_> {
         if self.out.is_empty() && !end {
             return true;
         }
-        tally.tape_body(&self.out);
+        tally.body_out(&self.out);
         // The next burst is likely as large: start it at this one's capacity, so
         // it is written without a chain of reallocations.
         let cap = self.out.capacity();

@@ -5,13 +5,15 @@
 use super::Engine;
 use crate::byok::{Lane, RouteRung};
 use crate::catalog::Model;
+use crate::hooks::LoopPart;
 use crate::upstream::{OutBody, Target};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use sluice_filters::inbound::chat::without_answer_keys;
 use sluice_filters::inbound::history::without_anthropic_reasoning;
 use sluice_filters::inbound::Inbound;
-use sluice_filters::ir::Request;
+use sluice_filters::ir::watch::Watch;
+use sluice_filters::ir::{Request, ServerSearch};
 use sluice_filters::json::{append_member, RawObject};
 use sluice_filters::policy::{self, ModelFacts, RungFacts};
 use sluice_filters::upstream::is_claude;
@@ -43,10 +45,10 @@ pub struct ParsedRequest<'a> {
     /// encrypted reasoning, so the gateway asks a reasoning rung for it (and the
     /// client's answer goes without it).
     pub keep_reasoning: bool,
-    /// What web search and tool search decided for the request (empty for the
-    /// rest): the canonical path for every rung, request-level drops, the
-    /// service-run search, the tool search rounds.
-    pub prep: crate::search::Prepared,
+    /// A feature's part in the attempt loop (none on the common request): the
+    /// canonical path for every rung, request-level drops, a service-run search,
+    /// rounds between model calls.
+    pub part: Option<Box<dyn LoopPart>>,
 }
 
 /// Providers cache prompt prefixes of about 1,024 tokens and more; a shorter
@@ -54,6 +56,27 @@ pub struct ParsedRequest<'a> {
 pub const CACHEABLE_BYTES: usize = 4_096;
 
 impl ParsedRequest<'_> {
+    /// Every rung takes the canonical path: a feature rewrites the request or its
+    /// answer.
+    pub(super) fn canonical(&self) -> bool {
+        self.part.as_ref().is_some_and(|p| p.canonical())
+    }
+
+    /// The request-level drops a feature disclosed.
+    pub(super) fn disclosed(&self) -> &[String] {
+        self.part.as_ref().map_or(&[], |p| p.disclosed())
+    }
+
+    /// The search the gateway ran, shown and cited in the answer.
+    pub(super) fn search(&self) -> Option<Arc<ServerSearch>> {
+        self.part.as_ref().and_then(|p| p.search())
+    }
+
+    /// The watch for the next model call's round calls.
+    pub(super) fn watch(&self) -> Option<Watch> {
+        self.part.as_ref().and_then(|p| p.watch())
+    }
+
     /// The counter that remembers which rung holds this conversation's prompt
     /// cache: keyed by `prompt_cache_key` when given, else by the conversation's
     /// prefix (instructions, tools, first message), which every later turn repeats.
@@ -167,7 +190,7 @@ pub(super) fn plan(
                 target: target.clone(),
                 wire: *wire,
                 // The gateway rewrites an orchestrated request or its answer.
-                native: facts[p.index].native && !parsed.prep.canonical(),
+                native: facts[p.index].native && !parsed.canonical(),
                 dropped: p.dropped,
                 headers,
                 lane: *lane,
@@ -252,10 +275,7 @@ impl PlannedRung {
             };
             self.add_routing_key(parsed, &mut spliced.bytes);
             let body = OutBody::splice(spliced, &parsed.source);
-            (
-                body,
-                disclosure(&self.dropped, &[], parsed.prep.disclosed()),
-            )
+            (body, disclosure(&self.dropped, &[], parsed.disclosed()))
         } else {
             let stripped;
             let req = if repaired {
@@ -267,7 +287,7 @@ impl PlannedRung {
             let rendered = self
                 .wire
                 .render(&t.provider, req, &t.model_id, parsed.stream);
-            let request_level = parsed.prep.disclosed();
+            let request_level = parsed.disclosed();
             let mut body = rendered.body;
             self.add_routing_key(parsed, &mut body);
             (

@@ -1,6 +1,6 @@
-//! Tool search served by the gateway, around the waterfall: the model is called;
-//! while its answer is a call of `tool_search` (and rounds are left), the search
-//! round runs (`search::round`: the tools it finds are loaded, the round joins the
+//! Rounds around the waterfall (tool search served by the gateway): the model is
+//! called; while its answer is a call of `tool_search` (and rounds are left), the
+//! loop part runs its round (the tools it finds are loaded, the round joins the
 //! conversation) and the model is called again, within the same request. Each
 //! call is a full walk of the waterfall (fail-over included), counts as an
 //! attempt in the receipt and is billed; the caller sees only the final answer
@@ -22,7 +22,7 @@ pub async fn serve(
     model: &Model,
     mut parsed: ParsedRequest<'_>,
 ) -> Outcome {
-    if !parsed.prep.rounds() {
+    if !parsed.part.as_ref().is_some_and(|p| p.rounds()) {
         return waterfall::serve(engine, session, tally, model, &parsed).await;
     }
     loop {
@@ -33,9 +33,11 @@ pub async fn serve(
         };
         tally.bank_round(&model.spec.price);
         let turn = *turn;
-        if let (Some(enc), Some(o)) = (turn.encoder, tally.orch.as_mut()) {
+        if let (Some(enc), Some(o)) = (turn.encoder, tally.extra.as_mut()) {
             o.keep_stream(enc);
         }
-        crate::search::round(&mut parsed.prep, &mut parsed.req, turn.response);
+        if let Some(part) = parsed.part.as_mut() {
+            part.round(&mut parsed.req, turn.response);
+        }
     }
 }

@@ -1,10 +1,10 @@
 //! Settlement, after the answer (or its error) is decided: the real cost replaces
 //! the reservation, an error not yet written reaches the client in its format
-//! (in-band when a stream's header already went out), the idempotency record is
-//! finished, and the request's usage event and metrics are recorded.
+//! (in-band when a stream's header already went out), and the request's usage
+//! event and metrics are recorded. The features' own records follow (`after`).
 
-use super::idempotency::{self, Ticket};
 use super::tally::{Outcome, Tally};
+use crate::accounts::Caller;
 use crate::billing::gate;
 use crate::byok::Lane;
 use crate::catalog::Model;
@@ -19,25 +19,22 @@ use sluice_filters::sse::data_frame;
 use sluice_filters::{ErrorCode, Format, Route};
 use std::time::Duration;
 
-/// What settlement records the request under.
+/// What settlement records the request under, and the gates it took.
 pub struct Settling<'a> {
     pub route: Route,
     /// The client's format; `None` for embeddings.
     pub inbound: Option<Inbound>,
     pub model: &'a Model,
-    pub key_id: &'a str,
-    pub org_id: &'a str,
+    pub caller: &'a Caller,
+    pub admission: gate::Admission,
 }
 
 /// Settles a served (or failed) request; returns the status the client saw.
-#[allow(clippy::too_many_arguments)]
 pub async fn settle(
     state: &AppState,
     session: &mut Session,
     tally: &mut Tally,
     who: Settling<'_>,
-    admission: gate::Admission,
-    ticket: Option<Ticket>,
     outcome: Outcome,
     trail: &mut Trail,
 ) -> u16 {
@@ -57,13 +54,13 @@ pub async fn settle(
             ..gate::Used::default()
         }
     };
-    if let Some(o) = &tally.orch {
+    if let Some(o) = &tally.extra {
         // Earlier tool search rounds were model calls too.
         used.billed_micro_usd = billed_cost(tally);
         used.list_micro_usd += o.rounds_list;
         used.tokens += o.rounds_tokens;
     }
-    let free = admission.free;
+    let free = who.admission.free;
     let format = who.inbound.map_or(Format::OpenAi, Inbound::format);
     let (status, code) = match outcome {
         Outcome::Written(s) => (s, None),
@@ -89,7 +86,7 @@ pub async fn settle(
                     Some(i) => i.error_frame(&e),
                     None => data_frame(&e.to_body(format)),
                 };
-                tally.tape_body(&frame);
+                tally.body_out(&frame);
                 // The error writes are boxed: rare, and inline they would enlarge
                 // (and be copied with) every request's state.
                 let write = Box::pin(session.write_response_body(Some(Bytes::from(frame)), true));
@@ -118,11 +115,7 @@ pub async fn settle(
     if fee > 0 {
         state.metrics.search_fees.inc_by(fee);
     }
-    gate::settle(state.counters.as_ref(), admission.hold, used).await;
-    if let Some(t) = ticket {
-        let finish = Box::pin(idempotency::finish(state, t, tally, status));
-        finish.await;
-    }
+    gate::settle(state.counters.as_ref(), who.admission.hold, used).await;
     let times = (
         tally.first_token,
         Duration::from_micros(tally.overhead_us()),
@@ -169,7 +162,8 @@ fn record(
     code: Option<&'static str>,
     (used, free): (gate::Used, bool),
 ) {
-    let (route, model, key_id, org_id) = (who.route, who.model, who.key_id, who.org_id);
+    let (route, model) = (who.route, who.model);
+    let (key_id, org_id) = (&who.caller.key.id, &who.caller.org.id);
     let label = route.label();
     // With tool search rounds: every round's tokens.
     let u = tally.total_usage();
@@ -204,7 +198,7 @@ fn record(
         weighted_tokens: used.tokens,
         list_micro_usd: used.list_micro_usd,
         at_ms: crate::store::now_ms(),
-        batch: tally.batch_line.is_some(),
-        batch_line: tally.batch_line.as_deref().map(str::to_string),
+        batch: who.caller.batch_line.is_some(),
+        batch_line: who.caller.batch_line.as_deref().map(str::to_string),
     });
 }

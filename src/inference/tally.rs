@@ -2,7 +2,9 @@
 //! time spent waiting on providers (so the gateway's own overhead can be told
 //! apart), the attempts receipt, usage, and how the request ended.
 
+use crate::billing::extra::Extra;
 use crate::catalog::model::Price;
+use crate::hooks::Hooks;
 use pingora::http::ResponseHeader;
 use sluice_filters::usage::Usage;
 use sluice_filters::ApiError;
@@ -26,7 +28,7 @@ pub enum Outcome {
     Error(ApiError),
     ClientGone,
     /// The model called `tool_search`: a search round follows, then another call.
-    Round(Box<crate::search::Turn>),
+    Round(Box<crate::hooks::Turn>),
 }
 
 pub struct Tally {
@@ -51,9 +53,6 @@ pub struct Tally {
     /// The current attempt's history lost hidden reasoning of another maker
     /// (`x-gateway-replay-repair: encrypted_reasoning_stripped`).
     pub replay_repaired: bool,
-    /// Hidden reasoning the client replayed without its content was removed
-    /// before any attempt (the store could not complete it).
-    pub history_repaired: bool,
     /// The price the serving rung bills at: every answer's usage is priced with
     /// it (zero on the org's own accounts and on free allowances).
     pub price: Price,
@@ -64,42 +63,35 @@ pub struct Tally {
     /// A rung served content: only then is the call billed (failed and empty
     /// attempts cost nothing).
     pub billable: bool,
-    /// What went to the client, kept only for a request with an Idempotency-Key;
-    /// dropped (`None`) once it outgrows `tape_cap`.
-    pub tape: Option<Box<Tape>>,
-    /// What went to the client, kept whole for the responses store when it keeps
-    /// this turn (encrypted reasoning included, whatever the client sees).
-    pub capture: Option<Vec<u8>>,
     /// Responses: the client did not ask for `reasoning.encrypted_content`, so its
     /// answer goes without it.
     pub hide_encrypted: bool,
     /// The prompt's size in tokens as the gateway estimates it (body bytes / 4):
     /// a cut stream whose provider never reported its count bills this.
     pub prompt_estimate: u64,
-    pub tape_cap: usize,
-    /// What web search and tool search add (none on the common request).
-    pub orch: Option<Box<crate::search::Spent>>,
+    /// What features add to the account beyond this call (none on the common
+    /// request): earlier rounds, a service-run search and its fee.
+    pub extra: Option<Box<Extra>>,
     /// The attempt spans and the `traceparent` providers get (empty when the
     /// request is neither traced nor carries one).
     pub trace: crate::trace::Attempts,
-    /// The batch line (`<batch id>:<line>`) this request serves, sent by this
-    /// instance's runner: its usage event names it, and is stored once.
-    pub batch_line: Option<Box<str>>,
-}
-
-/// An answer as the client received it: status, the headers worth replaying, and
-/// the body bytes (a stream's frames in order).
-#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Tape {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+    /// The request's features, told of the answer's header and bytes as they go
+    /// out (none on the common request).
+    pub hooks: Hooks,
 }
 
 impl Tally {
-    pub fn new(started: Instant, deadline: Duration) -> Tally {
+    /// A request's account as its waterfall starts: `body_len` bytes asking for
+    /// `model`, holding its `place` under `[limits] max_pending`.
+    pub fn new(
+        started: Instant,
+        deadline: Duration,
+        place: Option<crate::downstream::pending::Place>,
+        model: &crate::catalog::Model,
+        body_len: usize,
+    ) -> Tally {
         Tally {
-            pending: None,
+            pending: place,
             started,
             deadline: started + deadline,
             upstream_wait: Duration::ZERO,
@@ -112,76 +104,58 @@ impl Tally {
             first_token: None,
             ignored: None,
             replay_repaired: false,
-            history_repaired: false,
             price: Price::default(),
-            platform_price: Price::default(),
+            platform_price: model.spec.price,
             lane: crate::byok::Lane::Platform,
             billable: false,
-            tape: None,
-            capture: None,
             hide_encrypted: false,
-            prompt_estimate: 0,
-            tape_cap: usize::MAX,
-            orch: None,
+            prompt_estimate: (body_len / 4) as u64,
+            extra: None,
             trace: Default::default(),
-            batch_line: None,
+            hooks: Hooks::default(),
         }
     }
 
-    /// Records the answer's header when the request is being taped.
-    pub fn tape_header(&mut self, h: &ResponseHeader) {
-        if let Some(t) = self.tape.as_deref_mut() {
-            t.status = h.status.as_u16();
-            t.headers = h
-                .headers
-                .iter()
-                .filter(|(n, _)| *n != http::header::CONTENT_LENGTH)
-                .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
-                .collect();
+    /// A free allowance serves the request: platform rungs bill nothing.
+    pub fn free(&mut self, free: bool) {
+        if free {
+            self.platform_price = Price::default();
         }
     }
 
-    /// Bytes about to go to the client: kept for the store as they are, then
-    /// without encrypted reasoning when the client did not ask for it, taped, and
-    /// handed back to be written.
+    /// A feature's vendor time (a service-run search) is not the gateway's
+    /// overhead.
+    pub fn count_vendor_time(&mut self) {
+        if let Some(us) = self.extra.as_ref().and_then(|o| o.search_us) {
+            self.upstream_wait += Duration::from_micros(us);
+        }
+    }
+
+    /// The answer's header, about to go out: the features see it (and may add
+    /// to it).
+    pub fn header_out(&mut self, h: &mut ResponseHeader) {
+        self.hooks.header(h);
+    }
+
+    /// Bytes about to go to the client: the features see them as rendered, then
+    /// without encrypted reasoning when the client did not ask for it, as
+    /// written; handed back to be written.
     pub fn outgoing(&mut self, bytes: Vec<u8>, streamed: bool) -> Vec<u8> {
-        if let Some(c) = self.capture.as_mut() {
-            c.extend_from_slice(&bytes);
-        }
+        self.hooks.rendered(&bytes);
         let bytes = if self.hide_encrypted {
             sluice_filters::inbound::responses::without_encrypted_content(&bytes, streamed)
                 .unwrap_or(bytes)
         } else {
             bytes
         };
-        self.tape_only(&bytes);
+        self.hooks.wrote(&bytes);
         bytes
     }
 
-    /// Whether the body sent to the client is being recorded (for a replay, or
-    /// for the responses store).
-    pub fn records_body(&self) -> bool {
-        self.tape.is_some() || self.capture.is_some()
-    }
-
-    /// Records body bytes sent to the client when the request is being taped or
-    /// captured.
-    pub fn tape_body(&mut self, bytes: &[u8]) {
-        if let Some(c) = self.capture.as_mut() {
-            c.extend_from_slice(bytes);
-        }
-        self.tape_only(bytes);
-    }
-
-    fn tape_only(&mut self, bytes: &[u8]) {
-        if let Some(t) = self.tape.as_deref_mut() {
-            if t.body.len().saturating_add(bytes.len()) > self.tape_cap {
-                // Too large to keep for a replay: free it now, not at the end.
-                self.tape = None;
-            } else {
-                t.body.extend_from_slice(bytes);
-            }
-        }
+    /// Body bytes sent to the client as they are (no output rule applies).
+    pub fn body_out(&mut self, bytes: &[u8]) {
+        self.hooks.rendered(bytes);
+        self.hooks.wrote(bytes);
     }
 
     /// The usage of an answer cut short: what the provider reported, with the
@@ -202,7 +176,7 @@ impl Tally {
     /// answer reports what all of it used (earlier rounds, searches, the fee).
     pub fn priced(&self, usage: Usage) -> Usage {
         let mut u = crate::billing::priced(&self.price, usage);
-        if let Some(o) = &self.orch {
+        if let Some(o) = &self.extra {
             o.add_to(&mut u, self.lane == crate::byok::Lane::Platform);
         }
         u
@@ -216,7 +190,7 @@ impl Tally {
         let listed = crate::billing::cost_micro_usd(list, &u);
         let tokens = crate::billing::gate::weighted_tokens(list, &u);
         let platform = self.lane == crate::byok::Lane::Platform;
-        let o = self.orch.get_or_insert_with(Box::default);
+        let o = self.extra.get_or_insert_with(Box::default);
         o.bank(
             &u,
             i64::try_from(billed).unwrap_or(i64::MAX),
@@ -229,21 +203,21 @@ impl Tally {
 
     /// The stream an earlier round began, for this call to continue.
     pub fn take_resume(&mut self) -> Option<Box<dyn sluice_filters::ir::StreamEncoder>> {
-        self.orch.as_mut().and_then(|o| o.take_stream())
+        self.extra.as_mut().and_then(|o| o.take_stream())
     }
 
     /// What the request is billed beyond this call's usage at its price: earlier
     /// rounds (model calls the provider billed, whatever came after), and the
     /// search fee when an answer was served.
     pub fn billed_extra(&self) -> i64 {
-        self.orch.as_ref().map_or(0, |o| {
+        self.extra.as_ref().map_or(0, |o| {
             o.rounds_billed + i64::try_from(self.search_fee()).unwrap_or(i64::MAX)
         })
     }
 
     /// The web search fee this request is billed (none unless a rung served it).
     pub fn search_fee(&self) -> u64 {
-        match &self.orch {
+        match &self.extra {
             Some(o) if self.billable => o.fee(self.lane == crate::byok::Lane::Platform),
             _ => 0,
         }
@@ -253,14 +227,14 @@ impl Tally {
     /// earlier round's): the request draws credits.
     pub fn platform_served(&self) -> bool {
         self.lane == crate::byok::Lane::Platform
-            || self.orch.as_ref().is_some_and(|o| o.rounds_platform)
+            || self.extra.as_ref().is_some_and(|o| o.rounds_platform)
     }
 
     /// All the request used: this call's usage and earlier rounds', with the web
     /// searches the gateway ran.
     pub fn total_usage(&self) -> Usage {
         let mut u = self.usage;
-        if let Some(o) = &self.orch {
+        if let Some(o) = &self.extra {
             let cost = u.cost_micro_usd;
             o.add_to(&mut u, false);
             u.cost_micro_usd = cost;
@@ -300,7 +274,7 @@ impl Tally {
         if let Some(ignored) = &self.ignored {
             let _ = h.insert_header("x-service-ignored-parameters", ignored.as_str());
         }
-        if self.replay_repaired || self.history_repaired {
+        if self.replay_repaired {
             let _ = h.insert_header("x-gateway-replay-repair", "encrypted_reasoning_stripped");
         }
         if let Some(us) = self.search_us() {
@@ -310,7 +284,7 @@ impl Tally {
 
     /// The service-run web search's time, when one ran.
     fn search_us(&self) -> Option<u64> {
-        self.orch.as_ref().and_then(|o| o.search_us)
+        self.extra.as_ref().and_then(|o| o.search_us)
     }
 
     /// The receipt as a JSON member for a stream's final chunk.

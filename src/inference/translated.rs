@@ -65,7 +65,7 @@ fn meta(tally: &Tally, planned: &PlannedRung, parsed: &ParsedRequest) -> Meta {
             Inbound::Responses => sluice_filters::inbound::responses::echo(&parsed.object),
             _ => String::new(),
         },
-        search: parsed.prep.search(),
+        search: parsed.search(),
     }
 }
 
@@ -121,7 +121,7 @@ async fn plain(
         return Attempt::Failed(Failure::BadAnswer);
     };
     // Tool search the gateway serves: `tool_search` calls are the gateway's.
-    let mut watch = parsed.prep.watch();
+    let mut watch = parsed.watch();
     if let Some(w) = watch.as_mut() {
         w.filter(&mut events);
     }
@@ -178,7 +178,7 @@ fn round(tally: &mut Tally, watch: Watch, encoder: Option<Box<dyn StreamEncoder>
     tally
         .first_token
         .get_or_insert_with(|| tally.started.elapsed());
-    Attempt::Round(Box::new(crate::search::Turn { response, encoder }))
+    Attempt::Round(Box::new(crate::hooks::Turn { response, encoder }))
 }
 
 /// What the pre-commit phase found in a batch of events.
@@ -375,7 +375,7 @@ async fn stream(
         finish_seen: false,
         content_chars: 0,
         committed: false,
-        watch: parsed.prep.watch(),
+        watch: parsed.watch(),
     };
     let early = engine.state.config.limits.early_header_ms;
     let max = engine.state.config.limits.max_response_bytes;
@@ -444,10 +444,10 @@ async fn stream(
     let mut out = Vec::new();
     let mut healthy = flow.encode(&mut out);
     if !tally.header_sent {
-        let Some(h) = sse_header(tally, &t.provider, "ok") else {
+        let Some(mut h) = sse_header(tally, &t.provider, "ok") else {
             return Attempt::Terminal(ApiError::internal());
         };
-        tally.tape_header(&h);
+        tally.header_out(&mut h);
         if !out.is_empty() {
             // The first events are written right after: one write for both.
             hold_next_flush(session);
@@ -521,7 +521,7 @@ async fn stream(
         .take()
         .filter(|w| w.round() && (whole || w.finished()))
     {
-        tally.tape_body(&out);
+        tally.body_out(&out);
         if !out.is_empty()
             && session
                 .write_response_body(Some(Bytes::from(out)), false)

@@ -292,7 +292,7 @@ async fn empty_completion(
             Inbound::Responses => sluice_filters::inbound::responses::echo(&parsed.object),
             _ => String::new(),
         },
-        search: parsed.prep.search(),
+        search: parsed.search(),
     };
     let tail = Tail {
         usage: tally.priced(Usage::default()),
@@ -333,7 +333,7 @@ async fn empty_completion(
         parsed.inbound.render(&resp, &meta, &tail)
     };
     if tally.header_sent {
-        tally.tape_body(&body);
+        tally.body_out(&body);
         let ok = session
             .write_response_body(Some(Bytes::from(body)), true)
             .await

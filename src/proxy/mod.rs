@@ -13,6 +13,7 @@ mod stored_response;
 
 use crate::downstream::answer;
 use crate::downstream::pending::Pending;
+use crate::hooks::Registry;
 use crate::inference::Engine;
 use crate::state::AppState;
 use crate::trace::Trail;
@@ -36,27 +37,36 @@ pub struct Gateway {
 
 impl Gateway {
     /// The gateway clients reach: load shed past `[limits] max_pending`.
-    pub fn new(state: Arc<AppState>) -> Gateway {
+    pub fn new(state: Arc<AppState>, hooks: Registry) -> Gateway {
         let pending = Some(Pending::new(state.config.max_pending()));
-        Gateway::with(state, pending)
+        Gateway::with(state, hooks, pending)
     }
 
     /// The batch lines' gateway.
-    pub fn for_batch_lines(state: Arc<AppState>) -> Gateway {
-        Gateway::with(state, None)
+    pub fn for_batch_lines(state: Arc<AppState>, hooks: Registry) -> Gateway {
+        Gateway::with(state, hooks, None)
     }
 
-    fn with(state: Arc<AppState>, pending: Option<Pending>) -> Gateway {
+    fn with(state: Arc<AppState>, hooks: Registry, pending: Option<Pending>) -> Gateway {
         let mut modules = HttpModules::new();
         modules.add_module(Box::new(crate::trace::request_id::RequestIds));
         Gateway {
             management: crate::api::router(state.clone()),
-            engine: Engine::new(state.clone()),
+            engine: Engine::new(state.clone(), hooks),
             modules,
             state,
             pending,
         }
     }
+}
+
+/// The key a request of the model list or the stored responses presents, or 401
+/// `invalid_key`.
+async fn caller(state: &AppState, session: &Session) -> Result<crate::accounts::Caller, ApiError> {
+    let headers = &session.req_header().headers;
+    crate::accounts::authenticate(&state.directory, &state.db, headers, false)
+        .await?
+        .ok_or_else(ApiError::invalid_key)
 }
 
 /// 429 `gateway_overloaded` with `Retry-After`, before anything of the request
@@ -81,14 +91,6 @@ async fn overloaded(
     )
     .await?;
     Ok(e.status)
-}
-
-fn method_not_allowed(method: &http::Method, allowed: &str) -> ApiError {
-    ApiError::new(
-        ErrorCode::InvalidRequest,
-        format!("Method {method} is not allowed here; use {allowed}."),
-    )
-    .with_status(405)
 }
 
 impl Gateway {
@@ -144,16 +146,16 @@ impl Gateway {
                 return Box::pin(crate::batches::serve(&self.state, session, route)).await;
             }
             Route::Models | Route::Model if method != http::Method::GET => {
-                Err(method_not_allowed(&method, "GET"))
+                Err(ApiError::method_not_allowed(&method, "GET"))
             }
             Route::StoredResponse if method != http::Method::DELETE => {
-                Err(method_not_allowed(&method, "DELETE"))
+                Err(ApiError::method_not_allowed(&method, "DELETE"))
             }
             Route::StoredResponse => Box::pin(stored_response::delete(&self.state, session)).await,
             Route::Models => Box::pin(model_list::list(&self.state, session)).await,
             Route::Model => Box::pin(model_list::one(&self.state, session)).await,
             r if r.is_inference() && method != http::Method::POST => {
-                Err(method_not_allowed(&method, "POST"))
+                Err(ApiError::method_not_allowed(&method, "POST"))
             }
             r if r.is_inference() => {
                 let place = match &self.pending {

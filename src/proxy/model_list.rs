@@ -3,7 +3,7 @@
 
 use crate::downstream::answer::send_json;
 use crate::downstream::Handled;
-use crate::inference::{authenticate, granted};
+use crate::inference::granted;
 
 use crate::state::AppState;
 use pingora::proxy::Session;
@@ -11,7 +11,7 @@ use serde_json::json;
 use sluice_filters::{ApiError, ErrorCode};
 
 pub async fn list(state: &AppState, session: &mut Session) -> Handled {
-    let (_, org) = authenticate(state, session, false).await?;
+    let org = super::caller(state, session).await?.org;
     let catalog = state.catalog.snapshot();
     let data: Vec<_> = catalog
         .visible(Some(&org.id))
@@ -28,7 +28,7 @@ pub async fn list(state: &AppState, session: &mut Session) -> Handled {
 }
 
 pub async fn one(state: &AppState, session: &mut Session) -> Handled {
-    let (_, org) = authenticate(state, session, false).await?;
+    let org = super::caller(state, session).await?.org;
     let path = session.req_header().uri.path().trim_end_matches('/');
     let id = path
         .rsplit_once("/models/")

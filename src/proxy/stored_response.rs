@@ -5,14 +5,13 @@
 
 use crate::downstream::answer::send_json;
 use crate::downstream::Handled;
-use crate::inference::authenticate;
 use crate::state::AppState;
 use pingora::proxy::Session;
 use serde_json::json;
 use sluice_filters::{ApiError, ErrorCode};
 
 pub async fn delete(state: &AppState, session: &mut Session) -> Handled {
-    let (_, org) = authenticate(state, session, false).await?;
+    let org = super::caller(state, session).await?.org;
     let path = session.req_header().uri.path().trim_end_matches('/');
     let id = path
         .rsplit_once("/responses/")

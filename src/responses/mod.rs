@@ -1,8 +1,8 @@
 //! The responses store: what `store` keeps and `previous_response_id` continues,
 //! on any instance over the same database.
 //!
-//! The flow reaches this room through two calls of [`Keeper`]: `begin` before a
-//! responses request is planned (it rebuilds the conversation a
+//! The flow reaches this room through the hook seam ([`hook::Store`]), which
+//! calls [`Keeper`] twice: `begin` before a responses request is planned (it rebuilds the conversation a
 //! `previous_response_id` names and puts it in front of the request's own input, so
 //! every rung of every maker gets the whole history and upstream stores nothing),
 //! and `finish` once the answer is out (it queues the turn for the writer; the
@@ -16,6 +16,7 @@
 //! not written yet) is read again after 50, 150 and 300 ms before the request is
 //! answered `previous_response_not_found` or an item reference refused.
 
+pub mod hook;
 pub mod store;
 
 pub use store::History;

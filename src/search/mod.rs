@@ -2,25 +2,28 @@
 //! translate. It runs a web search itself, or loops the model through tool search
 //! rounds, inside one client request.
 //!
-//! The request flow reaches this room through two doors:
-//! - [`Searcher::prepare`], between parsing and planning: decides whether the
+//! The request flow reaches this room through the hook seam ([`hook::Searching`]):
+//! - [`Searcher::hold`] before the gates: the most the searches may add;
+//! - [`Searcher::prepare`], between admission and planning: decides whether the
 //!   provider's own search runs (every rung of the route declares it) or the
 //!   gateway's; runs the one service-run web search (never again on fail-over)
 //!   and puts its results before the model; withholds deferred tools and offers
 //!   the `tool_search` function in their place.
-//! - [`round`], between two model calls of one request: runs the search a
+//! - [`round`] (the loop part, [`Prepared`]), between two model calls of one request: runs the search a
 //!   `tool_search` call asked for, loads what it found and writes the round into
 //!   the conversation.
 //!
 //! What the features add to the request's account (the search fee on platform
-//! lanes, the search count, earlier rounds' usage) is [`Spent`], kept by the
-//! flow's tally. A search never fails a request: without results the turn is
+//! lanes, the search count, earlier rounds' usage) is `billing::extra::Extra`,
+//! kept by the flow's tally. A search never fails a request: without results the turn is
 //! served and the drop disclosed.
 
+pub mod hook;
 pub mod prompt;
 pub mod tools;
 pub mod web;
 
+use crate::billing::extra::Extra;
 use crate::billing::gate::{self, WorstCase};
 use crate::byok::RouteRung;
 use crate::catalog::model::Price;
@@ -30,11 +33,10 @@ use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::search::{TOOL_SEARCH, TOOL_SEARCH_NO_DEFERRED, WEB_SEARCH_UNAVAILABLE};
 use sluice_filters::ir::watch::Watch;
 use sluice_filters::ir::{
-    Message, Part, Request, Response, Role, SearchForm, ServerSearch, StreamEncoder, Tool,
-    ToolChoice, ToolSearchKind,
+    Message, Part, Request, Response, Role, SearchForm, ServerSearch, Tool, ToolChoice,
+    ToolSearchKind,
 };
 use sluice_filters::upstream::Wire;
-use sluice_filters::usage::Usage;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tools::ToolIndex;
@@ -192,7 +194,7 @@ impl Searcher {
         plan.latency = Some(started.elapsed());
         match found {
             Ok(results) => {
-                let today = crate::billing::day_string(crate::store::now_ms() / 86_400_000);
+                let today = crate::time::day_string(crate::store::now_ms() / 86_400_000);
                 req.system.push(prompt::web_results(
                     &results,
                     ws.search_prompt.as_deref(),
@@ -325,7 +327,7 @@ impl Prepared {
 
     /// What the request's account starts with: the search, its fee (platform
     /// lanes only, and not on a free allowance: `fee_applies`) and latency.
-    pub fn spent(&self, fee_applies: bool) -> Option<Box<Spent>> {
+    pub fn spent(&self, fee_applies: bool) -> Option<Box<Extra>> {
         let p = self.0.as_ref()?;
         let searched = p.search.is_some();
         let m = crate::metrics::global();
@@ -340,7 +342,7 @@ impl Prepared {
             };
             m.search_drops.with_label_values(&[kind]).inc();
         }
-        Some(Box::new(Spent {
+        Some(Box::new(Extra {
             web_searches: u64::from(searched),
             fee_micro_usd: if searched && fee_applies {
                 p.fee_micro_usd
@@ -348,8 +350,29 @@ impl Prepared {
                 0
             },
             search_us: p.latency.map(|d| d.as_micros() as u64),
-            ..Spent::default()
+            ..Extra::default()
         }))
+    }
+}
+
+impl crate::hooks::LoopPart for Prepared {
+    fn canonical(&self) -> bool {
+        Prepared::canonical(self)
+    }
+    fn disclosed(&self) -> &[String] {
+        Prepared::disclosed(self)
+    }
+    fn search(&self) -> Option<Arc<ServerSearch>> {
+        Prepared::search(self)
+    }
+    fn rounds(&self) -> bool {
+        Prepared::rounds(self)
+    }
+    fn watch(&self) -> Option<Watch> {
+        Prepared::watch(self)
+    }
+    fn round(&mut self, req: &mut Request, turn: Response) {
+        round(self, req, turn)
     }
 }
 
@@ -385,14 +408,6 @@ impl ToolRounds {
             }
         }
     }
-}
-
-/// A model call that ended in a search round rather than an answer: what it said,
-/// and the stream's encoder when part of the answer already reached the client
-/// (the next call continues that stream).
-pub struct Turn {
-    pub response: Response,
-    pub encoder: Option<Box<dyn StreamEncoder>>,
 }
 
 /// The query of a `tool_search` call's arguments (`{"query": …}`; a pattern or
@@ -468,91 +483,11 @@ pub fn round(prep: &mut Prepared, req: &mut Request, turn: Response) {
         .extend(newly.into_iter().map(|i| t.deferred[i].clone()));
 }
 
-/// What web search and tool search add to a request's account, kept by the
-/// flow's tally: the service-run search (count, fee, latency) and the usage of
-/// earlier model calls of a tool search (each billed at its own rung's price).
-#[derive(Default)]
-pub struct Spent {
-    pub web_searches: u64,
-    /// The search fee, charged when a platform rung served the answer.
-    pub fee_micro_usd: u64,
-    /// The search vendor's time, in the receipt.
-    pub search_us: Option<u64>,
-    /// Earlier rounds: their usage, billed cost, list-price cost and weighted
-    /// tokens, and whether a platform rung served one.
-    pub rounds_usage: Usage,
-    pub rounds_billed: i64,
-    pub rounds_list: i64,
-    pub rounds_tokens: i64,
-    pub rounds_platform: bool,
-    /// The stream an earlier round began (text before a `tool_search` call):
-    /// the next call continues it. (In a mutex only so the account can be shared
-    /// across awaits; it is only ever taken through `&mut`.)
-    pub resume: std::sync::Mutex<Option<Box<dyn StreamEncoder>>>,
-}
-
-impl Spent {
-    /// The fee, when a platform rung serves the answer (this call's, or an
-    /// earlier round's).
-    pub fn fee(&self, platform: bool) -> u64 {
-        if platform || self.rounds_platform {
-            self.fee_micro_usd
-        } else {
-            0
-        }
-    }
-
-    /// Keeps the stream a round began, for the next call to continue.
-    pub fn keep_stream(&mut self, enc: Box<dyn StreamEncoder>) {
-        *self.resume.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(enc);
-    }
-
-    /// The stream an earlier round began, if any.
-    pub fn take_stream(&mut self) -> Option<Box<dyn StreamEncoder>> {
-        self.resume
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-    }
-
-    /// Banks one round's model call.
-    pub fn bank(&mut self, usage: &Usage, billed: i64, list: i64, tokens: i64, platform: bool) {
-        add_usage(&mut self.rounds_usage, usage);
-        self.rounds_billed += billed;
-        self.rounds_list += list;
-        self.rounds_tokens += tokens;
-        self.rounds_platform |= platform;
-    }
-
-    /// `u` (this call's usage, priced) with everything else the request used:
-    /// earlier rounds, the searches and the fee.
-    pub fn add_to(&self, u: &mut Usage, platform: bool) {
-        add_usage(u, &self.rounds_usage);
-        u.web_search_requests += self.web_searches;
-        if let Some(c) = u.cost_micro_usd.as_mut() {
-            *c += self.rounds_billed.max(0) as u64 + self.fee(platform);
-        }
-    }
-}
-
-/// Adds `b`'s tokens to `a` (cost is not summed here: each call is priced at its
-/// own rung).
-fn add_usage(a: &mut Usage, b: &Usage) {
-    a.input_tokens = a.input_tokens.saturating_add(b.input_tokens);
-    a.cached_tokens = a.cached_tokens.saturating_add(b.cached_tokens);
-    a.cache_write_tokens = a.cache_write_tokens.saturating_add(b.cache_write_tokens);
-    a.cache_write_1h_tokens = a
-        .cache_write_1h_tokens
-        .saturating_add(b.cache_write_1h_tokens);
-    a.output_tokens = a.output_tokens.saturating_add(b.output_tokens);
-    a.reasoning_tokens = a.reasoning_tokens.saturating_add(b.reasoning_tokens);
-    a.web_search_requests = a.web_search_requests.saturating_add(b.web_search_requests);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::value::RawValue;
+    use sluice_filters::usage::Usage;
 
     fn tool(name: &str, description: &str) -> Tool {
         Tool {

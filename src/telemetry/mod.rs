@@ -23,8 +23,6 @@ pub mod worker;
 
 pub use routes::routes;
 
-/// The authenticated caller of a management route: the API key's org.
-#[derive(Clone, Debug)]
-pub struct Caller {
-    pub org_id: String,
-}
+/// The authenticated caller of a management route (its org is what the room
+/// reads).
+pub use crate::accounts::Caller;

@@ -34,7 +34,7 @@ pub fn routes() -> Router<Shared> {
 }
 
 fn own(org_id: &str, caller: &Caller) -> Result<(), Refusal> {
-    if org_id == caller.org_id {
+    if org_id == caller.org.id {
         Ok(())
     } else {
         Err(ApiError::new(ErrorCode::NotFound, "No such organization.").into())

@@ -6,10 +6,11 @@
 
 use super::session::{ApiMember, ApiWriter};
 use super::WebShared;
-use crate::accounts::{admin, keys, micro_to_usd, orgs, signin, users};
+use crate::accounts::{admin, keys, orgs, signin, users};
 use crate::api::respond::{json, parse_body, ApiResult, Failure};
 use crate::api::usage::{self, Scope};
 use crate::billing::payments::Checkout;
+use crate::money::micro_to_usd;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};

@@ -116,7 +116,7 @@ fn thousands_f(v: f64, decimals: usize) -> String {
 /// Unix milliseconds as `YYYY-MM-DD HH:MM UTC`.
 pub fn when(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
-    let day = crate::billing::day_string(secs.div_euclid(86_400));
+    let day = crate::time::day_string(secs.div_euclid(86_400));
     let rest = secs.rem_euclid(86_400);
     format!("{day} {:02}:{:02} UTC", rest / 3600, rest % 3600 / 60)
 }
@@ -124,7 +124,7 @@ pub fn when(ms: i64) -> String {
 /// Unix milliseconds as RFC 3339 UTC, to the second.
 pub fn iso(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
-    let day = crate::billing::day_string(secs.div_euclid(86_400));
+    let day = crate::time::day_string(secs.div_euclid(86_400));
     let rest = secs.rem_euclid(86_400);
     format!(
         "{day}T{:02}:{:02}:{:02}Z",
@@ -136,7 +136,7 @@ pub fn iso(ms: i64) -> String {
 
 /// Unix milliseconds as the UTC date.
 fn day(ms: i64) -> String {
-    crate::billing::day_string(ms.div_euclid(86_400_000))
+    crate::time::day_string(ms.div_euclid(86_400_000))
 }
 
 fn asset(body: &'static str, kind: &'static str) -> Response {

@@ -21,7 +21,7 @@ pub async fn stripe(State(web): State<WebShared>, headers: HeaderMap, body: Byte
         .get("stripe-signature")
         .and_then(|v| v.to_str().ok());
     let tier_up =
-        crate::accounts::usd_to_micro(app.config.billing.tier_up_purchase_usd).unwrap_or(i64::MAX);
+        crate::money::usd_to_micro(app.config.billing.tier_up_purchase_usd).unwrap_or(i64::MAX);
     let done = stripe
         .webhook(
             &app.db,

@@ -3,6 +3,7 @@
 //! JSON body with float arrays or base64 little-endian f32, never as SSE.
 
 use super::common::{invalid, unsupported};
+pub use crate::codec::{decode_base64, encode_base64};
 use crate::error::{ApiError, ErrorCode};
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
@@ -299,66 +300,6 @@ pub fn render(
     out.extend_from_slice(&serde_json::to_vec(provider).unwrap_or_default());
     out.push(b'}');
     out
-}
-
-/// Standard base64 with padding (RFC 4648), appended to `out`.
-pub fn encode_base64(bytes: &[u8], out: &mut Vec<u8>) {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    out.reserve(bytes.len().div_ceil(3) * 4);
-    let mut chunks = bytes.chunks_exact(3);
-    for c in &mut chunks {
-        let n = (u32::from(c[0]) << 16) | (u32::from(c[1]) << 8) | u32::from(c[2]);
-        out.extend_from_slice(&[
-            ALPHABET[(n >> 18) as usize & 63],
-            ALPHABET[(n >> 12) as usize & 63],
-            ALPHABET[(n >> 6) as usize & 63],
-            ALPHABET[n as usize & 63],
-        ]);
-    }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let b1 = rest.get(1).copied().unwrap_or(0);
-        let n = (u32::from(rest[0]) << 16) | (u32::from(b1) << 8);
-        out.push(ALPHABET[(n >> 18) as usize & 63]);
-        out.push(ALPHABET[(n >> 12) as usize & 63]);
-        out.push(if rest.len() > 1 {
-            ALPHABET[(n >> 6) as usize & 63]
-        } else {
-            b'='
-        });
-        out.push(b'=');
-    }
-}
-
-/// Decodes standard base64 (an upstream that answered in base64); `None` when
-/// malformed.
-pub fn decode_base64(text: &str) -> Option<Vec<u8>> {
-    fn val(c: u8) -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    }
-    let t = text.trim_end_matches('=').as_bytes();
-    let mut out = Vec::with_capacity(t.len() * 3 / 4);
-    for c in t.chunks(4) {
-        let mut n = 0u32;
-        for (i, b) in c.iter().enumerate() {
-            n |= val(*b)? << (18 - 6 * i as u32);
-        }
-        out.push((n >> 16) as u8);
-        if c.len() > 2 {
-            out.push((n >> 8) as u8);
-        }
-        if c.len() > 3 {
-            out.push(n as u8);
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]

@@ -224,32 +224,7 @@ fn document_source(url: &str) -> Source<'_> {
 
 /// Decodes standard base64 (padding optional) into UTF-8 text.
 fn unbase64(s: &str) -> Option<String> {
-    fn val(c: u8) -> Option<u32> {
-        Some(u32::from(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        }))
-    }
-    let s = s.trim_end_matches('=').as_bytes();
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    for chunk in s.chunks(4) {
-        let mut n = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            n |= val(c)? << (18 - 6 * i);
-        }
-        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        match chunk.len() {
-            4 => out.extend_from_slice(&bytes),
-            3 => out.extend_from_slice(&bytes[..2]),
-            2 => out.push(bytes[0]),
-            _ => return None,
-        }
-    }
-    String::from_utf8(out).ok()
+    String::from_utf8(crate::codec::decode_base64(s)?).ok()
 }
 
 /// A tool result's content: one text as a string, several parts as blocks.

@@ -40,7 +40,7 @@ async fn render(
     let mut ctx = shell(web, m, &org, "billing", "Billing", notice);
     ctx["payments_list"] = j!(paid);
     ctx["ledger"] = j!(ledger);
-    ctx["purchased_usd"] = j!(crate::accounts::micro_to_usd(org.purchased_micro_usd));
+    ctx["purchased_usd"] = j!(crate::money::micro_to_usd(org.purchased_micro_usd));
     ctx["card_on_file"] = j!(org.card_on_file);
     ctx["settled"] = j!(org.settled);
     ctx["credits_overflow"] = j!(org.credits_overflow);

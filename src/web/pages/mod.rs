@@ -101,7 +101,7 @@ pub fn shell(
             "name": org.name,
             "email_verified": org.email_verified,
             "card_verified": org.card_on_file && org.settled,
-            "balance_usd": crate::accounts::micro_to_usd(org.balance_micro_usd),
+            "balance_usd": crate::money::micro_to_usd(org.balance_micro_usd),
             "tier": org.tier,
             "under_review": org.under_review,
         },

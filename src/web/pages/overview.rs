@@ -26,7 +26,7 @@ pub fn last_days(rollup: &Value, n: i64, field: &str) -> Vec<chart::Day> {
         .unwrap_or_default();
     (today - n + 1..=today)
         .map(|d| {
-            let date = crate::billing::day_string(d);
+            let date = crate::time::day_string(d);
             let value = by_day.get(date.as_str()).copied().unwrap_or(0.0);
             chart::Day { date, value }
         })

@@ -178,7 +178,7 @@ pub async fn csv(
     }
     let name = format!(
         "attachment; filename=\"sluice-usage-{}.csv\"",
-        crate::billing::day_string(crate::store::now_ms() / 86_400_000)
+        crate::time::day_string(crate::store::now_ms() / 86_400_000)
     );
     (
         [

@@ -15,18 +15,117 @@
 //! stored: its key stays claimed as `unavailable` (a retry must not bill again)
 //! and a retry gets `idempotency_replay_unavailable`. Expired rows are swept in
 //! batches every minute by every instance (deletes of the same rows are harmless).
+//!
+//! The flow reaches it through the hook seam (`Claims`): the claim before the
+//! gates (or the replay that answers the request), the tape as the answer goes
+//! out, the record once it settles.
 
-use super::tally::{Tally, Tape};
+use crate::downstream::answer::Tape;
+use crate::hooks::{Arrival, Before, Go, HookFor, RequestHook, Settled, Step};
 use crate::state::AppState;
 use crate::store::instances::Liveness;
 use crate::store::now_ms;
-use bytes::Bytes;
 use pingora::http::ResponseHeader;
-use pingora::proxy::Session;
 use sha2::{Digest, Sha256};
-use sluice_filters::{ApiError, ErrorCode};
+use sluice_filters::{ApiError, ErrorCode, Route};
 use sqlx::Row;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The feature as registered: a request on the chat or responses route with an
+/// Idempotency-Key header claims it.
+pub struct Claims {
+    state: Arc<AppState>,
+}
+
+impl Claims {
+    pub fn new(state: Arc<AppState>) -> Claims {
+        Claims { state }
+    }
+}
+
+impl HookFor for Claims {
+    fn on_arrival(&self, a: &Arrival<'_>) -> Option<Box<dyn RequestHook>> {
+        if !matches!(a.route, Route::Chat | Route::Responses) {
+            return None;
+        }
+        let header = a.headers.get(&HEADER)?;
+        Some(Box::new(Claiming {
+            state: self.state.clone(),
+            key: key_of(header),
+            ticket: None,
+            tape: None,
+        }))
+    }
+}
+
+/// One request's key: claimed before the gates, its answer taped.
+struct Claiming {
+    state: Arc<AppState>,
+    key: Result<String, ApiError>,
+    ticket: Option<Ticket>,
+    /// What went to the client; dropped (`None`) once it outgrows
+    /// `limits.idempotency_max_tape_bytes`.
+    tape: Option<Box<Tape>>,
+}
+
+impl RequestHook for Claiming {
+    fn before<'a>(&'a mut self, b: &'a mut Before<'_>) -> Step<'a, Result<Go, ApiError>> {
+        Box::pin(async move {
+            let key = std::mem::replace(&mut self.key, Ok(String::new()))?;
+            let state = &*self.state;
+            let claimed = claim(state, &b.org.id, &key, b.route.label(), b.body, b.deadline).await;
+            let result = match &claimed {
+                Ok(Claim::Fresh(_)) => "fresh",
+                Ok(Claim::Replay(_)) => "replay",
+                Err(_) => "refused",
+            };
+            state.metrics.idempotency.with_label_values(&[result]).inc();
+            match claimed? {
+                Claim::Replay(tape) => Ok(Go::Replay(tape)),
+                Claim::Fresh(t) => {
+                    self.ticket = Some(t);
+                    self.tape = Some(Box::default());
+                    Ok(Go::On)
+                }
+            }
+        })
+    }
+
+    fn header(&mut self, h: &mut ResponseHeader) {
+        if let Some(t) = self.tape.as_deref_mut() {
+            t.status = h.status.as_u16();
+            t.headers = h
+                .headers
+                .iter()
+                .filter(|(n, _)| *n != http::header::CONTENT_LENGTH)
+                .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
+                .collect();
+        }
+    }
+
+    fn wrote(&mut self, bytes: &[u8]) {
+        let cap = self.state.config.limits.idempotency_max_tape_bytes;
+        if let Some(t) = self.tape.as_deref_mut() {
+            if t.body.len().saturating_add(bytes.len()) > cap {
+                // Too large to keep for a replay: free it now, not at the end.
+                self.tape = None;
+            } else {
+                t.body.extend_from_slice(bytes);
+            }
+        }
+    }
+
+    fn after<'a>(self: Box<Self>, s: &'a Settled<'a>) -> Step<'a, ()> {
+        Box::pin(async move {
+            if let Some(t) = self.ticket {
+                finish(&self.state, t, self.tape.as_deref(), s.billed).await;
+            }
+        })
+    }
+}
+
+static HEADER: http::HeaderName = http::HeaderName::from_static("idempotency-key");
 
 /// A concurrent duplicate's first wait; each next one doubles, up to `POLL_MAX`.
 const POLL: Duration = Duration::from_millis(25);
@@ -77,14 +176,10 @@ pub fn spawn_sweep(db: crate::store::Db) {
 }
 
 /// The request's Idempotency-Key: 1 to 255 visible ASCII characters.
-pub fn key_of(session: &Session) -> Result<Option<String>, ApiError> {
-    static NAME: http::HeaderName = http::HeaderName::from_static("idempotency-key");
-    let Some(v) = session.req_header().headers.get(&NAME) else {
-        return Ok(None);
-    };
+fn key_of(v: &http::HeaderValue) -> Result<String, ApiError> {
     match v.to_str() {
         Ok(k) if (1..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()) => {
-            Ok(Some(k.to_string()))
+            Ok(k.to_string())
         }
         _ => Err(ApiError::invalid_parameter(
             "Idempotency-Key",
@@ -94,12 +189,12 @@ pub fn key_of(session: &Session) -> Result<Option<String>, ApiError> {
 }
 
 /// A claimed key: this request runs, and its answer is stored under the key.
-pub struct Ticket {
+struct Ticket {
     org_id: String,
     key: String,
 }
 
-pub enum Claim {
+enum Claim {
     Fresh(Ticket),
     Replay(Tape),
 }
@@ -125,7 +220,7 @@ fn store_away(e: sqlx::Error) -> ApiError {
 }
 
 /// Claims `key` for this request, or answers what an earlier request with it left.
-pub async fn claim(
+async fn claim(
     state: &AppState,
     org_id: &str,
     key: &str,
@@ -262,12 +357,11 @@ async fn alive(state: &AppState, owner: &str) -> bool {
 }
 
 /// Stores the answer under the key, or releases the key when the request was
-/// refused before anything could be billed.
-pub async fn finish(state: &AppState, ticket: Ticket, tally: &Tally, status: u16) {
+/// refused before anything could be billed (`billed` false).
+async fn finish(state: &AppState, ticket: Ticket, tape: Option<&Tape>, billed: bool) {
     let pool = &state.db.pool;
-    let keep = tally.billable || tally.header_sent || (200..300).contains(&status);
     let done =
-        match (keep, tally.tape.as_deref()) {
+        match (billed, tape) {
             // Billed, but too large to keep: a retry must neither replay nor run.
             (true, None) => {
                 sqlx::query(
@@ -306,34 +400,6 @@ pub async fn finish(state: &AppState, ticket: Ticket, tally: &Tally, status: u16
         };
     if let Err(e) = done {
         tracing::error!(error = %e, "storing an Idempotency-Key result failed");
-    }
-}
-
-/// Sends a stored answer again, marked `idempotent-replayed: true`; returns its
-/// status (499 when the client is gone).
-pub async fn replay(session: &mut Session, tape: Tape) -> u16 {
-    let Ok(mut h) = ResponseHeader::build_no_case(tape.status, Some(tape.headers.len() + 2)) else {
-        return 500;
-    };
-    for (n, v) in &tape.headers {
-        if !n.eq_ignore_ascii_case("transfer-encoding") {
-            let _ = h.append_header(n.clone(), v.as_str());
-        }
-    }
-    let _ = h.insert_header("idempotent-replayed", "true");
-    let _ = h.insert_header(http::header::CONTENT_LENGTH, tape.body.len());
-    let ok = session
-        .write_response_header(Box::new(h), false)
-        .await
-        .is_ok()
-        && session
-            .write_response_body(Some(Bytes::from(tape.body)), true)
-            .await
-            .is_ok();
-    if ok {
-        tape.status
-    } else {
-        499
     }
 }
 
