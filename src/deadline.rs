@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 /// Waits for `fut` until `deadline` (or a little after it: see the module's note).
-pub fn until<F: Future>(
+pub(crate) fn until<F: Future>(
     deadline: Instant,
     fut: F,
 ) -> impl Future<Output = Result<F::Output, Elapsed>> {
@@ -36,7 +36,10 @@ pub fn until<F: Future>(
 }
 
 /// Waits for `fut` for `d` (or a little longer: see the module's note).
-pub fn within<F: Future>(d: Duration, fut: F) -> impl Future<Output = Result<F::Output, Elapsed>> {
+pub(crate) fn within<F: Future>(
+    d: Duration,
+    fut: F,
+) -> impl Future<Output = Result<F::Output, Elapsed>> {
     let now = Instant::now();
     fast_timeout(wait(now + d, now), fut)
 }
@@ -45,7 +48,7 @@ pub fn within<F: Future>(d: Duration, fut: F) -> impl Future<Output = Result<F::
 /// timers due) from a background thread, whose policy it inherits (see
 /// [`crate::priority`]): otherwise it starts on the first request's thread and
 /// its tick preempts requests. Before any other timeout, at startup.
-pub fn start_clock() {
+pub(crate) fn start_clock() {
     let started = std::thread::Builder::new()
         .name("sluice-clock".into())
         .spawn(|| {

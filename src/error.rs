@@ -7,7 +7,7 @@ use sluice_filters::{ApiError, ErrorCode};
 
 /// A failure of the service's own state stores.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// A database query failed.
     #[error("database ({what}): {source}")]
     Db {
@@ -24,12 +24,12 @@ pub enum Error {
 
 impl Error {
     /// A database failure while doing `what`.
-    pub fn db(what: &'static str) -> impl Fn(sqlx::Error) -> Error {
+    pub(crate) fn db(what: &'static str) -> impl Fn(sqlx::Error) -> Error {
         move |source| Error::Db { what, source }
     }
 
     /// A counters failure while doing `what`.
-    pub fn counters(what: &'static str) -> impl Fn(anyhow::Error) -> Error {
+    pub(crate) fn counters(what: &'static str) -> impl Fn(anyhow::Error) -> Error {
         move |source| Error::Counters { what, source }
     }
 }

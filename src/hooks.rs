@@ -37,76 +37,75 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// A phase's work that may wait.
-pub type Step<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) type Step<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The request as it arrived: its route, its org and its headers.
-pub struct Arrival<'a> {
-    pub route: Route,
-    pub org: &'a OrgRecord,
-    pub headers: &'a http::HeaderMap,
+pub(crate) struct Arrival<'a> {
+    pub(crate) route: Route,
+    pub(crate) org: &'a OrgRecord,
+    pub(crate) headers: &'a http::HeaderMap,
 }
 
 /// Phase 1: the body as read, split into its members.
-pub struct Body<'a> {
-    pub org: &'a OrgRecord,
-    pub members: &'a [Member<'a>],
+pub(crate) struct Body<'a> {
+    pub(crate) org: &'a OrgRecord,
+    pub(crate) members: &'a [Member<'a>],
     /// The body to serve instead, when a feature rebuilt it.
-    pub rebuilt: Option<Bytes>,
+    pub(crate) rebuilt: Option<Bytes>,
 }
 
 /// Phase 2: the parsed request, before the gates are taken.
-pub struct Before<'a> {
-    pub route: Route,
-    pub org: &'a OrgRecord,
-    pub model: &'a Model,
+pub(crate) struct Before<'a> {
+    pub(crate) route: Route,
+    pub(crate) org: &'a OrgRecord,
+    pub(crate) model: &'a Model,
     /// The body the request is served from (as rebuilt in phase 1).
-    pub body: &'a [u8],
-    pub req: &'a Request,
-    pub deadline: Instant,
+    pub(crate) body: &'a [u8],
+    pub(crate) req: &'a Request,
+    pub(crate) deadline: Instant,
     /// What the gates hold: a feature that may cost more raises it.
-    pub worst: &'a mut WorstCase,
+    pub(crate) worst: &'a mut WorstCase,
     /// Hidden reasoning is asked of reasoning rungs to be kept (and the client
     /// did not ask for it itself).
-    pub keep_reasoning: &'a mut bool,
+    pub(crate) keep_reasoning: &'a mut bool,
 }
 
 /// What phase 2 decided.
-pub enum Go {
+pub(crate) enum Go {
     On,
     /// The request is answered with this, as it was the first time.
     Replay(Tape),
 }
 
 /// Phase 3: the gates taken, before the first rung.
-pub struct Admitted<'a> {
-    pub upstreams: &'a Upstreams,
-    pub req: &'a mut Request,
-    pub inbound: Inbound,
-    pub rungs: &'a [RouteRung],
-    pub deadline: Instant,
+pub(crate) struct Admitted<'a> {
+    pub(crate) upstreams: &'a Upstreams,
+    pub(crate) req: &'a mut Request,
+    pub(crate) inbound: Inbound,
+    pub(crate) rungs: &'a [RouteRung],
+    pub(crate) deadline: Instant,
     /// A free allowance serves the request (no fee applies).
-    pub free: bool,
+    pub(crate) free: bool,
     /// What the request's account starts with beyond its model calls.
-    pub extra: &'a mut Option<Box<Extra>>,
+    pub(crate) extra: &'a mut Option<Box<Extra>>,
     /// A feature's part in the attempt loop (at most one).
-    pub part: &'a mut Option<Box<dyn LoopPart>>,
+    pub(crate) part: &'a mut Option<Box<dyn LoopPart>>,
 }
 
 /// Phase 5: how the request ended.
-pub struct Settled<'a> {
-    pub status: u16,
+pub(crate) struct Settled<'a> {
     /// An answer was served whole (200, written to the end).
-    pub served: bool,
+    pub(crate) served: bool,
     /// Something may have been billed: a rung served content, the header went
     /// out, or the status is a success.
-    pub billed: bool,
-    pub streamed: bool,
-    pub org_id: &'a str,
-    pub model: &'a Model,
+    pub(crate) billed: bool,
+    pub(crate) streamed: bool,
+    pub(crate) org_id: &'a str,
+    pub(crate) model: &'a Model,
 }
 
 /// One request's instance of a feature.
-pub trait RequestHook: Send {
+pub(crate) trait RequestHook: Send {
     fn body<'a>(&'a mut self, _b: &'a mut Body<'_>) -> Step<'a, Result<(), ApiError>> {
         Box::pin(async { Ok(()) })
     }
@@ -127,7 +126,7 @@ pub trait RequestHook: Send {
 }
 
 /// A feature as registered: whether a request needs it, and its instance.
-pub trait HookFor: Send + Sync {
+pub(crate) trait HookFor: Send + Sync {
     /// At arrival, before the body is read.
     fn on_arrival(&self, _a: &Arrival<'_>) -> Option<Box<dyn RequestHook>> {
         None
@@ -141,7 +140,7 @@ pub trait HookFor: Send + Sync {
 
 /// A feature's part in the attempt loop: what planning and the attempts ask of
 /// it, and the round it runs between two model calls of one request.
-pub trait LoopPart: Send + Sync {
+pub(crate) trait LoopPart: Send + Sync {
     /// Every rung takes the canonical path (no native fast path or relay).
     fn canonical(&self) -> bool;
     /// Request-level drops, disclosed with each rung's own.
@@ -158,27 +157,27 @@ pub trait LoopPart: Send + Sync {
 
 /// A model call that ended in a round rather than an answer: what it said, and
 /// the stream's encoder when part of the answer already reached the client.
-pub struct Turn {
-    pub response: Response,
-    pub encoder: Option<Box<dyn StreamEncoder>>,
+pub(crate) struct Turn {
+    pub(crate) response: Response,
+    pub(crate) encoder: Option<Box<dyn StreamEncoder>>,
 }
 
 /// The features, in the order `server.rs` registered them.
 #[derive(Clone, Default)]
-pub struct Registry(Arc<[Arc<dyn HookFor>]>);
+pub(crate) struct Registry(Arc<[Arc<dyn HookFor>]>);
 
 impl Registry {
-    pub fn new(features: Vec<Arc<dyn HookFor>>) -> Registry {
+    pub(crate) fn new(features: Vec<Arc<dyn HookFor>>) -> Registry {
         Registry(features.into())
     }
 
     /// The features this request needs from its arrival.
-    pub fn on_arrival(&self, a: &Arrival<'_>) -> Hooks {
+    pub(crate) fn on_arrival(&self, a: &Arrival<'_>) -> Hooks {
         Hooks(self.0.iter().filter_map(|f| f.on_arrival(a)).collect())
     }
 
     /// Adds the features the parsed request needs.
-    pub fn on_parsed(&self, hooks: &mut Hooks, req: &mut Request, online: bool) {
+    pub(crate) fn on_parsed(&self, hooks: &mut Hooks, req: &mut Request, online: bool) {
         for f in self.0.iter() {
             if let Some(h) = f.on_parsed(req, online) {
                 hooks.0.push(h);
@@ -189,12 +188,12 @@ impl Registry {
 
 /// One request's features.
 #[derive(Default)]
-pub struct Hooks(Vec<Box<dyn RequestHook>>);
+pub(crate) struct Hooks(Vec<Box<dyn RequestHook>>);
 
 impl Hooks {
     /// Phase 1: the body to serve instead of the one read, when a feature
     /// rebuilt it.
-    pub async fn body(
+    pub(crate) async fn body(
         &mut self,
         org: &OrgRecord,
         members: &[Member<'_>],
@@ -210,7 +209,7 @@ impl Hooks {
         Ok(b.rebuilt)
     }
 
-    pub async fn before(&mut self, b: &mut Before<'_>) -> Result<Go, ApiError> {
+    pub(crate) async fn before(&mut self, b: &mut Before<'_>) -> Result<Go, ApiError> {
         for h in &mut self.0 {
             if let Go::Replay(t) = h.before(b).await? {
                 return Ok(Go::Replay(t));
@@ -219,37 +218,37 @@ impl Hooks {
         Ok(Go::On)
     }
 
-    pub async fn admitted(&mut self, a: &mut Admitted<'_>) {
+    pub(crate) async fn admitted(&mut self, a: &mut Admitted<'_>) {
         for h in &mut self.0 {
             h.admitted(a).await;
         }
     }
 
-    pub fn header(&mut self, h: &mut ResponseHeader) {
+    pub(crate) fn header(&mut self, h: &mut ResponseHeader) {
         for f in &mut self.0 {
             f.header(h);
         }
     }
 
-    pub fn rendered(&mut self, bytes: &[u8]) {
+    pub(crate) fn rendered(&mut self, bytes: &[u8]) {
         for f in &mut self.0 {
             f.rendered(bytes);
         }
     }
 
-    pub fn wrote(&mut self, bytes: &[u8]) {
+    pub(crate) fn wrote(&mut self, bytes: &[u8]) {
         for f in &mut self.0 {
             f.wrote(bytes);
         }
     }
 
-    pub async fn after(self, s: &Settled<'_>) {
+    pub(crate) async fn after(self, s: &Settled<'_>) {
         for h in self.0 {
             h.after(s).await;
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }

@@ -34,12 +34,12 @@ use std::time::{Duration, Instant};
 
 /// The feature as registered: a request on the chat or responses route with an
 /// Idempotency-Key header claims it.
-pub struct Claims {
+pub(crate) struct Claims {
     state: Arc<AppState>,
 }
 
 impl Claims {
-    pub fn new(state: Arc<AppState>) -> Claims {
+    pub(crate) fn new(state: Arc<AppState>) -> Claims {
         Claims { state }
     }
 }
@@ -140,7 +140,11 @@ fn next_poll(d: Duration) -> Duration {
 }
 
 /// Deletes expired rows, `batch` at a time; returns how many went.
-pub async fn sweep_expired(db: &crate::store::Db, now: i64, batch: i64) -> anyhow::Result<u64> {
+pub(crate) async fn sweep_expired(
+    db: &crate::store::Db,
+    now: i64,
+    batch: i64,
+) -> anyhow::Result<u64> {
     let mut total = 0;
     loop {
         let gone = sqlx::query(
@@ -162,7 +166,7 @@ pub async fn sweep_expired(db: &crate::store::Db, now: i64, batch: i64) -> anyho
 }
 
 /// Sweeps expired rows every minute while the process runs.
-pub fn spawn_sweep(db: crate::store::Db) {
+pub(crate) fn spawn_sweep(db: crate::store::Db) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(SWEEP_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

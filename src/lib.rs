@@ -25,30 +25,30 @@
 
 // Wiring.
 pub mod config;
-pub mod deadline;
-pub mod error;
-pub mod metrics;
-pub mod money;
-pub mod priority;
+mod deadline;
+mod error;
+mod metrics;
+mod money;
+mod priority;
 pub mod server;
 
 // Listeners.
-pub mod api;
-pub mod ops;
-pub mod proxy;
-pub mod web;
+mod api;
+mod ops;
+mod proxy;
+mod web;
 
 // Feature rooms.
-pub mod batches;
+mod batches;
 pub mod telemetry;
 
 // The request flow.
 pub mod downstream;
-pub mod inference;
+mod inference;
 
 // Per-request features, each a room the flow reaches only through the seam.
-pub mod hooks;
-pub mod idempotency;
+mod hooks;
+mod idempotency;
 pub mod responses;
 pub mod search;
 
@@ -61,10 +61,10 @@ pub mod upstream;
 // The domain.
 pub mod accounts;
 pub mod billing;
-pub mod byok;
+mod byok;
 pub mod catalog;
 
 // State.
-pub mod state;
+mod state;
 pub mod store;
-pub mod time;
+mod time;

@@ -68,7 +68,7 @@ const GUARDRAILS: [(&str, &str); 4] = [
 ];
 
 /// The operations of the counters store, as Redis calls are labelled.
-pub const REDIS_OPS: [&str; 12] = [
+pub(crate) const REDIS_OPS: [&str; 12] = [
     "take",
     "seed_balance",
     "window_total",
@@ -84,81 +84,81 @@ pub const REDIS_OPS: [&str; 12] = [
 ];
 
 /// What a finished request is counted under (filled by the request's trail).
-pub struct RequestDone<'a> {
-    pub route: &'static str,
+pub(crate) struct RequestDone<'a> {
+    pub(crate) route: &'static str,
     /// The catalog slug, `custom` for an org's own model, `none` before one was
     /// resolved.
-    pub model: &'a str,
-    pub lane: &'static str,
+    pub(crate) model: &'a str,
+    pub(crate) lane: &'static str,
     /// The provider of the serving (or last tried) rung; `none` when no rung was.
-    pub provider: &'static str,
-    pub status: u16,
+    pub(crate) provider: &'static str,
+    pub(crate) status: u16,
     /// The error code, or `ok`.
-    pub code: &'static str,
-    pub total: Duration,
+    pub(crate) code: &'static str,
+    pub(crate) total: Duration,
 }
 
 /// What settlement knows of a served request's time and usage.
-pub struct Settled<'a> {
-    pub route: &'static str,
-    pub provider: &'static str,
-    pub model: &'a str,
-    pub lane: &'static str,
-    pub ttft: Option<Duration>,
-    pub overhead: Duration,
-    pub upstream: Duration,
-    pub usage: &'a Usage,
-    pub cost_micro_usd: i64,
+pub(crate) struct Settled<'a> {
+    pub(crate) route: &'static str,
+    pub(crate) provider: &'static str,
+    pub(crate) model: &'a str,
+    pub(crate) lane: &'static str,
+    pub(crate) ttft: Option<Duration>,
+    pub(crate) overhead: Duration,
+    pub(crate) upstream: Duration,
+    pub(crate) usage: &'a Usage,
+    pub(crate) cost_micro_usd: i64,
 }
 
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
-    pub requests: IntCounterVec,
-    pub duration: HistogramVec,
-    pub ttft: HistogramVec,
-    pub overhead: HistogramVec,
-    pub upstream: HistogramVec,
-    pub in_flight: IntGaugeVec,
-    pub open_streams: IntGaugeVec,
-    pub open_connections: IntGaugeVec,
-    pub refused_connections: IntCounterVec,
-    pub upstream_attempts: IntCounterVec,
-    pub failovers: IntCounterVec,
-    pub breaker_open: IntGaugeVec,
-    pub breaker_opens: IntCounterVec,
-    pub tokens: IntCounterVec,
-    pub cost: IntCounterVec,
-    pub gate_refusals: IntCounterVec,
-    pub guardrail_hits: IntCounterVec,
-    pub idempotency: IntCounterVec,
-    pub usage_queue: IntGauge,
-    pub usage_spool_events: IntGauge,
-    pub usage_spool_bytes: IntGauge,
-    pub usage_write: Histogram,
-    pub usage_lag: Gauge,
-    pub usage_events: IntCounterVec,
-    pub db_calls: HistogramVec,
-    pub db_errors: IntCounterVec,
-    pub redis_calls: HistogramVec,
-    pub redis_errors: IntCounterVec,
-    pub catalog_reloads: IntCounterVec,
-    pub trace_spans: IntCounterVec,
+    pub(crate) requests: IntCounterVec,
+    pub(crate) duration: HistogramVec,
+    pub(crate) ttft: HistogramVec,
+    pub(crate) overhead: HistogramVec,
+    pub(crate) upstream: HistogramVec,
+    pub(crate) in_flight: IntGaugeVec,
+    pub(crate) open_streams: IntGaugeVec,
+    pub(crate) open_connections: IntGaugeVec,
+    pub(crate) refused_connections: IntCounterVec,
+    pub(crate) upstream_attempts: IntCounterVec,
+    pub(crate) failovers: IntCounterVec,
+    pub(crate) breaker_open: IntGaugeVec,
+    pub(crate) breaker_opens: IntCounterVec,
+    pub(crate) tokens: IntCounterVec,
+    pub(crate) cost: IntCounterVec,
+    pub(crate) gate_refusals: IntCounterVec,
+    pub(crate) guardrail_hits: IntCounterVec,
+    pub(crate) idempotency: IntCounterVec,
+    pub(crate) usage_queue: IntGauge,
+    pub(crate) usage_spool_events: IntGauge,
+    pub(crate) usage_spool_bytes: IntGauge,
+    pub(crate) usage_write: Histogram,
+    pub(crate) usage_lag: Gauge,
+    pub(crate) usage_events: IntCounterVec,
+    pub(crate) db_calls: HistogramVec,
+    pub(crate) db_errors: IntCounterVec,
+    pub(crate) redis_calls: HistogramVec,
+    pub(crate) redis_errors: IntCounterVec,
+    pub(crate) catalog_reloads: IntCounterVec,
+    pub(crate) trace_spans: IntCounterVec,
     /// Service-run web search and tool search (recorded by `search` when it runs).
-    pub search_rounds: IntCounterVec,
-    pub search_fees: IntCounter,
-    pub search_drops: IntCounterVec,
+    pub(crate) search_rounds: IntCounterVec,
+    pub(crate) search_fees: IntCounter,
+    pub(crate) search_drops: IntCounterVec,
     /// Batch lines waiting and telemetry uploads waiting (recorded by those rooms).
-    pub batch_queue: IntGauge,
-    pub telemetry_queue: IntGauge,
+    pub(crate) batch_queue: IntGauge,
+    pub(crate) telemetry_queue: IntGauge,
     /// 1 while `/readyz` would answer 200 (set at each scrape and readiness check).
-    pub ready: IntGauge,
+    pub(crate) ready: IntGauge,
     /// 0 while a PostgreSQL instance's change feed is down (`store::changes`).
-    pub change_feed_up: IntGauge,
+    pub(crate) change_feed_up: IntGauge,
     process: Process,
 }
 
 /// The one registry of this process.
-pub fn global() -> &'static Metrics {
+pub(crate) fn global() -> &'static Metrics {
     static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
     &METRICS
 }
@@ -198,7 +198,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> Metrics {
+    pub(crate) fn new() -> Metrics {
         let r = Registry::new();
         let rp = ["route", "provider"];
         let m = Metrics {
@@ -509,7 +509,7 @@ impl Metrics {
     }
 
     /// One finished request on the gateway.
-    pub fn request_done(&self, r: &RequestDone) {
+    pub(crate) fn request_done(&self, r: &RequestDone) {
         self.requests
             .with_label_values(&[r.route, r.model, r.lane, status_label(r.status), r.code])
             .inc();
@@ -519,7 +519,7 @@ impl Metrics {
     }
 
     /// A served (or failed) inference request at settlement.
-    pub fn settled(&self, s: &Settled) {
+    pub(crate) fn settled(&self, s: &Settled) {
         let rp = [s.route, s.provider];
         if let Some(t) = s.ttft {
             self.ttft.with_label_values(&rp).observe(t.as_secs_f64());
@@ -555,25 +555,25 @@ impl Metrics {
 
     /// One attempt on a rung, and the fail-over it caused when another rung is
     /// tried after it.
-    pub fn attempt(&self, provider: &str, rung: &str, outcome: &'static str) {
+    pub(crate) fn attempt(&self, provider: &str, rung: &str, outcome: &'static str) {
         self.upstream_attempts
             .with_label_values(&[provider_label(provider), rung, outcome])
             .inc();
     }
 
-    pub fn failover(&self, route: &'static str, provider: &str, reason: &'static str) {
+    pub(crate) fn failover(&self, route: &'static str, provider: &str, reason: &'static str) {
         self.failovers
             .with_label_values(&[route, provider_label(provider), reason])
             .inc();
     }
 
-    pub fn breaker_opened(&self, provider: &str, rung: &str) {
+    pub(crate) fn breaker_opened(&self, provider: &str, rung: &str) {
         let labels = [provider_label(provider), rung];
         self.breaker_opens.with_label_values(&labels).inc();
         self.breaker_open.with_label_values(&labels).inc();
     }
 
-    pub fn breaker_closed(&self, provider: &str, rung: &str) {
+    pub(crate) fn breaker_closed(&self, provider: &str, rung: &str) {
         let g = self
             .breaker_open
             .with_label_values(&[provider_label(provider), rung]);
@@ -584,7 +584,7 @@ impl Metrics {
 
     /// Counts a refusal by the gates (credits, limits, grants, location, review)
     /// and by a key's guardrails; other errors are not refusals.
-    pub fn refused(&self, e: &ApiError) {
+    pub(crate) fn refused(&self, e: &ApiError) {
         let Some(reason) = gate_reason(e) else {
             return;
         };
@@ -595,7 +595,7 @@ impl Metrics {
     }
 
     /// Times a database call off the request path and counts its failure.
-    pub async fn db<T, E>(
+    pub(crate) async fn db<T, E>(
         &self,
         op: &'static str,
         call: impl std::future::Future<Output = Result<T, E>>,
@@ -612,7 +612,7 @@ impl Metrics {
     }
 
     /// The text exposition format.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         self.process.update();
         let mut out = Vec::new();
         // Encoding into a Vec cannot fail.
@@ -651,7 +651,7 @@ fn gate_reason(e: &ApiError) -> Option<&'static str> {
 
 /// The static label of a provider name (`other` for a name outside the config's
 /// list, which a rung cannot have).
-pub fn provider_label(name: &str) -> &'static str {
+pub(crate) fn provider_label(name: &str) -> &'static str {
     crate::config::PROVIDERS
         .iter()
         .copied()
@@ -660,7 +660,7 @@ pub fn provider_label(name: &str) -> &'static str {
 }
 
 /// A static label per status, so counting allocates nothing.
-pub fn status_label(status: u16) -> &'static str {
+pub(crate) fn status_label(status: u16) -> &'static str {
     match status {
         200 => "200",
         201 => "201",

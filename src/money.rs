@@ -4,7 +4,7 @@
 use sluice_filters::{ApiError, ErrorCode};
 
 /// USD as a JSON number to integer micro-USD (rounded to the nearest micro-dollar).
-pub fn usd_to_micro(usd: f64) -> Result<i64, ApiError> {
+pub(crate) fn usd_to_micro(usd: f64) -> Result<i64, ApiError> {
     if !usd.is_finite() || usd.abs() > 1e12 {
         return Err(ApiError::new(
             ErrorCode::InvalidParameter,
@@ -15,7 +15,7 @@ pub fn usd_to_micro(usd: f64) -> Result<i64, ApiError> {
 }
 
 /// Integer micro-USD to USD for display.
-pub fn micro_to_usd(micro: i64) -> f64 {
+pub(crate) fn micro_to_usd(micro: i64) -> f64 {
     micro as f64 / 1_000_000.0
 }
 

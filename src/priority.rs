@@ -18,7 +18,7 @@
 
 /// Makes the calling thread background work at `nice` (Linux policy and nice
 /// values are per thread); threads it starts inherit both.
-pub fn background(nice: i32) {
+pub(crate) fn background(nice: i32) {
     #[cfg(target_os = "linux")]
     // SAFETY: both calls only read their arguments; `0` names the calling thread.
     unsafe {

@@ -13,26 +13,26 @@ use anyhow::Context as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-pub struct AppState {
-    pub config: Config,
-    pub db: Db,
-    pub counters: Arc<dyn Counters>,
-    pub directory: Arc<Directory>,
-    pub catalog: Arc<CatalogStore>,
+pub(crate) struct AppState {
+    pub(crate) config: Config,
+    pub(crate) db: Db,
+    pub(crate) counters: Arc<dyn Counters>,
+    pub(crate) directory: Arc<Directory>,
+    pub(crate) catalog: Arc<CatalogStore>,
     /// Org connections (secrets opened) and waterfall overrides.
-    pub byok: Arc<crate::byok::ByokStore>,
-    pub metrics: &'static Metrics,
+    pub(crate) byok: Arc<crate::byok::ByokStore>,
+    pub(crate) metrics: &'static Metrics,
     /// Access lines and spans (and their exporter).
-    pub tracer: crate::trace::Tracer,
-    pub usage: UsageSink,
+    pub(crate) tracer: crate::trace::Tracer,
+    pub(crate) usage: UsageSink,
     /// The leases this instance holds of the shared counters (Redis only).
-    pub leases: Option<Arc<LeasedCounters>>,
+    pub(crate) leases: Option<Arc<LeasedCounters>>,
     /// The responses store (`store`, `previous_response_id`).
-    pub responses: Arc<crate::responses::Keeper>,
+    pub(crate) responses: Arc<crate::responses::Keeper>,
     /// Uploaded files (telemetry exports; files and batch outputs next).
-    pub objects: crate::store::objects::Objects,
+    pub(crate) objects: crate::store::objects::Objects,
     /// This process's id: it owns the Idempotency-Keys it claims while it lives.
-    pub instance_id: String,
+    pub(crate) instance_id: String,
     /// The batch runner's credential on this instance's gateway listener
     /// ([`BATCH_HEADER`]): random per process, never stored nor sent elsewhere.
     internal_token: String,
@@ -49,28 +49,28 @@ pub struct AppState {
 
 /// The header a batch line carries to this instance's gateway listener:
 /// `<internal token> <key hash> <batch id>:<line>`.
-pub const BATCH_HEADER: &str = "x-sluice-batch";
+pub(crate) const BATCH_HEADER: &str = "x-sluice-batch";
 
 /// The nice value of the threads that run batch lines (the runner's and the batch
 /// lines' listener's): live requests take the core first.
-pub const BATCH_LINES_NICE: i32 = 10;
+pub(crate) const BATCH_LINES_NICE: i32 = 10;
 
 impl AppState {
     /// The batch runner's credential (see [`BATCH_HEADER`]).
-    pub fn internal_token(&self) -> &str {
+    pub(crate) fn internal_token(&self) -> &str {
         &self.internal_token
     }
 
     /// Whether `presented` is this process's internal token (compared in constant
     /// time).
-    pub fn internal_token_matches(&self, presented: &str) -> bool {
+    pub(crate) fn internal_token_matches(&self, presented: &str) -> bool {
         let (a, b) = (presented.as_bytes(), self.internal_token.as_bytes());
         a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
     }
 
     /// Connects storage, applies migrations, upserts the catalog file and loads the
     /// snapshots. Must run inside the runtime that will keep driving the connections.
-    pub async fn build(config: Config) -> anyhow::Result<Arc<AppState>> {
+    pub(crate) async fn build(config: Config) -> anyhow::Result<Arc<AppState>> {
         let timeout = std::time::Duration::from_millis(config.storage.database_timeout_ms);
         let db = Db::open(&config.storage.database_url, None, timeout).await?;
         db.migrate().await?;
@@ -168,7 +168,7 @@ impl AppState {
     }
 
     /// Starts the pollers that keep the snapshots fresh.
-    pub fn spawn_refreshers(&self) {
+    pub(crate) fn spawn_refreshers(&self) {
         if let Some(l) = &self.leases {
             l.spawn_returns();
         }
@@ -183,7 +183,7 @@ impl AppState {
     /// its configured bound) for `/readyz`: a store is down after two failed probes
     /// in a row and up again at the first that answers, so readiness follows an
     /// outage within about half a second and a recovery within a quarter.
-    pub fn spawn_readiness(self: &Arc<Self>) {
+    pub(crate) fn spawn_readiness(self: &Arc<Self>) {
         let state = self.clone();
         tokio::spawn(async move {
             let (mut db_fails, mut counter_fails) = (0u32, 0u32);
@@ -213,7 +213,7 @@ impl AppState {
     /// leases: they were blocks of counters that no longer exist. Balances
     /// reseed themselves on their next draw (`SeededCounters`); rate windows
     /// restart.
-    pub async fn restore_if_counters_lost(&self) {
+    pub(crate) async fn restore_if_counters_lost(&self) {
         const EPOCH_TTL: std::time::Duration = std::time::Duration::from_secs(90 * 86_400);
         let Some(leases) = &self.leases else { return };
         let Ok(current) = self.counters.get_marker(EPOCH).await else {
@@ -266,28 +266,28 @@ impl AppState {
     }
 
     /// Whether the database answered the last readiness probes.
-    pub fn database_up(&self) -> bool {
+    pub(crate) fn database_up(&self) -> bool {
         self.database_up.load(Ordering::Relaxed)
     }
 
     /// Whether the counters store answered the last readiness probes.
-    pub fn counters_up(&self) -> bool {
+    pub(crate) fn counters_up(&self) -> bool {
         self.counters_up.load(Ordering::Relaxed)
     }
 
-    pub fn draining(&self) -> bool {
+    pub(crate) fn draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)
     }
 
-    pub fn start_draining(&self) {
+    pub(crate) fn start_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
     }
 
-    pub fn gateway_up(&self) -> bool {
+    pub(crate) fn gateway_up(&self) -> bool {
         self.gateway_up.load(Ordering::Relaxed)
     }
 
-    pub fn set_gateway_up(&self) {
+    pub(crate) fn set_gateway_up(&self) {
         self.gateway_up.store(true, Ordering::Relaxed);
     }
 }

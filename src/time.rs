@@ -2,14 +2,14 @@
 
 /// Parses an RFC 3339 timestamp (`2027-01-01T00:00:00Z`, or with an offset) to
 /// Unix ms.
-pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
+pub(crate) fn parse_rfc3339_ms(s: &str) -> Option<i64> {
     chrono::DateTime::parse_from_rfc3339(s)
         .ok()
         .map(|t| t.timestamp_millis())
 }
 
 /// Days since the Unix epoch as `YYYY-MM-DD` (UTC).
-pub fn day_string(days: i64) -> String {
+pub(crate) fn day_string(days: i64) -> String {
     chrono::DateTime::from_timestamp(days.saturating_mul(86_400), 0)
         .map(|t| t.format("%Y-%m-%d").to_string())
         .unwrap_or_default()

@@ -33,10 +33,10 @@ fn own(org_id: &str, caller: &str) -> Result<(), Failure> {
 /// A create or rotate body.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Account {
-    pub setup_alias: String,
-    pub secret: String,
-    pub config: Option<Value>,
+pub(crate) struct Account {
+    pub(crate) setup_alias: String,
+    pub(crate) secret: String,
+    pub(crate) config: Option<Value>,
 }
 
 /// A create or rotate body, checked; `config` defaults to `{}`.
@@ -92,7 +92,7 @@ fn alias_of(q: &HashMap<String, String>) -> Result<&str, Failure> {
     })
 }
 
-pub async fn list(
+pub(crate) async fn list(
     Authed(c): Authed,
     State(state): State<Shared>,
     Path(org_id): Path<String>,
@@ -107,7 +107,7 @@ pub async fn list(
 }
 
 /// `POST`: a new account under a new alias; never overwrites.
-pub async fn create(
+pub(crate) async fn create(
     Authed(c): Authed,
     State(state): State<Shared>,
     Path((org_id, provider)): Path<(String, String)>,
@@ -119,7 +119,7 @@ pub async fn create(
 }
 
 /// Creates an account of the org (the API's POST and the web app's form).
-pub async fn create_account(
+pub(crate) async fn create_account(
     state: &Shared,
     org_id: &str,
     provider: &str,
@@ -144,7 +144,7 @@ pub async fn create_account(
 /// `PUT`: rotates one saved account (exact alias), then reads its spend where the
 /// provider reports it; a failed read leaves the key saved and says why in
 /// `spend_error`.
-pub async fn rotate(
+pub(crate) async fn rotate(
     Authed(c): Authed,
     State(state): State<Shared>,
     Path((org_id, provider)): Path<(String, String)>,
@@ -157,7 +157,7 @@ pub async fn rotate(
 }
 
 /// Rotates one account of the org (the API's PUT and the web app's form).
-pub async fn rotate_account(
+pub(crate) async fn rotate_account(
     state: &Shared,
     org_id: &str,
     provider: &str,
@@ -231,7 +231,7 @@ async fn reload(state: &Shared) {
     }
 }
 
-pub async fn check(
+pub(crate) async fn check(
     Authed(c): Authed,
     State(state): State<Shared>,
     Path((org_id, provider)): Path<(String, String)>,
@@ -243,7 +243,7 @@ pub async fn check(
 }
 
 /// Checks one account of the org with its provider (the API and the web app).
-pub async fn check_account(
+pub(crate) async fn check_account(
     state: &Shared,
     org_id: &str,
     provider: &str,
@@ -269,7 +269,7 @@ pub async fn check_account(
     )
 }
 
-pub async fn spend_refresh(
+pub(crate) async fn spend_refresh(
     Authed(c): Authed,
     State(state): State<Shared>,
     Path((org_id, provider)): Path<(String, String)>,
@@ -295,7 +295,7 @@ pub async fn spend_refresh(
     Ok(json(StatusCode::OK, &out))
 }
 
-pub async fn disconnect(
+pub(crate) async fn disconnect(
     Authed(c): Authed,
     State(state): State<Shared>,
     Path((org_id, provider)): Path<(String, String)>,
@@ -307,7 +307,7 @@ pub async fn disconnect(
 }
 
 /// Deletes only the named account of the org (the API and the web app).
-pub async fn delete_account(
+pub(crate) async fn delete_account(
     state: &Shared,
     org_id: &str,
     provider: &str,
@@ -327,7 +327,11 @@ fn unknown_model(slug: &str) -> Failure {
 }
 
 /// The waterfall read: `{slug, default, override, effective}`.
-pub fn waterfall_json(state: &Shared, org: &OrgRecord, slug: &str) -> Result<Value, Failure> {
+pub(crate) fn waterfall_json(
+    state: &Shared,
+    org: &OrgRecord,
+    slug: &str,
+) -> Result<Value, Failure> {
     let catalog = state.catalog.snapshot();
     let model = catalog
         .lookup(Some(&org.id), slug)
@@ -344,7 +348,7 @@ pub fn waterfall_json(state: &Shared, org: &OrgRecord, slug: &str) -> Result<Val
     }))
 }
 
-pub async fn get_waterfall(
+pub(crate) async fn get_waterfall(
     Authed(c): Authed,
     State(state): State<Shared>,
     Path(slug): Path<String>,
@@ -357,11 +361,11 @@ pub async fn get_waterfall(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Chain {
+pub(crate) struct Chain {
     model_provider_ids: Vec<String>,
 }
 
-pub async fn put_waterfall(
+pub(crate) async fn put_waterfall(
     Authed(c): Authed,
     State(state): State<Shared>,
     Path(slug): Path<String>,
@@ -374,7 +378,7 @@ pub async fn put_waterfall(
 
 /// Replaces the org's chain for a model, checked as the API checks it (the API's
 /// PUT and the web app's model page); answers the waterfall read.
-pub async fn set_waterfall(
+pub(crate) async fn set_waterfall(
     state: &Shared,
     org: &OrgRecord,
     slug: &str,
@@ -396,7 +400,7 @@ pub async fn set_waterfall(
 
 /// Drops the org's chain for a model: the default serves it again (the web app's
 /// model page).
-pub async fn reset_waterfall(
+pub(crate) async fn reset_waterfall(
     state: &Shared,
     org: &OrgRecord,
     slug: &str,
@@ -413,7 +417,7 @@ pub async fn reset_waterfall(
     waterfall_json(state, org, slug)
 }
 
-pub async fn get_policy(
+pub(crate) async fn get_policy(
     Authed(c): Authed,
     State(state): State<Shared>,
     Path(org_id): Path<String>,
@@ -430,11 +434,11 @@ pub async fn get_policy(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Policy {
+pub(crate) struct Policy {
     require_zdr: bool,
 }
 
-pub async fn put_policy(
+pub(crate) async fn put_policy(
     Authed(c): Authed,
     State(state): State<Shared>,
     Path(org_id): Path<String>,

@@ -20,7 +20,7 @@ const DEFAULT_CAPS: [&str; 4] = ["json_object", "json_schema", "sampling", "tool
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Deployment {
+pub(crate) struct Deployment {
     provider: String,
     provider_model_id: String,
     #[serde(default)]
@@ -44,7 +44,7 @@ impl Deployment {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NewModel {
+pub(crate) struct NewModel {
     slug: String,
     display_name: String,
     providers: Vec<Deployment>,
@@ -149,7 +149,11 @@ fn check_deployment_count(state: &Shared, spec: &ModelSpec) -> Result<(), Failur
     Ok(())
 }
 
-pub async fn create(Authed(c): Authed, State(state): State<Shared>, body: Bytes) -> ApiResult {
+pub(crate) async fn create(
+    Authed(c): Authed,
+    State(state): State<Shared>,
+    body: Bytes,
+) -> ApiResult {
     let m: NewModel = parse_body(&body)?;
     let context_window = m.context_window.unwrap_or(128_000);
     let spec = ModelSpec {
@@ -203,7 +207,7 @@ pub async fn create(Authed(c): Authed, State(state): State<Shared>, body: Bytes)
 }
 
 /// Adds a deployment (an endpoint, or a local variant) to one of the org's models.
-pub async fn add_deployment(
+pub(crate) async fn add_deployment(
     Authed(c): Authed,
     State(state): State<Shared>,
     Path(slug): Path<String>,

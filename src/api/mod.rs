@@ -2,11 +2,11 @@
 //! dispatches `/api/*` to this router in-process: the bodies are small JSON, so a
 //! second loopback hop would only add latency and a socket per request.
 
-pub mod byok;
-pub mod custom;
-pub mod models;
-pub mod respond;
-pub mod usage;
+pub(crate) mod byok;
+pub(crate) mod custom;
+pub(crate) mod models;
+pub(crate) mod respond;
+pub(crate) mod usage;
 
 use crate::state::AppState;
 use axum::extract::FromRequestParts;
@@ -17,15 +17,15 @@ use respond::{json, ApiResult, Failure};
 use sluice_filters::ApiError;
 use std::sync::Arc;
 
-pub type Shared = Arc<AppState>;
+pub(crate) type Shared = Arc<AppState>;
 
-pub use crate::accounts::Caller;
+pub(crate) use crate::accounts::Caller;
 
 /// A route that requires a key.
-pub struct Authed(pub Caller);
+pub(crate) struct Authed(pub Caller);
 
 /// A route that works keyless; a key, if presented, must be valid.
-pub struct MaybeAuthed(pub Option<Caller>);
+pub(crate) struct MaybeAuthed(pub Option<Caller>);
 
 async fn caller(parts: &Parts, state: &Shared) -> Result<Option<Caller>, Failure> {
     crate::accounts::authenticate(&state.directory, &state.db, &parts.headers, false)
@@ -50,7 +50,7 @@ impl FromRequestParts<Shared> for MaybeAuthed {
     }
 }
 
-pub fn router(state: Shared) -> Router {
+pub(crate) fn router(state: Shared) -> Router {
     Router::new()
         .route("/api/models", get(models::list).post(custom::create))
         .route("/api/models/{slug}", get(models::one))

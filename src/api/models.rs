@@ -12,7 +12,7 @@ use serde_json::json;
 use sluice_filters::{ApiError, ErrorCode};
 use std::collections::HashMap;
 
-pub async fn list(
+pub(crate) async fn list(
     MaybeAuthed(caller): MaybeAuthed,
     State(state): State<Shared>,
     Query(q): Query<HashMap<String, String>>,
@@ -49,7 +49,7 @@ pub async fn list(
 
 /// The retention verdict over the platform rungs of the org's active route
 /// (`None` for the org's own models, which have none).
-pub fn org_verdict(
+pub(crate) fn org_verdict(
     m: &crate::catalog::Model,
     org: &crate::accounts::OrgRecord,
     routing: &crate::byok::Routing,
@@ -74,7 +74,7 @@ fn unknown_model(slug: &str) -> Failure {
     ))
 }
 
-pub async fn one(
+pub(crate) async fn one(
     MaybeAuthed(caller): MaybeAuthed,
     State(state): State<Shared>,
     Path(slug): Path<String>,
@@ -96,7 +96,7 @@ pub async fn one(
     Ok(json(StatusCode::OK, &row))
 }
 
-pub async fn providers(
+pub(crate) async fn providers(
     MaybeAuthed(caller): MaybeAuthed,
     State(state): State<Shared>,
     Path(slug): Path<String>,

@@ -8,7 +8,7 @@ use serde::Serialize;
 use sluice_filters::{ApiError, ErrorCode, Format};
 
 /// An [`ApiError`] as an axum answer (OpenAI-style envelope).
-pub struct Failure(pub ApiError);
+pub(crate) struct Failure(pub ApiError);
 
 impl From<crate::error::Error> for Failure {
     fn from(e: crate::error::Error) -> Failure {
@@ -35,10 +35,10 @@ impl IntoResponse for Failure {
     }
 }
 
-pub type ApiResult = Result<Response, Failure>;
+pub(crate) type ApiResult = Result<Response, Failure>;
 
 /// A JSON answer with a status.
-pub fn json<T: Serialize>(status: StatusCode, body: &T) -> Response {
+pub(crate) fn json<T: Serialize>(status: StatusCode, body: &T) -> Response {
     match serde_json::to_vec(body) {
         Ok(bytes) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
         Err(_) => Failure(ApiError::internal()).into_response(),
@@ -47,7 +47,7 @@ pub fn json<T: Serialize>(status: StatusCode, body: &T) -> Response {
 
 /// Parses a JSON body: bad syntax is `invalid_json`, a wrong shape `invalid_request`
 /// (or `invalid_parameter` naming the field when serde can tell which).
-pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::invalid_json("the body is empty"));
     }

@@ -17,20 +17,20 @@ use sqlx::Row;
 
 /// The query every usage read takes.
 #[derive(Deserialize, Default)]
-pub struct Scope {
-    pub org_id: Option<String>,
-    pub scope: Option<String>,
-    pub group_by: Option<String>,
-    pub limit: Option<String>,
-    pub cursor: Option<String>,
+pub(crate) struct Scope {
+    pub(crate) org_id: Option<String>,
+    pub(crate) scope: Option<String>,
+    pub(crate) group_by: Option<String>,
+    pub(crate) limit: Option<String>,
+    pub(crate) cursor: Option<String>,
 }
 
 /// Whose usage a read covers: an org's, or (`scope=self`, web sessions only) the
 /// requests of the keys one member minted.
 #[derive(Clone, Copy, Debug)]
-pub struct Reader<'a> {
-    pub org_id: &'a str,
-    pub member: Option<&'a str>,
+pub(crate) struct Reader<'a> {
+    pub(crate) org_id: &'a str,
+    pub(crate) member: Option<&'a str>,
 }
 
 fn no_org() -> Failure {
@@ -61,7 +61,7 @@ fn own_org<'a>(q: &'a Scope, caller_org: &'a str) -> Result<&'a str, Failure> {
 
 /// The reader of a member's session: the session's org (another org is 404), and
 /// `scope=self` for the member's own keys or `scope=org` (the default).
-pub fn session_reader<'a>(
+pub(crate) fn session_reader<'a>(
     q: &'a Scope,
     org_id: &'a str,
     user_id: &'a str,
@@ -114,7 +114,7 @@ fn scope_filter(reader: &Reader<'_>, param: usize) -> String {
 }
 
 /// `GET /api/gateway/usage/events`: one entry per request, newest first.
-pub async fn events(
+pub(crate) async fn events(
     Authed(c): Authed,
     State(state): State<Shared>,
     Query(q): Query<Scope>,
@@ -132,7 +132,11 @@ pub async fn events(
 
 /// A page of a reader's events, newest first (`cursor`: the last id of the page
 /// before).
-pub async fn events_page(state: &Shared, reader: Reader<'_>, q: &Scope) -> Result<Value, Failure> {
+pub(crate) async fn events_page(
+    state: &Shared,
+    reader: Reader<'_>,
+    q: &Scope,
+) -> Result<Value, Failure> {
     let n = limit(q)?;
     let sql = format!(
         "SELECT e.id, e.key_id, e.route, e.model, e.rung, e.lane, e.input_tokens, e.cached_tokens, \
@@ -197,7 +201,7 @@ pub async fn events_page(state: &Shared, reader: Reader<'_>, q: &Scope) -> Resul
 /// `GET /api/gateway/usage/daily`: totals grouped by UTC day (default), model or
 /// member (who minted the key that made the calls; an operator's key stands for
 /// itself).
-pub async fn daily(
+pub(crate) async fn daily(
     Authed(c): Authed,
     State(state): State<Shared>,
     Query(q): Query<Scope>,
@@ -214,7 +218,11 @@ pub async fn daily(
 }
 
 /// A reader's totals grouped as `group_by` asks.
-pub async fn daily_rollup(state: &Shared, reader: Reader<'_>, q: &Scope) -> Result<Value, Failure> {
+pub(crate) async fn daily_rollup(
+    state: &Shared,
+    reader: Reader<'_>,
+    q: &Scope,
+) -> Result<Value, Failure> {
     let (group, column) = match q.group_by.as_deref() {
         None | Some("day") => ("day", "e.created_at / 86400000"),
         Some("model") => ("model", "e.model"),
@@ -280,7 +288,7 @@ pub async fn daily_rollup(state: &Shared, reader: Reader<'_>, q: &Scope) -> Resu
 }
 
 /// `GET /api/gateway/catalog`: the models the org can call, each with its lane.
-pub async fn catalog(
+pub(crate) async fn catalog(
     Authed(c): Authed,
     State(state): State<Shared>,
     Query(q): Query<Scope>,
@@ -317,7 +325,7 @@ pub async fn catalog(
 /// `GET /api/gateway/keys/{api_key_id}/limits`: a key's guardrails in force (its
 /// own, else the platform default; null is uncapped), the platform defaults, and the
 /// org's tier limits. A key of another org is 404.
-pub async fn key_limits(
+pub(crate) async fn key_limits(
     Authed(c): Authed,
     State(state): State<Shared>,
     Path(id): Path<String>,

@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 
 /// A claimed line.
 pub(super) struct Claimed {
-    pub line_no: i64,
-    pub custom_id: String,
-    pub body: String,
+    pub(crate) line_no: i64,
+    pub(crate) custom_id: String,
+    pub(crate) body: String,
 }
 
 impl Claimed {
@@ -66,7 +66,7 @@ const OPEN: &str = "EXISTS (SELECT 1 FROM batches WHERE id = $1 AND status = 'in
                     AND expires_at > $2)";
 
 impl Claims {
-    pub fn new(engine: Engine, instance: &str, lease_ms: u64) -> Self {
+    pub(crate) fn new(engine: Engine, instance: &str, lease_ms: u64) -> Self {
         match engine {
             Engine::Sqlite => Claims::Local(Local::default()),
             Engine::Postgres => Claims::Leased {
@@ -79,7 +79,7 @@ impl Claims {
     /// The instance a recorded line names as its claimant: none where the claims
     /// are held in memory, so the line's row keeps its size when it is marked done
     /// (a row that grows can split its page, and each page written goes to the log).
-    pub fn claimant(&self) -> Option<&str> {
+    pub(crate) fn claimant(&self) -> Option<&str> {
         match self {
             Claims::Leased { instance, .. } => Some(instance),
             Claims::Local(_) => None,
@@ -88,7 +88,12 @@ impl Claims {
 
     /// Claims up to `n` free lines of an open batch, in line order. Only the
     /// runner's claimer calls it (one claim at a time per instance).
-    pub async fn claim(&self, db: &Db, batch_id: &str, n: usize) -> anyhow::Result<Vec<Claimed>> {
+    pub(crate) async fn claim(
+        &self,
+        db: &Db,
+        batch_id: &str,
+        n: usize,
+    ) -> anyhow::Result<Vec<Claimed>> {
         let mut lines = match self {
             Claims::Leased { instance, lease_ms } => {
                 leased(db, instance, *lease_ms, batch_id, n).await?
@@ -100,7 +105,7 @@ impl Claims {
     }
 
     /// Gives a claimed line back, not to be claimed again for `wait`.
-    pub async fn put_back(&self, db: &Db, batch_id: &str, line_no: i64, wait: Duration) {
+    pub(crate) async fn put_back(&self, db: &Db, batch_id: &str, line_no: i64, wait: Duration) {
         let instance = match self {
             Claims::Local(local) => return local.put_back(batch_id, line_no, wait),
             Claims::Leased { instance, .. } => instance,
@@ -122,7 +127,7 @@ impl Claims {
     /// The recorder is through with these lines (recorded, or not: then they run
     /// again). A lease needs nothing: a line done is not claimed, and one whose
     /// answer was not recorded is claimed again when its lease lapses.
-    pub fn recorded(&self, batch_id: &str, lines: impl Iterator<Item = i64>) {
+    pub(crate) fn recorded(&self, batch_id: &str, lines: impl Iterator<Item = i64>) {
         if let Claims::Local(local) = self {
             if let Some(c) = local.lock().get_mut(batch_id) {
                 for l in lines {
@@ -133,7 +138,7 @@ impl Claims {
     }
 
     /// A finalized batch's claims are dropped.
-    pub fn forget(&self, batch_id: &str) {
+    pub(crate) fn forget(&self, batch_id: &str) {
         if let Claims::Local(local) = self {
             local.lock().remove(batch_id);
         }
@@ -141,7 +146,7 @@ impl Claims {
 
     /// Lines of the batch held by a live claimant (the lines done are counted on
     /// the batch). Leases held by an instance that stopped beating are freed.
-    pub async fn in_flight(&self, db: &Db, batch_id: &str) -> anyhow::Result<i64> {
+    pub(crate) async fn in_flight(&self, db: &Db, batch_id: &str) -> anyhow::Result<i64> {
         match self {
             Claims::Local(local) => Ok(local
                 .lock()

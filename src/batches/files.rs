@@ -36,16 +36,16 @@ const FRAMING: u64 = 64 * 1024;
 /// A file's row.
 #[derive(Clone, Debug)]
 pub(crate) struct FileRow {
-    pub id: String,
-    pub purpose: String,
-    pub filename: String,
-    pub bytes: i64,
-    pub object_key: String,
-    pub created_at: i64,
+    pub(crate) id: String,
+    pub(crate) purpose: String,
+    pub(crate) filename: String,
+    pub(crate) bytes: i64,
+    pub(crate) object_key: String,
+    pub(crate) created_at: i64,
 }
 
 impl FileRow {
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "id": self.id,
             "object": "file",

@@ -8,31 +8,31 @@ use serde_json::value::RawValue;
 use std::collections::HashSet;
 
 /// The most lines one batch may hold.
-pub const MAX_LINES: usize = 50_000;
+pub(crate) const MAX_LINES: usize = 50_000;
 
 /// The endpoints a batch may serve.
-pub const ENDPOINTS: [&str; 3] = ["/v1/chat/completions", "/v1/responses", "/v1/embeddings"];
+pub(crate) const ENDPOINTS: [&str; 3] = ["/v1/chat/completions", "/v1/responses", "/v1/embeddings"];
 
 /// One checked line: what the runner sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Line {
-    pub custom_id: String,
+pub(crate) struct Line {
+    pub(crate) custom_id: String,
     /// The `body` member as written (a JSON object).
-    pub body: String,
+    pub(crate) body: String,
 }
 
 /// Why a file is refused, as one `errors.data[]` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LineError {
-    pub code: &'static str,
-    pub message: String,
-    pub param: Option<&'static str>,
+pub(crate) struct LineError {
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
+    pub(crate) param: Option<&'static str>,
     /// 1-based; `None` for the file as a whole.
-    pub line: Option<usize>,
+    pub(crate) line: Option<usize>,
 }
 
 impl LineError {
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "code": self.code,
             "message": self.message,
@@ -55,7 +55,7 @@ struct Raw<'a> {
 }
 
 /// Checks lines one at a time, remembering the custom_ids seen.
-pub struct Checker {
+pub(crate) struct Checker {
     endpoint: String,
     seen: HashSet<String>,
     /// Lines read so far (blank ones included), for messages.
@@ -63,7 +63,7 @@ pub struct Checker {
 }
 
 impl Checker {
-    pub fn new(endpoint: &str) -> Checker {
+    pub(crate) fn new(endpoint: &str) -> Checker {
         Checker {
             endpoint: endpoint.to_string(),
             seen: HashSet::new(),
@@ -72,12 +72,13 @@ impl Checker {
     }
 
     /// How many lines were accepted.
-    pub fn accepted(&self) -> usize {
+    #[cfg(test)]
+    fn accepted(&self) -> usize {
         self.seen.len()
     }
 
     /// Checks the next line of the file; `Ok(None)` for a blank line.
-    pub fn line(&mut self, raw: &[u8]) -> Result<Option<Line>, LineError> {
+    pub(crate) fn line(&mut self, raw: &[u8]) -> Result<Option<Line>, LineError> {
         self.line_no += 1;
         let at = Some(self.line_no);
         let err = |code, message: String, param| LineError {
@@ -175,7 +176,7 @@ impl Checker {
     }
 
     /// The file ended: an empty one is refused.
-    pub fn end(&self) -> Result<(), LineError> {
+    pub(crate) fn end(&self) -> Result<(), LineError> {
         if self.seen.is_empty() {
             return Err(LineError {
                 code: "empty_file",
@@ -190,14 +191,14 @@ impl Checker {
 
 /// Splits bytes into lines as they arrive (a line may span pieces).
 #[derive(Default)]
-pub struct Splitter {
+pub(crate) struct Splitter {
     partial: Vec<u8>,
 }
 
 impl Splitter {
     /// Feeds a piece; calls `each` with every whole line in it. A line longer than
     /// `cap` is an error.
-    pub fn feed<E>(
+    pub(crate) fn feed<E>(
         &mut self,
         piece: &[u8],
         cap: usize,
@@ -223,7 +224,7 @@ impl Splitter {
     }
 
     /// The last line, when the file does not end with a newline.
-    pub fn finish(self) -> Vec<u8> {
+    pub(crate) fn finish(self) -> Vec<u8> {
         self.partial
     }
 }

@@ -11,12 +11,12 @@
 mod batch;
 mod claims;
 mod files;
-pub mod jsonl;
+pub(crate) mod jsonl;
 mod recorder;
-pub mod runner;
+pub(crate) mod runner;
 mod wake;
 mod wire;
-pub use wire::Lines;
+pub(crate) use wire::Lines;
 
 use crate::downstream::answer::{send_error, send_json};
 use crate::downstream::body::{read_capped, BodyError};
@@ -110,7 +110,11 @@ async fn authenticate(state: &AppState, session: &Session) -> Result<Caller, Api
 
 /// Serves one request of `/v1/files*` or `/v1/batches*` (or an unprefixed twin);
 /// returns the status written. The one door from the gateway's dispatch.
-pub async fn serve(state: &AppState, session: &mut Session, route: Route) -> pingora::Result<u16> {
+pub(crate) async fn serve(
+    state: &AppState,
+    session: &mut Session,
+    route: Route,
+) -> pingora::Result<u16> {
     match answer(state, session, route).await {
         Ok(Some(body)) => {
             send_json(session, 200, body.to_string().into_bytes()).await?;

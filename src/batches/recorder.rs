@@ -14,10 +14,10 @@ use std::time::Duration;
 
 /// A line's answer, to be recorded.
 pub(super) struct Answered {
-    pub batch_id: String,
-    pub line_no: i64,
-    pub ok: bool,
-    pub output: String,
+    pub(crate) batch_id: String,
+    pub(crate) line_no: i64,
+    pub(crate) ok: bool,
+    pub(crate) output: String,
 }
 
 /// Answers one transaction records at most.

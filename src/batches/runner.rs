@@ -85,7 +85,7 @@ struct Open {
 /// pass between the runner and the gateway within one event loop, not between
 /// two threads taking turns on the core. On SQLite it opens its own connections there, so their
 /// threads run at that priority too.
-pub async fn run(state: Arc<AppState>, lines: Lines) {
+pub(crate) async fn run(state: Arc<AppState>, lines: Lines) {
     let deadline = Duration::from_millis(state.config.limits.request_deadline_ms);
     let wire = Wire::new(lines, deadline + Duration::from_secs(30));
     let db = match state.db.engine {

@@ -16,7 +16,7 @@ use tokio::io::DuplexStream;
 
 /// Serves one connection's end with the gateway (`server::BatchLines` makes it);
 /// the batches room reaches the gateway only through this.
-pub type Lines = Arc<dyn Fn(DuplexStream) + Send + Sync>;
+pub(crate) type Lines = Arc<dyn Fn(DuplexStream) + Send + Sync>;
 
 /// Each direction's buffer in the pipe: a line's request and answer usually fit
 /// whole, a longer one flows through it.
@@ -24,10 +24,10 @@ const PIPE_BUFFER: usize = 64 * 1024;
 
 /// What the gateway answered a line.
 pub(super) struct Answer {
-    pub status: u16,
-    pub request_id: Option<String>,
-    pub retry_after: Option<Duration>,
-    pub body: Bytes,
+    pub(crate) status: u16,
+    pub(crate) request_id: Option<String>,
+    pub(crate) retry_after: Option<Duration>,
+    pub(crate) body: Bytes,
 }
 
 pub(super) struct Wire {
@@ -39,7 +39,7 @@ pub(super) struct Wire {
 }
 
 impl Wire {
-    pub fn new(lines: Lines, timeout: Duration) -> Wire {
+    pub(crate) fn new(lines: Lines, timeout: Duration) -> Wire {
         Wire {
             lines,
             timeout,
@@ -49,7 +49,7 @@ impl Wire {
 
     /// Posts `body` to `path` with `headers`; `Err` when the gateway was not
     /// reached or its answer was cut off.
-    pub async fn post(
+    pub(crate) async fn post(
         &self,
         path: &str,
         headers: &[(HeaderName, String)],

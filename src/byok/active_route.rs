@@ -13,7 +13,7 @@ use sluice_filters::ApiError;
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lane {
+pub(crate) enum Lane {
     /// The org's credit balance pays.
     Platform,
     /// The org's own provider account pays the provider directly.
@@ -21,7 +21,7 @@ pub enum Lane {
 }
 
 impl Lane {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Lane::Platform => "platform_funded",
             Lane::PassThrough => "pass_through",
@@ -31,18 +31,18 @@ impl Lane {
 
 /// One rung of a route.
 #[derive(Clone, Debug)]
-pub struct RouteRung {
+pub(crate) struct RouteRung {
     /// The rung id clients see: `<provider>:<model id>` or `byok:<connection_id>`.
-    pub id: Arc<str>,
-    pub spec: Arc<RungSpec>,
-    pub lane: Lane,
+    pub(crate) id: Arc<str>,
+    pub(crate) spec: Arc<RungSpec>,
+    pub(crate) lane: Lane,
     /// The org's account that authenticates the call (BYOK and org deployments);
     /// `None` on a platform rung, or an org deployment that needs no key.
-    pub account: Option<Arc<Live>>,
+    pub(crate) account: Option<Arc<Live>>,
 }
 
 impl RouteRung {
-    pub fn is_platform(&self) -> bool {
+    pub(crate) fn is_platform(&self) -> bool {
         self.lane == Lane::Platform
     }
 }
@@ -51,7 +51,7 @@ const BYOK: &str = "byok:";
 
 /// The rung a connection becomes for a model: the provider's model id is the
 /// connection's mapping for the slug, else the model's own id at that provider.
-pub fn byok_rung(model: &Model, live: &Arc<Live>) -> Option<RouteRung> {
+pub(crate) fn byok_rung(model: &Model, live: &Arc<Live>) -> Option<RouteRung> {
     let c = &live.conn;
     let same = model.spec.rungs.iter().find(|r| r.provider == c.provider);
     let model_id = c
@@ -78,7 +78,7 @@ pub fn byok_rung(model: &Model, live: &Arc<Live>) -> Option<RouteRung> {
 
 /// The model's default rungs for the org: platform rungs, or the org's own
 /// deployments (each authenticated by the org's first account of its provider).
-pub fn default_rungs(model: &Model, org_id: &str, routing: &Routing) -> Vec<RouteRung> {
+pub(crate) fn default_rungs(model: &Model, org_id: &str, routing: &Routing) -> Vec<RouteRung> {
     let own = model.owner.as_deref() == Some(org_id);
     model
         .shared_rungs
@@ -100,7 +100,7 @@ pub fn default_rungs(model: &Model, org_id: &str, routing: &Routing) -> Vec<Rout
 
 /// The route before the org's policy: the override when there is one (ids that no
 /// longer resolve are skipped), else the default.
-pub fn chain(model: &Model, org: &OrgRecord, routing: &Routing) -> Vec<RouteRung> {
+pub(crate) fn chain(model: &Model, org: &OrgRecord, routing: &Routing) -> Vec<RouteRung> {
     let defaults = default_rungs(model, &org.id, routing);
     let Some(ids) = routing.waterfall(&org.id, &model.spec.slug) else {
         return defaults;
@@ -125,7 +125,7 @@ fn resolve(
 
 /// The route requests are served on: the chain, with non-ZDR platform rungs left
 /// out under the org's require-ZDR policy.
-pub fn effective(model: &Model, org: &OrgRecord, routing: &Routing) -> Vec<RouteRung> {
+pub(crate) fn effective(model: &Model, org: &OrgRecord, routing: &Routing) -> Vec<RouteRung> {
     let mut rungs = chain(model, org, routing);
     if org.require_zdr {
         rungs.retain(|r| !r.is_platform() || r.spec.zdr);
@@ -135,7 +135,7 @@ pub fn effective(model: &Model, org: &OrgRecord, routing: &Routing) -> Vec<Route
 
 /// The opaque per-request route handle of a rung, bound to the org and model (a
 /// handle of another org never resolves).
-pub fn route_id(org_id: &str, slug: &str, rung_id: &str) -> String {
+pub(crate) fn route_id(org_id: &str, slug: &str, rung_id: &str) -> String {
     let mut h = Sha256::new();
     for part in ["sluice-route", org_id, slug, rung_id] {
         h.update(part.as_bytes());
@@ -145,7 +145,7 @@ pub fn route_id(org_id: &str, slug: &str, rung_id: &str) -> String {
 }
 
 /// Validates an org's new chain for a model; returns it as stored.
-pub fn check_chain(
+pub(crate) fn check_chain(
     ids: &[String],
     model: &Model,
     org_id: &str,

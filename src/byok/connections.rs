@@ -14,30 +14,30 @@ use sqlx::Row;
 
 /// Providers an org may connect its own account to (not `local`, not the
 /// platform-hosted collection).
-pub fn accepts_connections(provider: &str) -> bool {
+pub(crate) fn accepts_connections(provider: &str) -> bool {
     PROVIDERS.contains(&provider) && !matches!(provider, "local" | "hosted")
 }
 
 /// A connection as stored, without its secret.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Connection {
-    pub id: String,
-    pub org_id: String,
-    pub provider: String,
-    pub setup_alias: String,
-    pub config: Value,
+pub(crate) struct Connection {
+    pub(crate) id: String,
+    pub(crate) org_id: String,
+    pub(crate) provider: String,
+    pub(crate) setup_alias: String,
+    pub(crate) config: Value,
     /// `unchecked`, `ok` or `failed`.
-    pub status: String,
-    pub status_detail: Option<String>,
-    pub spend_micro_usd: Option<i64>,
-    pub spend_checked_at: Option<i64>,
-    pub created_at: i64,
-    pub updated_at: i64,
+    pub(crate) status: String,
+    pub(crate) status_detail: Option<String>,
+    pub(crate) spend_micro_usd: Option<i64>,
+    pub(crate) spend_checked_at: Option<i64>,
+    pub(crate) created_at: i64,
+    pub(crate) updated_at: i64,
 }
 
 impl Connection {
     /// The list entry: never any secret material.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "id": self.id,
             "provider": self.provider,
@@ -53,7 +53,7 @@ impl Connection {
 
     /// `config.base_url`, if the account lives somewhere other than the provider's
     /// default endpoint (an Azure resource, a regional host).
-    pub fn base_url(&self) -> &str {
+    pub(crate) fn base_url(&self) -> &str {
         self.config
             .get("base_url")
             .and_then(Value::as_str)
@@ -62,13 +62,18 @@ impl Connection {
 
     /// The provider's model id for a catalog slug: `config.models[slug]` when the
     /// account maps it (an Azure deployment name), else `None`.
-    pub fn model_for(&self, slug: &str) -> Option<&str> {
+    pub(crate) fn model_for(&self, slug: &str) -> Option<&str> {
         self.config.get("models")?.get(slug)?.as_str()
     }
 }
 
 /// Checks the parts of a write a client controls.
-pub fn validate(provider: &str, alias: &str, secret: &str, config: &Value) -> Result<(), ApiError> {
+pub(crate) fn validate(
+    provider: &str,
+    alias: &str,
+    secret: &str,
+    config: &Value,
+) -> Result<(), ApiError> {
     if !accepts_connections(provider) {
         return Err(ApiError::invalid_parameter(
             "provider",
@@ -195,11 +200,11 @@ fn no_account(alias: &str) -> ApiError {
 
 /// Accounts one org may hold: each is opened into every instance's routing
 /// snapshot, so their number is bounded.
-pub const MAX_PER_ORG: i64 = 50;
+pub(crate) const MAX_PER_ORG: i64 = 50;
 
 /// Creates a new account; an alias already taken is 409 `account_exists`, an org
 /// at [`MAX_PER_ORG`] gets 400 `invalid_request`.
-pub async fn create(
+pub(crate) async fn create(
     db: &Db,
     sealer: &Sealer,
     org_id: &str,
@@ -252,7 +257,7 @@ pub async fn create(
 }
 
 /// Replaces the secret (and the config, when given) of one existing account.
-pub async fn rotate(
+pub(crate) async fn rotate(
     db: &Db,
     sealer: &Sealer,
     org_id: &str,
@@ -279,7 +284,7 @@ pub async fn rotate(
         .ok_or_else(ApiError::internal)
 }
 
-pub async fn find(
+pub(crate) async fn find(
     db: &Db,
     org_id: &str,
     provider: &str,
@@ -291,7 +296,7 @@ pub async fn find(
 }
 
 /// One account with its sealed secret.
-pub async fn find_sealed(
+pub(crate) async fn find_sealed(
     db: &Db,
     org_id: &str,
     provider: &str,
@@ -310,7 +315,7 @@ pub async fn find_sealed(
 }
 
 /// The named account, or 404.
-pub async fn require(
+pub(crate) async fn require(
     db: &Db,
     org_id: &str,
     provider: &str,
@@ -321,7 +326,7 @@ pub async fn require(
         .ok_or_else(|| no_account(alias))
 }
 
-pub async fn list(db: &Db, org_id: &str) -> Result<Vec<Connection>, ApiError> {
+pub(crate) async fn list(db: &Db, org_id: &str) -> Result<Vec<Connection>, ApiError> {
     let rows = sqlx::query(&format!(
         "SELECT {COLUMNS} FROM provider_connections WHERE org_id = $1 ORDER BY provider, setup_alias"
     ))
@@ -334,7 +339,10 @@ pub async fn list(db: &Db, org_id: &str) -> Result<Vec<Connection>, ApiError> {
 
 /// Connections changed at or after `since` (Unix ms), with their sealed secrets:
 /// what the routing snapshot reads on each poll.
-pub async fn changed_since(db: &Db, since: i64) -> anyhow::Result<Vec<(Connection, String)>> {
+pub(crate) async fn changed_since(
+    db: &Db,
+    since: i64,
+) -> anyhow::Result<Vec<(Connection, String)>> {
     let rows = sqlx::query(&format!(
         "SELECT {COLUMNS} FROM provider_connections WHERE updated_at >= $1"
     ))
@@ -345,7 +353,7 @@ pub async fn changed_since(db: &Db, since: i64) -> anyhow::Result<Vec<(Connectio
 }
 
 /// How many connections exist (a change means rows were deleted or added).
-pub async fn count(db: &Db) -> anyhow::Result<i64> {
+pub(crate) async fn count(db: &Db) -> anyhow::Result<i64> {
     let row = sqlx::query("SELECT COUNT(*) AS n FROM provider_connections")
         .fetch_one(&db.pool)
         .await?;
@@ -353,7 +361,7 @@ pub async fn count(db: &Db) -> anyhow::Result<i64> {
 }
 
 /// Every connection's id, no secrets: how deletions are found.
-pub async fn ids(db: &Db) -> anyhow::Result<Vec<String>> {
+pub(crate) async fn ids(db: &Db) -> anyhow::Result<Vec<String>> {
     let rows = sqlx::query("SELECT id FROM provider_connections")
         .fetch_all(&db.pool)
         .await?;
@@ -361,7 +369,12 @@ pub async fn ids(db: &Db) -> anyhow::Result<Vec<String>> {
 }
 
 /// Removes only the named account.
-pub async fn delete(db: &Db, org_id: &str, provider: &str, alias: &str) -> Result<(), ApiError> {
+pub(crate) async fn delete(
+    db: &Db,
+    org_id: &str,
+    provider: &str,
+    alias: &str,
+) -> Result<(), ApiError> {
     let n = sqlx::query(
         "DELETE FROM provider_connections WHERE org_id = $1 AND provider = $2 AND setup_alias = $3",
     )
@@ -381,7 +394,7 @@ pub async fn delete(db: &Db, org_id: &str, provider: &str, alias: &str) -> Resul
 /// Records a check's verdict. `updated_at` stays: it versions what routing reads
 /// (the secret, the config), and a status is not part of it, so a check never makes
 /// any instance re-read the connection (nor drop its Vertex token cache).
-pub async fn set_status(db: &Db, id: &str, ok: bool, detail: &str) -> Result<(), ApiError> {
+pub(crate) async fn set_status(db: &Db, id: &str, ok: bool, detail: &str) -> Result<(), ApiError> {
     sqlx::query("UPDATE provider_connections SET status = $1, status_detail = $2 WHERE id = $3")
         .bind(if ok { "ok" } else { "failed" })
         .bind(detail)
@@ -394,7 +407,7 @@ pub async fn set_status(db: &Db, id: &str, ok: bool, detail: &str) -> Result<(),
 
 /// Records the provider's spend figure; like a status, not part of what routing
 /// reads, so `updated_at` stays.
-pub async fn set_spend(db: &Db, id: &str, micro_usd: i64) -> Result<(), ApiError> {
+pub(crate) async fn set_spend(db: &Db, id: &str, micro_usd: i64) -> Result<(), ApiError> {
     let now = now_ms();
     sqlx::query(
         "UPDATE provider_connections SET spend_micro_usd = $1, spend_checked_at = $2 WHERE id = $3",

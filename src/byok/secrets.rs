@@ -12,7 +12,7 @@ use base64::Engine as _;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use std::path::Path;
 
-pub struct Sealer {
+pub(crate) struct Sealer {
     key: LessSafeKey,
 }
 
@@ -23,7 +23,7 @@ impl std::fmt::Debug for Sealer {
 }
 
 impl Sealer {
-    pub fn from_key(bytes: &[u8]) -> anyhow::Result<Sealer> {
+    pub(crate) fn from_key(bytes: &[u8]) -> anyhow::Result<Sealer> {
         if bytes.len() != 32 {
             bail!("the secrets key must be 32 bytes (base64 of 32 random bytes)");
         }
@@ -34,7 +34,7 @@ impl Sealer {
     }
 
     /// The configured key, or the key file's (created when missing).
-    pub fn load(key_b64: &str, key_file: &str) -> anyhow::Result<Sealer> {
+    pub(crate) fn load(key_b64: &str, key_file: &str) -> anyhow::Result<Sealer> {
         if !key_b64.trim().is_empty() {
             let bytes = B64
                 .decode(key_b64.trim())
@@ -53,7 +53,7 @@ impl Sealer {
         Sealer::from_key(&bytes)
     }
 
-    pub fn seal(&self, plaintext: &str, bound_to: &str) -> String {
+    pub(crate) fn seal(&self, plaintext: &str, bound_to: &str) -> String {
         let nonce_bytes: [u8; NONCE_LEN] = rand::random();
         let mut buf = plaintext.as_bytes().to_vec();
         let nonce = Nonce::assume_unique_for_key(nonce_bytes);
@@ -65,7 +65,7 @@ impl Sealer {
         format!("v1:{}", B64.encode(out))
     }
 
-    pub fn open(&self, sealed: &str, bound_to: &str) -> anyhow::Result<String> {
+    pub(crate) fn open(&self, sealed: &str, bound_to: &str) -> anyhow::Result<String> {
         let body = sealed
             .strip_prefix("v1:")
             .context("unknown sealed-secret version")?;

@@ -20,9 +20,9 @@ use tokio::sync::Mutex;
 const OVERLAP_MS: i64 = 2_000;
 
 /// A connection with its secret, for calling the provider.
-pub struct Live {
-    pub conn: Connection,
-    pub secret: Arc<str>,
+pub(crate) struct Live {
+    pub(crate) conn: Connection,
+    pub(crate) secret: Arc<str>,
 }
 
 impl std::fmt::Debug for Live {
@@ -34,28 +34,28 @@ impl std::fmt::Debug for Live {
 }
 
 #[derive(Clone, Default, Debug)]
-pub struct Routing {
+pub(crate) struct Routing {
     connections: HashMap<String, Arc<Live>>,
     /// (org, provider) -> the org's accounts of that provider, by alias.
     by_provider: HashMap<(String, String), Vec<Arc<Live>>>,
     /// org -> slug -> the org's chain of rung ids.
-    pub waterfalls: HashMap<String, HashMap<String, Arc<Vec<String>>>>,
+    pub(crate) waterfalls: HashMap<String, HashMap<String, Arc<Vec<String>>>>,
 }
 
 impl Routing {
     /// The org's own connection with this id.
-    pub fn connection(&self, org_id: &str, id: &str) -> Option<&Arc<Live>> {
+    pub(crate) fn connection(&self, org_id: &str, id: &str) -> Option<&Arc<Live>> {
         self.connections.get(id).filter(|l| l.conn.org_id == org_id)
     }
 
     /// The org's first account of a provider (by alias).
-    pub fn first_for(&self, org_id: &str, provider: &str) -> Option<&Arc<Live>> {
+    pub(crate) fn first_for(&self, org_id: &str, provider: &str) -> Option<&Arc<Live>> {
         self.by_provider
             .get(&(org_id.to_string(), provider.to_string()))?
             .first()
     }
 
-    pub fn waterfall(&self, org_id: &str, slug: &str) -> Option<&Arc<Vec<String>>> {
+    pub(crate) fn waterfall(&self, org_id: &str, slug: &str) -> Option<&Arc<Vec<String>>> {
         self.waterfalls.get(org_id)?.get(slug)
     }
 
@@ -98,9 +98,9 @@ impl Routing {
 /// How often the snapshot checks the database for changes.
 const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
-pub struct ByokStore {
+pub(crate) struct ByokStore {
     current: ArcSwap<Routing>,
-    pub sealer: Sealer,
+    pub(crate) sealer: Sealer,
     /// The newest connection `updated_at` seen.
     watermark: AtomicI64,
     /// Every connection row seen (id -> `updated_at`), those whose secret does not
@@ -113,7 +113,7 @@ pub struct ByokStore {
 }
 
 impl ByokStore {
-    pub async fn load(db: &Db, sealer: Sealer) -> anyhow::Result<ByokStore> {
+    pub(crate) async fn load(db: &Db, sealer: Sealer) -> anyhow::Result<ByokStore> {
         let s = ByokStore {
             current: ArcSwap::from_pointee(Routing::default()),
             sealer,
@@ -126,14 +126,14 @@ impl ByokStore {
         Ok(s)
     }
 
-    pub fn snapshot(&self) -> arc_swap::Guard<Arc<Routing>> {
+    pub(crate) fn snapshot(&self) -> arc_swap::Guard<Arc<Routing>> {
         self.current.load()
     }
 
     /// Brings the snapshot up to date: connections changed since the last look
     /// (read and opened one by one, never all of them), deleted ones dropped, and
     /// the waterfalls re-read when they changed.
-    pub async fn refresh(&self, db: &Db) -> anyhow::Result<()> {
+    pub(crate) async fn refresh(&self, db: &Db) -> anyhow::Result<()> {
         let mut seen = self.seen.lock().await;
         let since = self.watermark.load(Ordering::Relaxed) - OVERLAP_MS;
         let mut newest = self.watermark.load(Ordering::Relaxed);
@@ -233,7 +233,7 @@ impl ByokStore {
         Ok(Some(all))
     }
 
-    pub fn spawn_refresh(self: &Arc<Self>, db: Db, feed: &Arc<Feed>) {
+    pub(crate) fn spawn_refresh(self: &Arc<Self>, db: Db, feed: &Arc<Feed>) {
         let store = Arc::clone(self);
         crate::store::spawn_poll(
             REFRESH_EVERY,

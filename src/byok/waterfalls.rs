@@ -5,7 +5,12 @@ use crate::error::Error;
 use crate::store::{now_ms, Db};
 use sluice_filters::ApiError;
 
-pub async fn put(db: &Db, org_id: &str, slug: &str, chain: &[String]) -> Result<(), ApiError> {
+pub(crate) async fn put(
+    db: &Db,
+    org_id: &str,
+    slug: &str,
+    chain: &[String],
+) -> Result<(), ApiError> {
     let text = serde_json::to_string(chain).map_err(|_| ApiError::internal())?;
     sqlx::query(
         "INSERT INTO org_waterfalls (org_id, slug, chain, updated_at) VALUES ($1, $2, $3, $4) \
@@ -21,7 +26,7 @@ pub async fn put(db: &Db, org_id: &str, slug: &str, chain: &[String]) -> Result<
     Ok(())
 }
 
-pub async fn delete(db: &Db, org_id: &str, slug: &str) -> Result<(), ApiError> {
+pub(crate) async fn delete(db: &Db, org_id: &str, slug: &str) -> Result<(), ApiError> {
     sqlx::query("DELETE FROM org_waterfalls WHERE org_id = $1 AND slug = $2")
         .bind(org_id)
         .bind(slug)

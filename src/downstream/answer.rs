@@ -9,15 +9,15 @@ use sluice_filters::{ApiError, Format};
 /// An answer as the client received it: status, the headers worth replaying, and
 /// the body bytes (a stream's frames in order).
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Tape {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+pub(crate) struct Tape {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
 }
 
 /// Sends a stored answer again, marked `idempotent-replayed: true`; returns its
 /// status (499 when the client is gone).
-pub async fn replay(session: &mut Session, tape: Tape) -> u16 {
+pub(crate) async fn replay(session: &mut Session, tape: Tape) -> u16 {
     let Ok(mut h) = ResponseHeader::build_no_case(tape.status, Some(tape.headers.len() + 2)) else {
         return 500;
     };
@@ -44,7 +44,7 @@ pub async fn replay(session: &mut Session, tape: Tape) -> u16 {
 }
 
 /// Writes a complete answer with a body and extra headers.
-pub async fn send(
+pub(crate) async fn send(
     session: &mut Session,
     status: u16,
     content_type: &str,
@@ -67,7 +67,7 @@ pub async fn send(
 
 /// Writes a piece of a streamed answer; the last one (`end`) leaves in one write
 /// with the terminating chunk that follows it.
-pub async fn write_stream_body(
+pub(crate) async fn write_stream_body(
     session: &mut Session,
     body: Bytes,
     end: bool,
@@ -78,11 +78,15 @@ pub async fn write_stream_body(
     session.write_response_body(Some(body), end).await
 }
 
-pub async fn send_json(session: &mut Session, status: u16, body: Vec<u8>) -> pingora::Result<()> {
+pub(crate) async fn send_json(
+    session: &mut Session,
+    status: u16,
+    body: Vec<u8>,
+) -> pingora::Result<()> {
     send(session, status, "application/json", Bytes::from(body), &[]).await
 }
 
-pub async fn send_error(
+pub(crate) async fn send_error(
     session: &mut Session,
     err: &ApiError,
     format: Format,

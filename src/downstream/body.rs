@@ -9,7 +9,7 @@ use pingora::proxy::Session;
 use sluice_filters::{ApiError, ErrorCode};
 use std::time::Instant;
 
-pub enum BodyError {
+pub(crate) enum BodyError {
     TooLarge(ApiError),
     Io(Box<pingora::Error>),
 }
@@ -30,7 +30,7 @@ fn too_large(cap: usize) -> ApiError {
     .with_status(400)
 }
 
-pub async fn read_capped(
+pub(crate) async fn read_capped(
     session: &mut Session,
     cap: usize,
     until: Instant,

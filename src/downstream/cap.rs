@@ -8,21 +8,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 #[derive(Clone)]
-pub struct ConnectionCap {
+pub(crate) struct ConnectionCap {
     name: &'static str,
     max: usize,
     open: Arc<AtomicUsize>,
 }
 
 /// A connection's place under its listener's cap; given back when dropped.
-pub struct Held {
+pub(crate) struct Held {
     name: &'static str,
     open: Arc<AtomicUsize>,
 }
 
 impl ConnectionCap {
     /// `name` is the listener's metric label (gateway, web, ops).
-    pub fn new(name: &'static str, max: usize) -> ConnectionCap {
+    pub(crate) fn new(name: &'static str, max: usize) -> ConnectionCap {
         ConnectionCap {
             name,
             max: max.max(1),
@@ -31,7 +31,7 @@ impl ConnectionCap {
     }
 
     /// A place for a new connection, or `None` (counted) when the cap is held.
-    pub fn take(&self) -> Option<Held> {
+    pub(crate) fn take(&self) -> Option<Held> {
         let m = crate::metrics::global();
         let taken = self
             .open
@@ -62,7 +62,7 @@ impl Drop for Held {
 }
 
 /// The process's open-file limit (`RLIMIT_NOFILE`, soft); 1024 where unknown.
-pub fn descriptor_limit() -> usize {
+pub(crate) fn descriptor_limit() -> usize {
     #[cfg(target_os = "linux")]
     {
         let mut l = libc::rlimit {

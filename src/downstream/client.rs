@@ -9,14 +9,18 @@ use std::net::{IpAddr, SocketAddr};
 /// socket's own (an edge header carries none).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Client {
-    pub ip: IpAddr,
-    pub port: Option<u16>,
+    pub(crate) ip: IpAddr,
+    pub(crate) port: Option<u16>,
 }
 
 impl Client {
     /// The edge header's address when `ip_header` is set and the request has it,
     /// else `peer`.
-    pub fn of(headers: &HeaderMap, ip_header: &str, peer: Option<SocketAddr>) -> Option<Client> {
+    pub(crate) fn of(
+        headers: &HeaderMap,
+        ip_header: &str,
+        peer: Option<SocketAddr>,
+    ) -> Option<Client> {
         match edge_ip(headers, ip_header) {
             Some(ip) => Some(Client { ip, port: None }),
             None => peer.map(|p| Client {
@@ -30,7 +34,7 @@ impl Client {
     /// network of its IPv6 address (one subscriber line is given a whole /64 and
     /// can pick any address in it). An IPv4 address mapped into IPv6 counts as
     /// itself.
-    pub fn origin(&self) -> String {
+    pub(crate) fn origin(&self) -> String {
         match self.ip {
             IpAddr::V4(v4) => v4.to_string(),
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -46,7 +50,7 @@ impl Client {
 
     /// The client of a gateway request, by [`Client::of`]: the peer is the one
     /// our connection or Pingora's socket digest holds.
-    pub fn of_session(session: &pingora::proxy::Session, ip_header: &str) -> Option<Client> {
+    pub(crate) fn of_session(session: &pingora::proxy::Session, ip_header: &str) -> Option<Client> {
         let peer = super::listener::peer(session);
         Client::of(&session.req_header().headers, ip_header, peer)
     }

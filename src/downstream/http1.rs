@@ -24,14 +24,14 @@ use tower::ServiceExt as _;
 
 /// A listener's limits.
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
-    pub header_timeout: Duration,
-    pub body_timeout: Duration,
+pub(crate) struct Limits {
+    pub(crate) header_timeout: Duration,
+    pub(crate) body_timeout: Duration,
 }
 
 /// Serves one accepted connection with `router` under `limits`; returns when the
 /// connection ends. `held` is its place under the listener's cap.
-pub async fn serve_connection<IO>(
+pub(crate) async fn serve_connection<IO>(
     io: IO,
     peer: SocketAddr,
     router: axum::Router,
@@ -59,7 +59,7 @@ pub async fn serve_connection<IO>(
 }
 
 /// Accepts on `listener` for ever, serving each connection that fits under `cap`.
-pub async fn serve_plain(
+pub(crate) async fn serve_plain(
     name: &'static str,
     listener: tokio::net::TcpListener,
     router: axum::Router,

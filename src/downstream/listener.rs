@@ -25,13 +25,13 @@ use tokio::net::TcpStream;
 
 /// Accepts on a listener bound beforehand and serves each connection with `app`
 /// until the service shuts down.
-pub struct PlainListener<A> {
-    pub name: &'static str,
-    pub app: Arc<A>,
-    pub listener: Option<std::net::TcpListener>,
-    pub threads: usize,
+pub(crate) struct PlainListener<A> {
+    pub(crate) name: &'static str,
+    pub(crate) app: Arc<A>,
+    pub(crate) listener: Option<std::net::TcpListener>,
+    pub(crate) threads: usize,
     /// Past it a new connection is closed at accept.
-    pub cap: super::cap::ConnectionCap,
+    pub(crate) cap: super::cap::ConnectionCap,
 }
 
 #[async_trait]
@@ -92,7 +92,7 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for PlainL
 
 /// A listener bound beforehand, for the runtime of the service that serves it;
 /// None (and an error logged) when it cannot be.
-pub fn to_tokio(service: &str, l: std::net::TcpListener) -> Option<tokio::net::TcpListener> {
+pub(crate) fn to_tokio(service: &str, l: std::net::TcpListener) -> Option<tokio::net::TcpListener> {
     tokio::net::TcpListener::from_std(l)
         .inspect_err(|e| tracing::error!(service, error = %e, "listener unusable"))
         .ok()
@@ -107,7 +107,7 @@ const WRITE_BUFFER: usize = 1460;
 /// The gathering buffer is let go at each flush: a stream's connection spends its
 /// life between flushes waiting for the next token, and holds no buffer then.
 #[derive(Debug)]
-pub struct ClientConn {
+pub(crate) struct ClientConn {
     tcp: TcpStream,
     /// The client's address, as `accept` gave it (for the access line and the
     /// request span; there is no socket digest to carry it).
@@ -128,7 +128,7 @@ pub struct ClientConn {
 /// chunked answer may be real time, then its first token; or a stream's last
 /// events, then the terminating chunk. Either pair leaves in one write instead of
 /// two. No effect on a connection that is not ours (TLS, a batch line's pipe).
-pub fn hold_next_flush(session: &pingora::proxy::Session) {
+pub(crate) fn hold_next_flush(session: &pingora::proxy::Session) {
     let conn = session.downstream_session.stream();
     if let Some(conn) = conn.and_then(|c| (**c).as_any().downcast_ref::<ClientConn>()) {
         conn.hold.store(true, Ordering::Relaxed);
@@ -137,7 +137,7 @@ pub fn hold_next_flush(session: &pingora::proxy::Session) {
 
 /// Waits until the session's connection has bytes to read (or is closed); `None`
 /// when the connection is not ours (TLS), which cannot tell.
-pub async fn readable(session: &pingora::proxy::Session) -> Option<io::Result<()>> {
+pub(crate) async fn readable(session: &pingora::proxy::Session) -> Option<io::Result<()>> {
     let conn = session.downstream_session.stream();
     let ours = conn.and_then(|c| (**c).as_any().downcast_ref::<ClientConn>())?;
     Some(ours.tcp.readable().await)
@@ -145,7 +145,7 @@ pub async fn readable(session: &pingora::proxy::Session) -> Option<io::Result<()
 
 /// The client's IP address and port: from our own connection, or from the
 /// socket digest of one Pingora's listener accepted (TLS).
-pub fn peer(session: &pingora::proxy::Session) -> Option<std::net::SocketAddr> {
+pub(crate) fn peer(session: &pingora::proxy::Session) -> Option<std::net::SocketAddr> {
     let conn = session.downstream_session.stream();
     match conn.and_then(|c| (**c).as_any().downcast_ref::<ClientConn>()) {
         Some(ours) => ours.peer,
@@ -154,7 +154,7 @@ pub fn peer(session: &pingora::proxy::Session) -> Option<std::net::SocketAddr> {
 }
 
 impl ClientConn {
-    pub fn new(tcp: TcpStream, peer: Option<std::net::SocketAddr>) -> ClientConn {
+    pub(crate) fn new(tcp: TcpStream, peer: Option<std::net::SocketAddr>) -> ClientConn {
         ClientConn {
             tcp,
             peer,

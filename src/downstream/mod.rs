@@ -2,13 +2,13 @@
 //! flow: reading the request body under its limits and writing whole answers;
 //! and the listeners' own limits (connection caps, the web and ops HTTP/1 loop).
 
-pub mod answer;
-pub mod body;
-pub mod cap;
+pub(crate) mod answer;
+pub(crate) mod body;
+pub(crate) mod cap;
 pub mod client;
-pub mod http1;
-pub mod listener;
-pub mod pending;
+pub(crate) mod http1;
+pub(crate) mod listener;
+pub(crate) mod pending;
 
 /// What answering a request gave: the status written, or the error still to write.
-pub type Handled = Result<u16, sluice_filters::ApiError>;
+pub(crate) type Handled = Result<u16, sluice_filters::ApiError>;

@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-pub struct Pending {
+pub(crate) struct Pending {
     max: usize,
     now: Arc<AtomicUsize>,
 }
@@ -18,7 +18,7 @@ pub struct Pending {
 /// One admitted request's place; given back at its commit (`Tally::commit`) or
 /// when the request ends, whichever is first.
 #[derive(Debug)]
-pub struct Place(Arc<AtomicUsize>);
+pub(crate) struct Place(Arc<AtomicUsize>);
 
 impl Drop for Place {
     fn drop(&mut self) {
@@ -27,7 +27,7 @@ impl Drop for Place {
 }
 
 impl Pending {
-    pub fn new(max: usize) -> Pending {
+    pub(crate) fn new(max: usize) -> Pending {
         Pending {
             max: max.max(1),
             now: Arc::new(AtomicUsize::new(0)),
@@ -35,17 +35,13 @@ impl Pending {
     }
 
     /// A place, or `None` when `max` are taken.
-    pub fn admit(&self) -> Option<Place> {
+    pub(crate) fn admit(&self) -> Option<Place> {
         self.now
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < self.max).then_some(n + 1)
             })
             .ok()
             .map(|_| Place(self.now.clone()))
-    }
-
-    pub fn count(&self) -> usize {
-        self.now.load(Ordering::Relaxed)
     }
 }
 

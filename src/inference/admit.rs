@@ -20,7 +20,11 @@ use std::time::{Duration, Instant};
 
 /// Who asks: the presented key (an Anthropic client's `x-api-key` too on the
 /// messages route), or the batch line this instance's runner sends.
-pub async fn caller(state: &AppState, session: &Session, route: Route) -> Result<Caller, ApiError> {
+pub(crate) async fn caller(
+    state: &AppState,
+    session: &Session,
+    route: Route,
+) -> Result<Caller, ApiError> {
     if let Some(found) = batch_caller(state, session) {
         return found;
     }
@@ -59,12 +63,12 @@ fn batch_caller(state: &AppState, session: &Session) -> Option<Result<Caller, Ap
 }
 
 /// Whether the org may call the model at all (restricted models need a grant).
-pub fn granted(org: &OrgRecord, model: &Model) -> bool {
+pub(crate) fn granted(org: &OrgRecord, model: &Model) -> bool {
     !model.spec.restricted || model.owner.is_some() || org.grants.contains(&model.spec.slug)
 }
 
 /// An org under review is refused on every lane, BYOK included.
-pub fn not_under_review(org: &OrgRecord) -> Result<(), ApiError> {
+pub(crate) fn not_under_review(org: &OrgRecord) -> Result<(), ApiError> {
     if org.under_review {
         return Err(ApiError::new(
             ErrorCode::OrgUnderReview,
@@ -76,7 +80,7 @@ pub fn not_under_review(org: &OrgRecord) -> Result<(), ApiError> {
 
 /// The request body, whole, within the size cap and the read deadline; the
 /// embeddings route also needs it declared as JSON.
-pub async fn read_body(
+pub(crate) async fn read_body(
     state: &AppState,
     session: &mut Session,
     route: Route,
@@ -104,19 +108,19 @@ pub async fn read_body(
 }
 
 /// The model a request names, as the org may call it.
-pub struct Asked {
+pub(crate) struct Asked {
     /// The `model` member as the client wrote it (suffixes included).
-    pub name: String,
+    pub(crate) name: String,
     /// The `[1m]` suffix asked for the 1M-token window.
-    pub long_context: bool,
+    pub(crate) long_context: bool,
     /// The `:online` suffix asked for web search.
-    pub online: bool,
-    pub model: Arc<Model>,
+    pub(crate) online: bool,
+    pub(crate) model: Arc<Model>,
 }
 
 /// Reads `model` from the body's members and finds the model: granted to the
 /// org, offered where the request comes from, and of the route's kind.
-pub fn model(
+pub(crate) fn model(
     state: &AppState,
     session: &Session,
     org: &OrgRecord,
@@ -187,7 +191,7 @@ pub fn model(
 /// The most a request can cost, which the gates hold until it settles: its body as
 /// input, its output budget clamped to the model's maximum, at the dearest price
 /// the request can be billed (cache writes when it marks breakpoints).
-pub fn worst_case(
+pub(crate) fn worst_case(
     model: &Model,
     req: &sluice_filters::ir::Request,
     body_len: usize,
@@ -203,7 +207,7 @@ pub fn worst_case(
 /// Splits the body into its top-level members (values unparsed), once: the native
 /// rungs forward them and the chat format validates them without a second read.
 /// The long strings it found come along (`with_long_strings`).
-pub fn split_object(body: &[u8]) -> Result<Split<'_>, ApiError> {
+pub(crate) fn split_object(body: &[u8]) -> Result<Split<'_>, ApiError> {
     let not_object = || {
         ApiError::new(
             ErrorCode::InvalidRequest,
@@ -231,7 +235,7 @@ pub fn split_object(body: &[u8]) -> Result<Split<'_>, ApiError> {
 
 /// The org's active route for the model: its own order and accounts, the
 /// require-ZDR policy, and a per-request `x-gateway-route` choice of one rung.
-pub fn active_route(
+pub(crate) fn active_route(
     state: &AppState,
     session: &Session,
     org: &OrgRecord,
@@ -265,7 +269,7 @@ pub fn active_route(
 /// platform rungs: when they do and the org's own accounts are on the route, the
 /// request goes on there alone. An unverified email refuses credit-drawing rungs
 /// the same way.
-pub async fn admit_lanes<'a>(
+pub(crate) async fn admit_lanes<'a>(
     state: &AppState,
     rungs: &mut Vec<RouteRung>,
     ask: impl Fn(bool) -> gate::Ask<'a>,

@@ -18,7 +18,7 @@ use sluice_filters::{ApiError, ErrorCode};
 use std::time::{Duration, Instant};
 
 /// How one attempt ended.
-pub enum Attempt {
+pub(crate) enum Attempt {
     /// The answer went to the client (status written).
     Served(u16),
     /// The model ended its turn with no content.
@@ -39,7 +39,7 @@ pub enum Attempt {
 
 impl Attempt {
     /// The outcome label of `x-gateway-attempts` and of metrics.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match self {
             Attempt::Served(_) => "ok".to_string(),
             Attempt::Empty(_) => "empty".to_string(),
@@ -56,7 +56,7 @@ impl Attempt {
 impl Attempt {
     /// The outcome class of metrics and traces; `cut`: a served stream ended
     /// early.
-    pub fn class(&self, cut: bool) -> &'static str {
+    pub(crate) fn class(&self, cut: bool) -> &'static str {
         match self {
             Attempt::Served(_) if cut => "cut",
             // A tool search round is a served model call.
@@ -72,7 +72,7 @@ impl Attempt {
 }
 
 /// Why a rung failed, in words for the `all_routes_failed` message.
-pub fn describe(f: &Failure) -> String {
+pub(crate) fn describe(f: &Failure) -> String {
     match f {
         Failure::Connect(why) => format!("connect failed: {why}"),
         Failure::HeaderTimeout => "timed out waiting for response headers".into(),
@@ -88,7 +88,7 @@ pub fn describe(f: &Failure) -> String {
 
 /// The 400 `refusal`: `provider refused the request: <fixed phrase>` and the
 /// spec's `refusal_reason`.
-pub fn refusal(reason: RefusalReason) -> ApiError {
+pub(crate) fn refusal(reason: RefusalReason) -> ApiError {
     ApiError::new(
         ErrorCode::Refusal,
         format!("provider refused the request: {}", reason.phrase()),
@@ -98,7 +98,7 @@ pub fn refusal(reason: RefusalReason) -> ApiError {
 
 /// Polls a future once: its output if it is ready now, else `None` (and the future
 /// is dropped). Used only on reads that are safe to abandon while pending.
-pub fn ready_now<F: std::future::Future>(fut: F) -> Option<F::Output> {
+pub(crate) fn ready_now<F: std::future::Future>(fut: F) -> Option<F::Output> {
     let mut fut = std::pin::pin!(fut);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     match fut.as_mut().poll(&mut cx) {
@@ -108,7 +108,7 @@ pub fn ready_now<F: std::future::Future>(fut: F) -> Option<F::Output> {
 }
 
 /// Waits for `fut` unless the client goes away first.
-pub async fn unless_gone<F: std::future::Future>(
+pub(crate) async fn unless_gone<F: std::future::Future>(
     session: &mut Session,
     fut: F,
 ) -> Option<F::Output> {
@@ -121,7 +121,7 @@ pub async fn unless_gone<F: std::future::Future>(
 
 /// Writes a whole answer (header with its content length, then the body); false
 /// when the client is gone.
-pub async fn write_whole(
+pub(crate) async fn write_whole(
     session: &mut Session,
     tally: &mut Tally,
     mut h: ResponseHeader,
@@ -143,7 +143,7 @@ pub async fn write_whole(
 }
 
 /// The header of a whole JSON answer, with the receipt.
-pub fn json_header(tally: &Tally, provider: &str, outcome: &str) -> Option<ResponseHeader> {
+pub(crate) fn json_header(tally: &Tally, provider: &str, outcome: &str) -> Option<ResponseHeader> {
     // Room for ours and the two Pingora adds (date, connection): no regrowth.
     let mut h = ResponseHeader::build_no_case(200, Some(8)).ok()?;
     let _ = h.insert_header(
@@ -155,7 +155,11 @@ pub fn json_header(tally: &Tally, provider: &str, outcome: &str) -> Option<Respo
 }
 
 /// The SSE response header, with the receipt.
-pub fn sse_header(tally: &Tally, provider: &str, outcome: &str) -> Option<Box<ResponseHeader>> {
+pub(crate) fn sse_header(
+    tally: &Tally,
+    provider: &str,
+    outcome: &str,
+) -> Option<Box<ResponseHeader>> {
     let mut h = ResponseHeader::build_no_case(200, Some(10)).ok()?;
     let _ = h.insert_header("content-type", "text/event-stream");
     let _ = h.insert_header("cache-control", "no-cache");
@@ -165,7 +169,7 @@ pub fn sse_header(tally: &Tally, provider: &str, outcome: &str) -> Option<Box<Re
 }
 
 /// What waiting for the next upstream piece before the commit point gave.
-pub enum Before {
+pub(crate) enum Before {
     Piece(Bytes),
     /// The upstream body ended cleanly.
     End,
@@ -178,7 +182,7 @@ pub enum Before {
 /// out so the client's own timeouts do not fire; fail-over stays invisible behind
 /// them. The request deadline, the first-token deadline, a broken connection and a
 /// departed client end the attempt.
-pub async fn read_before_commit(
+pub(crate) async fn read_before_commit(
     session: &mut Session,
     tally: &mut Tally,
     call: &mut Call<'_>,
@@ -238,7 +242,7 @@ pub async fn read_before_commit(
 
 /// Reads an error answer's body (bounded, briefly) to tell a refusal, a
 /// rejected request and a failure apart. The connection is not reused either way.
-pub async fn failed_status(
+pub(crate) async fn failed_status(
     wire: Option<Wire>,
     target: &Target,
     mut call: Call<'_>,
@@ -290,21 +294,21 @@ fn rejected(target: &Target, status: u16, r: Rejection) -> ApiError {
 
 /// Where and how one attempt posts: the rung, its path and wire, the body and the
 /// headers this request needs there.
-pub struct Post<'a> {
-    pub target: &'a Target,
-    pub path: &'a str,
+pub(crate) struct Post<'a> {
+    pub(crate) target: &'a Target,
+    pub(crate) path: &'a str,
     /// The wire whose error answers may be refusals (`None`: embeddings, whose
     /// error answers are failures only).
-    pub wire: Option<Wire>,
-    pub body: OutBody,
-    pub stream: bool,
-    pub headers: &'a [(&'static str, &'static str)],
+    pub(crate) wire: Option<Wire>,
+    pub(crate) body: OutBody,
+    pub(crate) stream: bool,
+    pub(crate) headers: &'a [(&'static str, &'static str)],
 }
 
 /// Posts to the rung and waits for its answer's header, within the request's
 /// deadline and unless the client goes away first. A non-2xx answer ends the
 /// attempt (a refusal, or a failure the waterfall judges).
-pub async fn open<'e>(
+pub(crate) async fn open<'e>(
     engine: &'e Engine,
     session: &mut Session,
     tally: &mut Tally,
@@ -338,7 +342,7 @@ pub async fn open<'e>(
 /// Posts a whole (not streamed) request and reads the whole answer, which must
 /// come within the rung's header and first-token times and within
 /// `limits.max_response_bytes`. The client going away ends the wait.
-pub async fn read_whole<'e>(
+pub(crate) async fn read_whole<'e>(
     engine: &'e Engine,
     session: &mut Session,
     tally: &mut Tally,

@@ -134,7 +134,7 @@ async fn rung(
     Ok(Some(all))
 }
 
-pub async fn serve(
+pub(crate) async fn serve(
     engine: &Engine,
     session: &mut Session,
     tally: &mut Tally,

@@ -25,7 +25,7 @@ mod tally;
 mod translated;
 mod waterfall;
 
-pub use admit::granted;
+pub(crate) use admit::granted;
 
 use crate::billing::gate::Admission;
 use crate::catalog::Model;
@@ -47,15 +47,15 @@ use tally::{Outcome, Tally};
 
 /// What serving inference needs beyond the shared state: the provider client,
 /// the health of every rung it calls, and the features registered at start.
-pub struct Engine {
-    pub state: Arc<AppState>,
+pub(crate) struct Engine {
+    pub(crate) state: Arc<AppState>,
     upstreams: Upstreams,
     breaker: Breaker,
     hooks: Registry,
 }
 
 impl Engine {
-    pub fn new(state: Arc<AppState>, hooks: Registry) -> Engine {
+    pub(crate) fn new(state: Arc<AppState>, hooks: Registry) -> Engine {
         let upstreams = Upstreams::new(&state.config);
         let b = &state.config.breaker;
         let breaker = Breaker::new(b.failure_threshold, Duration::from_millis(b.cooldown_ms));
@@ -70,7 +70,7 @@ impl Engine {
     /// Serves one request of an inference route (chat, responses, messages,
     /// embeddings); returns the status the client saw. `trail` learns what the
     /// operator's metrics, access line and trace report.
-    pub async fn handle(
+    pub(crate) async fn handle(
         &self,
         session: &mut Session,
         route: Route,
@@ -122,7 +122,7 @@ impl Engine {
         let who = ask.settling(admission);
         let status = settle::settle(state, session, &mut tally, who, outcome, trail).await;
         let billed = tally.billable || tally.header_sent || (200..300).contains(&status);
-        let done = ask.settled(status, served, billed, streamed);
+        let done = ask.settled(served, billed, streamed);
         std::mem::take(&mut tally.hooks).after(&done).await;
         Ok(status)
     }
@@ -159,16 +159,13 @@ impl Asking<'_> {
     /// A request refused before the waterfall: the features hear of it (a
     /// claimed key is released).
     async fn refused(&self, hooks: Hooks, e: ApiError) -> ApiError {
-        hooks
-            .after(&self.settled(e.status, false, false, false))
-            .await;
+        hooks.after(&self.settled(false, false, false)).await;
         e
     }
 
     /// How the request ended, for the features' `after`.
-    fn settled(&self, status: u16, served: bool, billed: bool, streamed: bool) -> Settled<'_> {
+    fn settled(&self, served: bool, billed: bool, streamed: bool) -> Settled<'_> {
         Settled {
-            status,
             served,
             billed,
             streamed,

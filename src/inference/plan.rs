@@ -24,36 +24,36 @@ use sluice_filters::{ApiError, ErrorCode};
 use std::sync::Arc;
 
 /// One inference request, parsed.
-pub struct ParsedRequest<'a> {
-    pub inbound: Inbound,
+pub(crate) struct ParsedRequest<'a> {
+    pub(crate) inbound: Inbound,
     /// The canonical form, for rungs of another wire.
-    pub req: Request,
+    pub(crate) req: Request,
     /// The client's top-level members, unparsed, for native rungs.
-    pub object: RawObject<'a>,
+    pub(crate) object: RawObject<'a>,
     /// The client's body that `object` borrows from: a native rung's long values
     /// are sent as slices of it.
-    pub source: Bytes,
-    pub stream: bool,
+    pub(crate) source: Bytes,
+    pub(crate) stream: bool,
     /// The `[1m]` suffix asked for the 1M-token window.
-    pub long_context: bool,
+    pub(crate) long_context: bool,
     /// The active route for the org, in order, each rung with its lane.
-    pub rungs: Vec<RouteRung>,
-    pub org_id: String,
+    pub(crate) rungs: Vec<RouteRung>,
+    pub(crate) org_id: String,
     /// The request is long enough for a provider to cache its prefix.
-    pub cacheable: bool,
+    pub(crate) cacheable: bool,
     /// Responses: the store keeps this turn and the client did not ask for the
     /// encrypted reasoning, so the gateway asks a reasoning rung for it (and the
     /// client's answer goes without it).
-    pub keep_reasoning: bool,
+    pub(crate) keep_reasoning: bool,
     /// A feature's part in the attempt loop (none on the common request): the
     /// canonical path for every rung, request-level drops, a service-run search,
     /// rounds between model calls.
-    pub part: Option<Box<dyn LoopPart>>,
+    pub(crate) part: Option<Box<dyn LoopPart>>,
 }
 
 /// Providers cache prompt prefixes of about 1,024 tokens and more; a shorter
 /// conversation has no cache to stay near (about 4 bytes per token of JSON).
-pub const CACHEABLE_BYTES: usize = 4_096;
+pub(crate) const CACHEABLE_BYTES: usize = 4_096;
 
 impl ParsedRequest<'_> {
     /// Every rung takes the canonical path: a feature rewrites the request or its
@@ -113,19 +113,19 @@ impl ParsedRequest<'_> {
 }
 
 /// One rung the policy let through, and how it is spoken to.
-pub struct PlannedRung {
-    pub target: Arc<Target>,
-    pub wire: Wire,
-    pub native: bool,
+pub(crate) struct PlannedRung {
+    pub(crate) target: Arc<Target>,
+    pub(crate) wire: Wire,
+    pub(crate) native: bool,
     /// Inbound field names this rung does not receive (disclosed).
-    pub dropped: Vec<String>,
+    pub(crate) dropped: Vec<String>,
     /// Request headers this rung needs for this request.
-    pub headers: Vec<(&'static str, &'static str)>,
-    pub lane: Lane,
+    pub(crate) headers: Vec<(&'static str, &'static str)>,
+    pub(crate) lane: Lane,
     /// The provider routes by `prompt_cache_key` on this rung.
-    pub cache_key_routing: bool,
+    pub(crate) cache_key_routing: bool,
     /// The rung's model reasons (the `reasoning` capability).
-    pub reasons: bool,
+    pub(crate) reasons: bool,
 }
 
 /// The beta flag that opens Anthropic's 1M-token window (the `[1m]` suffix).
@@ -212,12 +212,12 @@ impl ParsedRequest<'_> {
 }
 
 /// What a rung is sent for a request.
-pub struct Rendered {
-    pub body: OutBody,
+pub(crate) struct Rendered {
+    pub(crate) body: OutBody,
     /// The `x-service-ignored-parameters` value: what this rung does not receive.
-    pub ignored: Option<String>,
+    pub(crate) ignored: Option<String>,
     /// Hidden reasoning of another maker was removed from the history.
-    pub repaired: bool,
+    pub(crate) repaired: bool,
 }
 
 impl PlannedRung {
@@ -225,7 +225,7 @@ impl PlannedRung {
     /// rung gets the client's own members, less the dropped ones; any other rung the
     /// canonical request rendered for its wire. Rungs whose provider routes by
     /// `prompt_cache_key` get the derived value.
-    pub fn render(&self, parsed: &ParsedRequest) -> Rendered {
+    pub(crate) fn render(&self, parsed: &ParsedRequest) -> Rendered {
         let t = &self.target;
         // Hidden reasoning goes back only to the maker that produced it; anything
         // else is removed from the history this rung gets (and the answer says so).

@@ -20,19 +20,19 @@ use sluice_filters::{ApiError, Route};
 
 /// The request as admitted: who asks, on which route, for which model, and its
 /// body (as the features rebuilt it) with its members.
-pub struct Asking<'a> {
-    pub caller: &'a Caller,
-    pub route: Route,
+pub(crate) struct Asking<'a> {
+    pub(crate) caller: &'a Caller,
+    pub(crate) route: Route,
     /// The client's format; `None` for embeddings.
-    pub inbound: Option<Inbound>,
-    pub asked: &'a Asked,
-    pub body: &'a Bytes,
-    pub members: &'a [Member<'a>],
-    pub long: &'a LongStrings<'a>,
+    pub(crate) inbound: Option<Inbound>,
+    pub(crate) asked: &'a Asked,
+    pub(crate) body: &'a Bytes,
+    pub(crate) members: &'a [Member<'a>],
+    pub(crate) long: &'a LongStrings<'a>,
 }
 
 impl<'a> Asking<'a> {
-    pub fn new(
+    pub(crate) fn new(
         caller: &'a Caller,
         route: Route,
         asked: &'a Asked,
@@ -69,7 +69,7 @@ impl<'a> Asking<'a> {
 }
 
 /// What the phase decided.
-pub enum Ready<'a> {
+pub(crate) enum Ready<'a> {
     /// The gates are taken: serve this.
     Go(Admission, Work<'a>),
     /// A feature answers the request with what it answered the first time.
@@ -77,13 +77,13 @@ pub enum Ready<'a> {
 }
 
 /// What the waterfall serves.
-pub enum Work<'a> {
+pub(crate) enum Work<'a> {
     Rungs(Box<ParsedRequest<'a>>),
     Embed(EmbedRequest, Vec<RouteRung>),
 }
 
 impl Work<'_> {
-    pub fn streams(&self) -> bool {
+    pub(crate) fn streams(&self) -> bool {
         matches!(self, Work::Rungs(p) if p.stream)
     }
 }

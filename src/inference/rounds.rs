@@ -15,7 +15,7 @@ use pingora::proxy::Session;
 
 /// Serves a parsed request: the waterfall once, or in rounds when the gateway
 /// serves its tool search.
-pub async fn serve(
+pub(crate) async fn serve(
     engine: &Engine,
     session: &mut Session,
     tally: &mut Tally,

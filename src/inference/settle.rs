@@ -20,17 +20,17 @@ use sluice_filters::{ErrorCode, Format, Route};
 use std::time::Duration;
 
 /// What settlement records the request under, and the gates it took.
-pub struct Settling<'a> {
-    pub route: Route,
+pub(crate) struct Settling<'a> {
+    pub(crate) route: Route,
     /// The client's format; `None` for embeddings.
-    pub inbound: Option<Inbound>,
-    pub model: &'a Model,
-    pub caller: &'a Caller,
-    pub admission: gate::Admission,
+    pub(crate) inbound: Option<Inbound>,
+    pub(crate) model: &'a Model,
+    pub(crate) caller: &'a Caller,
+    pub(crate) admission: gate::Admission,
 }
 
 /// Settles a served (or failed) request; returns the status the client saw.
-pub async fn settle(
+pub(crate) async fn settle(
     state: &AppState,
     session: &mut Session,
     tally: &mut Tally,

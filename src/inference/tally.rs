@@ -21,7 +21,7 @@ fn push_attempt(list: &mut String, provider: &str, outcome: &str) {
 }
 
 /// How a request ended, for the caller of the attempt loop.
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// An answer went out with this status.
     Written(u16),
     /// Nothing committed: answer with this error (in-band if the header went out).
@@ -31,59 +31,59 @@ pub enum Outcome {
     Round(Box<crate::hooks::Turn>),
 }
 
-pub struct Tally {
+pub(crate) struct Tally {
     /// The request's place under `[limits] max_pending`, until it commits.
-    pub pending: Option<crate::downstream::pending::Place>,
-    pub started: Instant,
-    pub deadline: Instant,
+    pub(crate) pending: Option<crate::downstream::pending::Place>,
+    pub(crate) started: Instant,
+    pub(crate) deadline: Instant,
     /// Time spent waiting on providers.
-    pub upstream_wait: Duration,
+    pub(crate) upstream_wait: Duration,
     /// `x-gateway-attempts`: `provider:outcome` pairs in order.
-    pub attempts: String,
+    pub(crate) attempts: String,
     /// Whether the 200 header of a stream already went out (early keep-alives).
-    pub header_sent: bool,
-    pub rung: Option<String>,
-    pub usage: Usage,
-    pub incomplete: bool,
-    pub empty_attempts: u32,
-    pub first_token: Option<Duration>,
+    pub(crate) header_sent: bool,
+    pub(crate) rung: Option<String>,
+    pub(crate) usage: Usage,
+    pub(crate) incomplete: bool,
+    pub(crate) empty_attempts: u32,
+    pub(crate) first_token: Option<Duration>,
     /// `x-service-ignored-parameters` of the current attempt: the fields its rung
     /// does not receive.
-    pub ignored: Option<String>,
+    pub(crate) ignored: Option<String>,
     /// The current attempt's history lost hidden reasoning of another maker
     /// (`x-gateway-replay-repair: encrypted_reasoning_stripped`).
-    pub replay_repaired: bool,
+    pub(crate) replay_repaired: bool,
     /// The price the serving rung bills at: every answer's usage is priced with
     /// it (zero on the org's own accounts and on free allowances).
-    pub price: Price,
+    pub(crate) price: Price,
     /// What platform rungs bill at for this request.
-    pub platform_price: Price,
+    pub(crate) platform_price: Price,
     /// The lane of the rung being tried (then of the one that served).
-    pub lane: crate::byok::Lane,
+    pub(crate) lane: crate::byok::Lane,
     /// A rung served content: only then is the call billed (failed and empty
     /// attempts cost nothing).
-    pub billable: bool,
+    pub(crate) billable: bool,
     /// Responses: the client did not ask for `reasoning.encrypted_content`, so its
     /// answer goes without it.
-    pub hide_encrypted: bool,
+    pub(crate) hide_encrypted: bool,
     /// The prompt's size in tokens as the gateway estimates it (body bytes / 4):
     /// a cut stream whose provider never reported its count bills this.
-    pub prompt_estimate: u64,
+    pub(crate) prompt_estimate: u64,
     /// What features add to the account beyond this call (none on the common
     /// request): earlier rounds, a service-run search and its fee.
-    pub extra: Option<Box<Extra>>,
+    pub(crate) extra: Option<Box<Extra>>,
     /// The attempt spans and the `traceparent` providers get (empty when the
     /// request is neither traced nor carries one).
-    pub trace: crate::trace::Attempts,
+    pub(crate) trace: crate::trace::Attempts,
     /// The request's features, told of the answer's header and bytes as they go
     /// out (none on the common request).
-    pub hooks: Hooks,
+    pub(crate) hooks: Hooks,
 }
 
 impl Tally {
     /// A request's account as its waterfall starts: `body_len` bytes asking for
     /// `model`, holding its `place` under `[limits] max_pending`.
-    pub fn new(
+    pub(crate) fn new(
         started: Instant,
         deadline: Duration,
         place: Option<crate::downstream::pending::Place>,
@@ -117,7 +117,7 @@ impl Tally {
     }
 
     /// A free allowance serves the request: platform rungs bill nothing.
-    pub fn free(&mut self, free: bool) {
+    pub(crate) fn free(&mut self, free: bool) {
         if free {
             self.platform_price = Price::default();
         }
@@ -125,7 +125,7 @@ impl Tally {
 
     /// A feature's vendor time (a service-run search) is not the gateway's
     /// overhead.
-    pub fn count_vendor_time(&mut self) {
+    pub(crate) fn count_vendor_time(&mut self) {
         if let Some(us) = self.extra.as_ref().and_then(|o| o.search_us) {
             self.upstream_wait += Duration::from_micros(us);
         }
@@ -133,14 +133,14 @@ impl Tally {
 
     /// The answer's header, about to go out: the features see it (and may add
     /// to it).
-    pub fn header_out(&mut self, h: &mut ResponseHeader) {
+    pub(crate) fn header_out(&mut self, h: &mut ResponseHeader) {
         self.hooks.header(h);
     }
 
     /// Bytes about to go to the client: the features see them as rendered, then
     /// without encrypted reasoning when the client did not ask for it, as
     /// written; handed back to be written.
-    pub fn outgoing(&mut self, bytes: Vec<u8>, streamed: bool) -> Vec<u8> {
+    pub(crate) fn outgoing(&mut self, bytes: Vec<u8>, streamed: bool) -> Vec<u8> {
         self.hooks.rendered(&bytes);
         let bytes = if self.hide_encrypted {
             sluice_filters::inbound::responses::without_encrypted_content(&bytes, streamed)
@@ -153,7 +153,7 @@ impl Tally {
     }
 
     /// Body bytes sent to the client as they are (no output rule applies).
-    pub fn body_out(&mut self, bytes: &[u8]) {
+    pub(crate) fn body_out(&mut self, bytes: &[u8]) {
         self.hooks.rendered(bytes);
         self.hooks.wrote(bytes);
     }
@@ -161,7 +161,7 @@ impl Tally {
     /// The usage of an answer cut short: what the provider reported, with the
     /// prompt and the delivered output estimated where it reported nothing (the
     /// provider bills a prompt it was sent, and the output it streamed).
-    pub fn cut_usage(&self, seen: Option<Usage>, content_chars: usize) -> Usage {
+    pub(crate) fn cut_usage(&self, seen: Option<Usage>, content_chars: usize) -> Usage {
         let mut u = seen.unwrap_or_default();
         if u.input_tokens == 0 {
             u.input_tokens = self.prompt_estimate;
@@ -174,7 +174,7 @@ impl Tally {
 
     /// `usage` with its cost at this model's price; an orchestrated request's
     /// answer reports what all of it used (earlier rounds, searches, the fee).
-    pub fn priced(&self, usage: Usage) -> Usage {
+    pub(crate) fn priced(&self, usage: Usage) -> Usage {
         let mut u = crate::billing::priced(&self.price, usage);
         if let Some(o) = &self.extra {
             o.add_to(&mut u, self.lane == crate::byok::Lane::Platform);
@@ -184,7 +184,7 @@ impl Tally {
 
     /// A search round's model call is banked: billed at its rung's price, its
     /// usage kept for the request's total, and this call's count started over.
-    pub fn bank_round(&mut self, list: &Price) {
+    pub(crate) fn bank_round(&mut self, list: &Price) {
         let u = std::mem::take(&mut self.usage);
         let billed = crate::billing::cost_micro_usd(&self.price, &u);
         let listed = crate::billing::cost_micro_usd(list, &u);
@@ -202,21 +202,21 @@ impl Tally {
     }
 
     /// The stream an earlier round began, for this call to continue.
-    pub fn take_resume(&mut self) -> Option<Box<dyn sluice_filters::ir::StreamEncoder>> {
+    pub(crate) fn take_resume(&mut self) -> Option<Box<dyn sluice_filters::ir::StreamEncoder>> {
         self.extra.as_mut().and_then(|o| o.take_stream())
     }
 
     /// What the request is billed beyond this call's usage at its price: earlier
     /// rounds (model calls the provider billed, whatever came after), and the
     /// search fee when an answer was served.
-    pub fn billed_extra(&self) -> i64 {
+    pub(crate) fn billed_extra(&self) -> i64 {
         self.extra.as_ref().map_or(0, |o| {
             o.rounds_billed + i64::try_from(self.search_fee()).unwrap_or(i64::MAX)
         })
     }
 
     /// The web search fee this request is billed (none unless a rung served it).
-    pub fn search_fee(&self) -> u64 {
+    pub(crate) fn search_fee(&self) -> u64 {
         match &self.extra {
             Some(o) if self.billable => o.fee(self.lane == crate::byok::Lane::Platform),
             _ => 0,
@@ -225,14 +225,14 @@ impl Tally {
 
     /// A platform rung served a model call of the request (this one, or an
     /// earlier round's): the request draws credits.
-    pub fn platform_served(&self) -> bool {
+    pub(crate) fn platform_served(&self) -> bool {
         self.lane == crate::byok::Lane::Platform
             || self.extra.as_ref().is_some_and(|o| o.rounds_platform)
     }
 
     /// All the request used: this call's usage and earlier rounds', with the web
     /// searches the gateway ran.
-    pub fn total_usage(&self) -> Usage {
+    pub(crate) fn total_usage(&self) -> Usage {
         let mut u = self.usage;
         if let Some(o) = &self.extra {
             let cost = u.cost_micro_usd;
@@ -242,12 +242,12 @@ impl Tally {
         u
     }
 
-    pub fn attempt(&mut self, provider: &str, outcome: &str) {
+    pub(crate) fn attempt(&mut self, provider: &str, outcome: &str) {
         push_attempt(&mut self.attempts, provider, outcome);
     }
 
     /// Microseconds spent in the gateway itself so far.
-    pub fn overhead_us(&self) -> u64 {
+    pub(crate) fn overhead_us(&self) -> u64 {
         self.started
             .elapsed()
             .saturating_sub(self.upstream_wait)
@@ -265,7 +265,7 @@ impl Tally {
     }
 
     /// Adds the receipt headers to an answer's header.
-    pub fn receipt_headers(&self, h: &mut ResponseHeader, provider: &str, outcome: &str) {
+    pub(crate) fn receipt_headers(&self, h: &mut ResponseHeader, provider: &str, outcome: &str) {
         let _ = h.insert_header("x-gateway-attempts", self.attempts_with(provider, outcome));
         let _ = h.insert_header(
             "x-gateway-overhead-us",
@@ -288,7 +288,7 @@ impl Tally {
     }
 
     /// The receipt as a JSON member for a stream's final chunk.
-    pub fn receipt_json(&self, provider: &str, outcome: &str) -> Vec<u8> {
+    pub(crate) fn receipt_json(&self, provider: &str, outcome: &str) -> Vec<u8> {
         let mut v = serde_json::json!({
             "attempts": self.attempts_with(provider, outcome),
             "overhead_us": self.overhead_us(),

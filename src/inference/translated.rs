@@ -33,7 +33,7 @@ use sluice_filters::ApiError;
 use std::time::{Duration, Instant};
 
 /// Runs one attempt with a rendered body.
-pub async fn run(
+pub(crate) async fn run(
     engine: &Engine,
     session: &mut Session,
     tally: &mut Tally,

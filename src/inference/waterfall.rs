@@ -30,7 +30,7 @@ use sluice_filters::{ApiError, ErrorCode};
 const AFFINITY_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Serves an inference request for a model whose route the caller may use.
-pub async fn serve(
+pub(crate) async fn serve(
     engine: &Engine,
     session: &mut Session,
     tally: &mut Tally,

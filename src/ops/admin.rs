@@ -15,7 +15,7 @@ use axum::Router;
 use sha2::{Digest, Sha256};
 use sluice_filters::ApiError;
 
-pub fn router(state: Shared) -> Router<Shared> {
+pub(crate) fn router(state: Shared) -> Router<Shared> {
     Router::new()
         .route("/admin/orgs", post(create_org))
         .route("/admin/orgs/{org_id}", get(show_org))

@@ -1,7 +1,7 @@
 //! The ops listener: `/healthz`, `/readyz`, `/metrics` and the admin API under
 //! `/admin` (behind the admin token).
 
-pub mod admin;
+pub(crate) mod admin;
 
 use crate::api::respond::{json, Failure};
 use crate::api::Shared;
@@ -12,7 +12,7 @@ use axum::routing::get;
 use axum::Router;
 use sluice_filters::ApiError;
 
-pub fn router(state: Shared) -> Router {
+pub(crate) fn router(state: Shared) -> Router {
     Router::new()
         .route(
             "/healthz",

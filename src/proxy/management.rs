@@ -14,7 +14,7 @@ use tower::ServiceExt;
 /// The largest management answer we relay (catalog pages are far smaller).
 const MAX_ANSWER: usize = 16 * 1024 * 1024;
 
-pub async fn dispatch(
+pub(crate) async fn dispatch(
     router: &Router,
     session: &mut Session,
     cap: usize,

@@ -23,7 +23,7 @@ use sluice_filters::{ApiError, ErrorCode, Format, Route};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub struct Gateway {
+pub(crate) struct Gateway {
     state: Arc<AppState>,
     management: axum::Router,
     engine: Engine,
@@ -37,13 +37,13 @@ pub struct Gateway {
 
 impl Gateway {
     /// The gateway clients reach: load shed past `[limits] max_pending`.
-    pub fn new(state: Arc<AppState>, hooks: Registry) -> Gateway {
+    pub(crate) fn new(state: Arc<AppState>, hooks: Registry) -> Gateway {
         let pending = Some(Pending::new(state.config.max_pending()));
         Gateway::with(state, hooks, pending)
     }
 
     /// The batch lines' gateway.
-    pub fn for_batch_lines(state: Arc<AppState>, hooks: Registry) -> Gateway {
+    pub(crate) fn for_batch_lines(state: Arc<AppState>, hooks: Registry) -> Gateway {
         Gateway::with(state, hooks, None)
     }
 

@@ -10,7 +10,7 @@ use pingora::proxy::Session;
 use serde_json::json;
 use sluice_filters::{ApiError, ErrorCode};
 
-pub async fn list(state: &AppState, session: &mut Session) -> Handled {
+pub(crate) async fn list(state: &AppState, session: &mut Session) -> Handled {
     let org = super::caller(state, session).await?.org;
     let catalog = state.catalog.snapshot();
     let data: Vec<_> = catalog
@@ -27,7 +27,7 @@ pub async fn list(state: &AppState, session: &mut Session) -> Handled {
     Ok(200)
 }
 
-pub async fn one(state: &AppState, session: &mut Session) -> Handled {
+pub(crate) async fn one(state: &AppState, session: &mut Session) -> Handled {
     let org = super::caller(state, session).await?.org;
     let path = session.req_header().uri.path().trim_end_matches('/');
     let id = path

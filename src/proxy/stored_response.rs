@@ -10,7 +10,7 @@ use pingora::proxy::Session;
 use serde_json::json;
 use sluice_filters::{ApiError, ErrorCode};
 
-pub async fn delete(state: &AppState, session: &mut Session) -> Handled {
+pub(crate) async fn delete(state: &AppState, session: &mut Session) -> Handled {
     let org = super::caller(state, session).await?.org;
     let path = session.req_header().uri.path().trim_end_matches('/');
     let id = path

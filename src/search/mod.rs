@@ -118,7 +118,7 @@ impl Searcher {
     /// (once, within `[search] timeout_ms` and the request's deadline) and its
     /// results join the instructions, and deferred tools are withheld behind the
     /// `tool_search` function.
-    pub async fn prepare(
+    pub(crate) async fn prepare(
         &self,
         up: &Upstreams,
         req: &mut Request,

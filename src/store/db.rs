@@ -305,7 +305,8 @@ impl Db {
     }
 
     /// `max`: the pool's connection limit (default: 4 for SQLite, 16 for PostgreSQL).
-    pub async fn connect_with(url: &str, max: Option<u32>) -> anyhow::Result<Db> {
+    #[cfg(test)]
+    async fn connect_with(url: &str, max: Option<u32>) -> anyhow::Result<Db> {
         Db::open(url, max, DEFAULT_TIMEOUT).await
     }
 

@@ -14,7 +14,6 @@
 use anyhow::Context;
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::BoxStream;
-use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{MultipartUpload, ObjectStore, PutPayload};
 use sha2::{Digest, Sha256};
@@ -110,30 +109,6 @@ impl Objects {
             size: 0,
             hash: Sha256::new(),
         }
-    }
-
-    /// Puts a whole stream of bytes under `key` (see [`ObjectWriter`]).
-    pub async fn put_stream<E>(
-        &self,
-        key: &str,
-        mut body: impl futures_util::Stream<Item = Result<Bytes, E>> + Unpin,
-        cap: u64,
-    ) -> Result<Result<Stored, PutError>, E> {
-        let mut w = self.writer(key, cap);
-        while let Some(chunk) = body.next().await {
-            let chunk = match chunk {
-                Ok(c) => c,
-                Err(e) => {
-                    w.abort().await;
-                    return Err(e);
-                }
-            };
-            if let Err(e) = w.write(chunk).await {
-                w.abort().await;
-                return Ok(Err(e));
-            }
-        }
-        Ok(w.finish().await)
     }
 
     /// Puts small bytes whole.
@@ -303,6 +278,7 @@ impl ObjectWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures_util::StreamExt;
 
     #[tokio::test]
     async fn streamed_puts_are_hashed_capped_and_leave_nothing_when_refused() {

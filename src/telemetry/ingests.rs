@@ -99,7 +99,7 @@ pub struct NewIngest<'a> {
 }
 
 /// The org's upload tickets issued and not yet used (nor expired).
-pub async fn open_tickets(db: &Db, org_id: &str) -> Result<i64, Error> {
+pub(crate) async fn open_tickets(db: &Db, org_id: &str) -> Result<i64, Error> {
     let row = sqlx::query(
         "SELECT COUNT(*) AS n FROM telemetry_ingests WHERE org_id = $1 \
          AND status IN ('awaiting_bytes', 'uploading') AND expires_at > $2",
@@ -112,7 +112,7 @@ pub async fn open_tickets(db: &Db, org_id: &str) -> Result<i64, Error> {
     Ok(row.get("n"))
 }
 
-pub async fn create(db: &Db, n: NewIngest<'_>) -> Result<Ingest, Error> {
+pub(crate) async fn create(db: &Db, n: NewIngest<'_>) -> Result<Ingest, Error> {
     let id = new_id("ing");
     let key = format!("telemetry/{}/{id}", n.org_id);
     let now = now_ms();
@@ -140,7 +140,7 @@ pub async fn create(db: &Db, n: NewIngest<'_>) -> Result<Ingest, Error> {
     })
 }
 
-pub async fn get(db: &Db, id: &str) -> Result<Option<Ingest>, Error> {
+pub(crate) async fn get(db: &Db, id: &str) -> Result<Option<Ingest>, Error> {
     let row = sqlx::query(&format!(
         "SELECT {COLS} FROM telemetry_ingests WHERE id = $1"
     ))
@@ -153,7 +153,7 @@ pub async fn get(db: &Db, id: &str) -> Result<Option<Ingest>, Error> {
 
 /// Claims the one PUT a ticket allows: `awaiting_bytes` (or an upload whose
 /// instance died) → `uploading`. False when another PUT has it or it is done.
-pub async fn begin_upload(db: &Db, id: &str) -> Result<bool, Error> {
+pub(crate) async fn begin_upload(db: &Db, id: &str) -> Result<bool, Error> {
     let now = now_ms();
     let r = sqlx::query(
         "UPDATE telemetry_ingests SET status = 'uploading', upload_started_at = $2, updated_at = $2 \
@@ -170,7 +170,7 @@ pub async fn begin_upload(db: &Db, id: &str) -> Result<bool, Error> {
 }
 
 /// The PUT stored its bytes: `uploading` → `uploaded`, with their size and hash.
-pub async fn end_upload(db: &Db, id: &str, size: i64, sha256: &str) -> Result<bool, Error> {
+pub(crate) async fn end_upload(db: &Db, id: &str, size: i64, sha256: &str) -> Result<bool, Error> {
     let r = sqlx::query(
         "UPDATE telemetry_ingests SET status = 'uploaded', byte_size = $2, sha256 = $3, updated_at = $4 \
          WHERE id = $1 AND status = 'uploading'",
@@ -186,7 +186,7 @@ pub async fn end_upload(db: &Db, id: &str, size: i64, sha256: &str) -> Result<bo
 }
 
 /// The PUT failed and stored nothing: the ticket may be used again.
-pub async fn reset_upload(db: &Db, id: &str) -> Result<(), Error> {
+pub(crate) async fn reset_upload(db: &Db, id: &str) -> Result<(), Error> {
     sqlx::query(
         "UPDATE telemetry_ingests SET status = 'awaiting_bytes', upload_started_at = NULL, updated_at = $2 \
          WHERE id = $1 AND status = 'uploading'",
@@ -201,7 +201,7 @@ pub async fn reset_upload(db: &Db, id: &str) -> Result<(), Error> {
 
 /// Finalize: `awaiting_bytes` or `uploaded` → `accepted`; any later state is left
 /// as it is (finalize is idempotent). The ingest as it stands after.
-pub async fn finalize(db: &Db, id: &str) -> Result<Option<Ingest>, Error> {
+pub(crate) async fn finalize(db: &Db, id: &str) -> Result<Option<Ingest>, Error> {
     sqlx::query(
         "UPDATE telemetry_ingests SET status = 'accepted', claimed_by = NULL, claim_until = NULL, updated_at = $2 \
          WHERE id = $1 AND status IN ('awaiting_bytes', 'uploaded')",
@@ -218,7 +218,7 @@ pub async fn finalize(db: &Db, id: &str) -> Result<Option<Ingest>, Error> {
 /// out) for `lease_ms`. On PostgreSQL the pick skips rows another instance is
 /// claiming at that moment (`FOR UPDATE SKIP LOCKED`); SQLite runs one write at a
 /// time, so the single statement is the claim.
-pub async fn claim(db: &Db, claimer: &str, lease_ms: i64) -> Result<Option<Ingest>, Error> {
+pub(crate) async fn claim(db: &Db, claimer: &str, lease_ms: i64) -> Result<Option<Ingest>, Error> {
     let now = now_ms();
     let lock = if db.engine == Engine::Postgres {
         " FOR UPDATE SKIP LOCKED"
@@ -243,7 +243,7 @@ pub async fn claim(db: &Db, claimer: &str, lease_ms: i64) -> Result<Option<Inges
 }
 
 /// Uploads finalized and not yet parsed (the queue the workers drain).
-pub async fn waiting(db: &Db) -> Result<i64, Error> {
+pub(crate) async fn waiting(db: &Db) -> Result<i64, Error> {
     use sqlx::Row;
     let row = sqlx::query("SELECT COUNT(*) AS n FROM telemetry_ingests WHERE status = 'accepted'")
         .fetch_one(&db.pool)
@@ -254,7 +254,12 @@ pub async fn waiting(db: &Db) -> Result<i64, Error> {
 }
 
 /// Ends a claimed ingest in error, if the claim is still ours.
-pub async fn fail(db: &Db, id: &str, claimer: Option<&str>, reason: &str) -> Result<(), Error> {
+pub(crate) async fn fail(
+    db: &Db,
+    id: &str,
+    claimer: Option<&str>,
+    reason: &str,
+) -> Result<(), Error> {
     let now = now_ms();
     let reason: String = reason.chars().take(500).collect();
     sqlx::query(
@@ -277,7 +282,7 @@ pub async fn fail(db: &Db, id: &str, claimer: Option<&str>, reason: &str) -> Res
 /// (the ingest is claimed again when the lease runs out), and a second worker
 /// whose lease overlapped finds the row moved and rolls back its copy. The unique
 /// (ingest, trace id) index is the last guard against counting a trace twice.
-pub async fn complete(
+pub(crate) async fn complete(
     db: &Db,
     ingest: &Ingest,
     claimer: Option<&str>,
@@ -350,7 +355,7 @@ pub async fn complete(
 }
 
 /// One page of the org's ingests, newest first, with the org's totals.
-pub async fn list(
+pub(crate) async fn list(
     db: &Db,
     org_id: &str,
     limit: i64,
@@ -379,7 +384,7 @@ pub async fn list(
 }
 
 /// One page of an ingest's projected traces.
-pub async fn traces(
+pub(crate) async fn traces(
     db: &Db,
     ingest_id: &str,
     limit: i64,

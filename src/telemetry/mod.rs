@@ -21,7 +21,7 @@ pub mod tickets;
 pub mod upload;
 pub mod worker;
 
-pub use routes::routes;
+pub(crate) use routes::routes;
 
 /// The authenticated caller of a management route (its org is what the room
 /// reads).

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 type Shared = Arc<AppState>;
 
-pub fn routes() -> Router<Shared> {
+pub(crate) fn routes() -> Router<Shared> {
     Router::new()
         .route("/api/orgs/{org_id}/telemetry/traces", get(list))
         .route("/api/orgs/{org_id}/telemetry/traces/upload", post(upload))

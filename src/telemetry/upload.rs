@@ -41,7 +41,7 @@ fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
 }
 
 /// Serves one signed PUT; returns the status written.
-pub async fn serve(state: &AppState, session: &mut Session) -> pingora::Result<u16> {
+pub(crate) async fn serve(state: &AppState, session: &mut Session) -> pingora::Result<u16> {
     match receive(state, session).await {
         Ok(body) => {
             send_json(session, 200, body.to_string().into_bytes()).await?;

@@ -36,7 +36,7 @@ pub fn nudge() {
 }
 
 /// Starts the worker on the current runtime.
-pub fn spawn(state: Arc<AppState>) {
+pub(crate) fn spawn(state: Arc<AppState>) {
     let claimer = format!("{}-telemetry", state.instance_id);
     tokio::spawn(async move {
         loop {

@@ -41,7 +41,7 @@ fn unreachable(provider: &str, f: &Failure) -> String {
 }
 
 /// Lists the provider's models with the account's key: a 2xx means it works.
-pub async fn check(config: &Config, live: &Live) -> Checked {
+pub(crate) async fn check(config: &Config, live: &Live) -> Checked {
     let provider = live.conn.provider.as_str();
     let up = Upstreams::new(config);
     if provider == "bedrock" {
@@ -83,7 +83,7 @@ pub async fn check(config: &Config, live: &Live) -> Checked {
 }
 
 /// The spend the provider reports for the account, in micro-USD.
-pub async fn spend(config: &Config, live: &Live) -> Result<i64, String> {
+pub(crate) async fn spend(config: &Config, live: &Live) -> Result<i64, String> {
     let provider = live.conn.provider.as_str();
     if provider != "openrouter" {
         return Err(format!(

@@ -241,7 +241,7 @@ impl Upstreams {
     /// org deployment, authenticated with the org's secret (or nothing), never with
     /// a platform credential. Bedrock takes the account's keys
     /// (`config.access_key_id` + the secret), Vertex its service-account JSON.
-    pub fn own_target(
+    pub(crate) fn own_target(
         &self,
         rung: &RungSpec,
         rung_id: &str,

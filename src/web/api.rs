@@ -27,21 +27,21 @@ fn not_found(what: &str) -> Failure {
 }
 
 /// The session's org as the database has it now.
-pub async fn org_of(web: &WebShared, org_id: &str) -> Result<orgs::OrgRecord, Failure> {
+pub(crate) async fn org_of(web: &WebShared, org_id: &str) -> Result<orgs::OrgRecord, Failure> {
     orgs::get(&web.app.db, org_id)
         .await?
         .ok_or_else(|| not_found("organization"))
 }
 
 /// The session's member.
-pub async fn user_of(web: &WebShared, user_id: &str) -> Result<users::User, Failure> {
+pub(crate) async fn user_of(web: &WebShared, user_id: &str) -> Result<users::User, Failure> {
     users::get(&web.app.db, user_id)
         .await?
         .ok_or_else(|| not_found("user"))
 }
 
 /// `GET /api/session`.
-pub async fn session(State(web): State<WebShared>, m: ApiMember) -> ApiResult {
+pub(crate) async fn session(State(web): State<WebShared>, m: ApiMember) -> ApiResult {
     let s = &m.session;
     let org = org_of(&web, &s.org_id).await?;
     Ok(json(
@@ -57,7 +57,7 @@ pub async fn session(State(web): State<WebShared>, m: ApiMember) -> ApiResult {
 }
 
 /// `POST /api/session/logout`: 204; the cookie no longer works on any instance.
-pub async fn logout(State(web): State<WebShared>, ApiWriter(m): ApiWriter) -> ApiResult {
+pub(crate) async fn logout(State(web): State<WebShared>, ApiWriter(m): ApiWriter) -> ApiResult {
     web.sessions.revoke(&web.app.db, &m.token).await?;
     Ok((
         StatusCode::NO_CONTENT,
@@ -70,7 +70,7 @@ pub async fn logout(State(web): State<WebShared>, ApiWriter(m): ApiWriter) -> Ap
 }
 
 /// A key as the session lists it: never a secret.
-pub fn key_json(k: &keys::KeyRecord) -> Value {
+pub(crate) fn key_json(k: &keys::KeyRecord) -> Value {
     j!({
         "api_key_id": k.id,
         "name": k.name,
@@ -86,7 +86,7 @@ pub fn key_json(k: &keys::KeyRecord) -> Value {
 }
 
 /// `GET /api/session/keys`: the org's keys.
-pub async fn keys(State(web): State<WebShared>, m: ApiMember) -> ApiResult {
+pub(crate) async fn keys(State(web): State<WebShared>, m: ApiMember) -> ApiResult {
     let list = keys::list_for_org(&web.app.db, &m.session.org_id).await?;
     let data: Vec<Value> = list.iter().map(key_json).collect();
     Ok(json(StatusCode::OK, &j!({"object": "list", "data": data})))
@@ -94,16 +94,16 @@ pub async fn keys(State(web): State<WebShared>, m: ApiMember) -> ApiResult {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MintKey {
-    pub name: String,
-    pub expires_at: Option<Value>,
-    pub daily_spend_cap_usd: Option<f64>,
-    pub rpm: Option<i64>,
-    pub tpm: Option<i64>,
+pub(crate) struct MintKey {
+    pub(crate) name: String,
+    pub(crate) expires_at: Option<Value>,
+    pub(crate) daily_spend_cap_usd: Option<f64>,
+    pub(crate) rpm: Option<i64>,
+    pub(crate) tpm: Option<i64>,
 }
 
 /// Mints a key of the member in the session's org (the API and the keys page).
-pub async fn mint(
+pub(crate) async fn mint(
     web: &WebShared,
     org_id: &str,
     user_id: &str,
@@ -135,7 +135,7 @@ pub async fn mint(
 }
 
 /// `POST /api/session/keys`: 201 `{api_key_id, api_key}`, the plaintext once.
-pub async fn mint_key(
+pub(crate) async fn mint_key(
     State(web): State<WebShared>,
     ApiWriter(m): ApiWriter,
     body: Bytes,
@@ -147,7 +147,7 @@ pub async fn mint_key(
 
 /// Revokes a key of the session's org; another org's key is 404 (the API and the
 /// keys page).
-pub async fn revoke(web: &WebShared, org_id: &str, key_id: &str) -> Result<(), Failure> {
+pub(crate) async fn revoke(web: &WebShared, org_id: &str, key_id: &str) -> Result<(), Failure> {
     let app = &web.app;
     match keys::get(&app.db, key_id).await? {
         Some(k) if k.org_id == org_id => {
@@ -160,7 +160,7 @@ pub async fn revoke(web: &WebShared, org_id: &str, key_id: &str) -> Result<(), F
 
 /// `DELETE /api/session/keys/{api_key_id}`: 204; the key fails with
 /// `invalid_key` from then on, on every instance.
-pub async fn revoke_key(
+pub(crate) async fn revoke_key(
     State(web): State<WebShared>,
     ApiWriter(m): ApiWriter,
     Path(id): Path<String>,
@@ -177,7 +177,7 @@ struct Invite {
 
 /// `POST /api/session/members` `{email}`: 201 `{user_id}`; the invitee gets a mail
 /// whose link opens a session in this org.
-pub async fn invite(
+pub(crate) async fn invite(
     State(web): State<WebShared>,
     ApiWriter(m): ApiWriter,
     body: Bytes,
@@ -203,7 +203,7 @@ pub async fn invite(
 /// `DELETE /api/session/members/{user_id}`: 204. An owner removes any member, a
 /// member removes themselves (leaves); the org keeps one owner at least. The
 /// member's sessions in the org and the keys they minted there end at once.
-pub async fn remove_member(
+pub(crate) async fn remove_member(
     State(web): State<WebShared>,
     ApiWriter(m): ApiWriter,
     Path(user_id): Path<String>,
@@ -238,7 +238,7 @@ pub async fn remove_member(
 }
 
 /// `GET /api/session/settings`.
-pub async fn settings(State(web): State<WebShared>, m: ApiMember) -> ApiResult {
+pub(crate) async fn settings(State(web): State<WebShared>, m: ApiMember) -> ApiResult {
     let org = org_of(&web, &m.session.org_id).await?;
     let default = web.app.config.responses.prompt_capture_default;
     Ok(json(StatusCode::OK, &org.settings_json(default)))
@@ -247,7 +247,7 @@ pub async fn settings(State(web): State<WebShared>, m: ApiMember) -> ApiResult {
 /// Changes the org's settings for a member (the API and the settings page):
 /// turning credits overflow on needs the verified org (402
 /// `verification_required`), as `POST /api/credits-overflow` does.
-pub async fn apply_settings(
+pub(crate) async fn apply_settings(
     web: &WebShared,
     org_id: &str,
     change: orgs::SettingsChange,
@@ -268,7 +268,7 @@ pub async fn apply_settings(
 }
 
 /// `PUT /api/session/settings` `{prompt_capture?, require_zdr?, credits_overflow?}`.
-pub async fn change_settings(
+pub(crate) async fn change_settings(
     State(web): State<WebShared>,
     ApiWriter(m): ApiWriter,
     body: Bytes,
@@ -286,7 +286,7 @@ struct CheckoutBody {
 }
 
 /// Starts a checkout for the member's org (the API and the billing page).
-pub async fn start_checkout(
+pub(crate) async fn start_checkout(
     web: &WebShared,
     org_id: &str,
     user_id: &str,
@@ -325,7 +325,7 @@ pub async fn start_checkout(
 
 /// `POST /api/session/checkout` `{kind: "verification"}` or
 /// `{kind: "purchase", amount_usd}`: 200 `{checkout_url, checkout_session_id}`.
-pub async fn checkout(
+pub(crate) async fn checkout(
     State(web): State<WebShared>,
     ApiWriter(m): ApiWriter,
     body: Bytes,
@@ -343,7 +343,7 @@ pub async fn checkout(
 }
 
 /// `GET /api/gateway/usage/daily` for a session (`scope=self` or `org`).
-pub async fn usage_daily(
+pub(crate) async fn usage_daily(
     State(web): State<WebShared>,
     m: ApiMember,
     Query(q): Query<Scope>,
@@ -357,7 +357,7 @@ pub async fn usage_daily(
 }
 
 /// `GET /api/gateway/usage/events` for a session (`scope=self` or `org`).
-pub async fn usage_events(
+pub(crate) async fn usage_events(
     State(web): State<WebShared>,
     m: ApiMember,
     Query(q): Query<Scope>,

@@ -89,7 +89,7 @@ fn base_ctx(web: &WebShared) -> Value {
 
 /// `/`: the landing page with the public catalog; a signed-in member goes to the
 /// overview.
-pub async fn landing(
+pub(crate) async fn landing(
     State(web): State<WebShared>,
     MaybeMember(member): MaybeMember,
     headers: HeaderMap,
@@ -121,7 +121,7 @@ pub async fn landing(
     )
 }
 
-pub async fn signup_page(State(web): State<WebShared>, headers: HeaderMap) -> Response {
+pub(crate) async fn signup_page(State(web): State<WebShared>, headers: HeaderMap) -> Response {
     let (token, cookie) = form_token(&headers, web.app.config.web_cookies_secure());
     let mut ctx = base_ctx(&web);
     ctx["title"] = j!("Sign up");
@@ -133,7 +133,7 @@ pub async fn signup_page(State(web): State<WebShared>, headers: HeaderMap) -> Re
 }
 
 /// The signup form: the same signup as the API; the page shows the first key once.
-pub async fn signup_form(
+pub(crate) async fn signup_form(
     State(web): State<WebShared>,
     Origin(origin): Origin,
     headers: HeaderMap,
@@ -191,7 +191,7 @@ struct SignupBody {
 }
 
 /// `POST {web_url}/api/signup/instant` `{email}`: 200 with the signup result.
-pub async fn signup_api(
+pub(crate) async fn signup_api(
     State(web): State<WebShared>,
     Origin(origin): Origin,
     body: Bytes,
@@ -216,7 +216,7 @@ pub async fn signup_api(
     Ok(json(StatusCode::OK, &done))
 }
 
-pub async fn login_page(State(web): State<WebShared>) -> Response {
+pub(crate) async fn login_page(State(web): State<WebShared>) -> Response {
     let mut ctx = base_ctx(&web);
     ctx["title"] = j!("Sign in");
     web.templates.page("login.html", &ctx).into_response()
@@ -225,7 +225,7 @@ pub async fn login_page(State(web): State<WebShared>) -> Response {
 /// `POST /login` (form field `email`): mails a sign-in link; the page reads the
 /// same whether or not the address has an account. It needs no CSRF token: all it
 /// can do is mail the address.
-pub async fn login_form(
+pub(crate) async fn login_form(
     State(web): State<WebShared>,
     Origin(origin): Origin,
     body: Bytes,
@@ -265,7 +265,7 @@ pub async fn login_form(
 
 /// `GET /link/{token}`: a mailed link. It proves the address, and opens a new
 /// session (the cookie the browser held, if any, is ended and replaced).
-pub async fn follow_link(
+pub(crate) async fn follow_link(
     State(web): State<WebShared>,
     Path(token): Path<String>,
     headers: HeaderMap,
@@ -313,7 +313,7 @@ pub async fn follow_link(
 }
 
 /// `POST /logout` (form): ends the session everywhere and clears the cookie.
-pub async fn logout_form(
+pub(crate) async fn logout_form(
     State(web): State<WebShared>,
     member: PageMember,
     body: Bytes,

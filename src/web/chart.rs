@@ -7,10 +7,10 @@
 use std::fmt::Write as _;
 
 /// One day of the chart.
-pub struct Day {
+pub(crate) struct Day {
     /// `YYYY-MM-DD`.
-    pub date: String,
-    pub value: f64,
+    pub(crate) date: String,
+    pub(crate) value: f64,
 }
 
 const W: f64 = 720.0;
@@ -42,7 +42,12 @@ fn nice_ceiling(max: f64) -> f64 {
 
 /// The chart of `days` (oldest first); `label` formats a value (`$0.12`, `1,204`).
 /// With `whole`, the values are counts: the gridlines fall on whole numbers.
-pub fn bars(days: &[Day], title: &str, whole: bool, label: &dyn Fn(f64) -> String) -> String {
+pub(crate) fn bars(
+    days: &[Day],
+    title: &str,
+    whole: bool,
+    label: &dyn Fn(f64) -> String,
+) -> String {
     let n = days.len().max(1) as f64;
     let max = days.iter().map(|d| d.value).fold(0.0, f64::max);
     // Four gridlines above zero: for counts, each a whole, round step.

@@ -33,26 +33,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What the web app's handlers share.
-pub struct Web {
-    pub app: Shared,
-    pub templates: render::Templates,
-    pub sessions: Sessions,
-    pub mailer: Mailer,
-    pub payments: Option<Stripe>,
+pub(crate) struct Web {
+    pub(crate) app: Shared,
+    pub(crate) templates: render::Templates,
+    pub(crate) sessions: Sessions,
+    pub(crate) mailer: Mailer,
+    pub(crate) payments: Option<Stripe>,
     /// The playground's client, and where it reaches the gateway.
-    pub http: reqwest::Client,
-    pub gateway: SocketAddr,
+    pub(crate) http: reqwest::Client,
+    pub(crate) gateway: SocketAddr,
     /// The Content-Security-Policy of every answer.
     csp: HeaderValue,
     /// The session lifetime (`[web] session_ttl`).
-    pub session_ttl: Duration,
+    pub(crate) session_ttl: Duration,
 }
 
-pub type WebShared = Arc<Web>;
+pub(crate) type WebShared = Arc<Web>;
 
 /// The web app's router. `gateway` is where the gateway listener accepts
 /// connections (the playground calls it as a client would).
-pub fn router(state: Shared, gateway: SocketAddr) -> anyhow::Result<Router> {
+pub(crate) fn router(state: Shared, gateway: SocketAddr) -> anyhow::Result<Router> {
     let session_ttl = crate::config::parse_duration(&state.config.web.session_ttl)
         .map_err(|e| anyhow::anyhow!("web.session_ttl: {e}"))?;
     let mailer = Mailer::from_config(&state.config.email)?;

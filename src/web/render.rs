@@ -32,12 +32,12 @@ const STYLESHEET: &str = include_str!("static/app.css");
 const SCRIPT: &str = include_str!("static/app.js");
 const ICON: &str = include_str!("static/icon.svg");
 
-pub struct Templates {
+pub(crate) struct Templates {
     env: Environment<'static>,
 }
 
 impl Templates {
-    pub fn new() -> anyhow::Result<Templates> {
+    pub(crate) fn new() -> anyhow::Result<Templates> {
         let mut env = Environment::new();
         for (name, text) in TEMPLATES {
             env.add_template(name, text)
@@ -52,7 +52,7 @@ impl Templates {
     }
 
     /// A page, or a plain error page when the template fails (a defect: logged).
-    pub fn page<T: Serialize>(&self, name: &str, ctx: &T) -> Html<String> {
+    pub(crate) fn page<T: Serialize>(&self, name: &str, ctx: &T) -> Html<String> {
         let rendered = self
             .env
             .get_template(name)
@@ -71,7 +71,7 @@ impl Templates {
 }
 
 /// USD with cents, or more digits for amounts under a cent.
-pub fn usd(v: f64) -> String {
+pub(crate) fn usd(v: f64) -> String {
     let sign = if v < 0.0 { "-" } else { "" };
     let a = v.abs();
     if a == 0.0 || a >= 0.01 {
@@ -87,7 +87,7 @@ fn per_million(micro: i64) -> String {
 }
 
 /// A count with thousands separators.
-pub fn count(n: i64) -> String {
+pub(crate) fn count(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
     for (i, c) in digits.chars().enumerate() {
@@ -114,7 +114,7 @@ fn thousands_f(v: f64, decimals: usize) -> String {
 }
 
 /// Unix milliseconds as `YYYY-MM-DD HH:MM UTC`.
-pub fn when(ms: i64) -> String {
+pub(crate) fn when(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let day = crate::time::day_string(secs.div_euclid(86_400));
     let rest = secs.rem_euclid(86_400);
@@ -122,7 +122,7 @@ pub fn when(ms: i64) -> String {
 }
 
 /// Unix milliseconds as RFC 3339 UTC, to the second.
-pub fn iso(ms: i64) -> String {
+pub(crate) fn iso(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let day = crate::time::day_string(secs.div_euclid(86_400));
     let rest = secs.rem_euclid(86_400);
@@ -153,15 +153,15 @@ fn asset(body: &'static str, kind: &'static str) -> Response {
         .into_response()
 }
 
-pub async fn stylesheet() -> Response {
+pub(crate) async fn stylesheet() -> Response {
     asset(STYLESHEET, "text/css; charset=utf-8")
 }
 
-pub async fn script() -> Response {
+pub(crate) async fn script() -> Response {
     asset(SCRIPT, "text/javascript; charset=utf-8")
 }
 
-pub async fn icon() -> Response {
+pub(crate) async fn icon() -> Response {
     asset(ICON, "image/svg+xml")
 }
 

@@ -14,10 +14,10 @@ use sluice_filters::{ApiError, ErrorCode};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub const COOKIE: &str = "sluice_session";
+pub(crate) const COOKIE: &str = "sluice_session";
 
 /// The `sluice_session` cookie's value, if the request carries one.
-pub fn cookie_token(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn cookie_token(headers: &HeaderMap) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -30,7 +30,7 @@ pub fn cookie_token(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// The cookie that holds a new session.
-pub fn session_cookie(token: &str, max_age_secs: u64, secure: bool) -> HeaderValue {
+pub(crate) fn session_cookie(token: &str, max_age_secs: u64, secure: bool) -> HeaderValue {
     let secure = if secure { "; Secure" } else { "" };
     HeaderValue::from_str(&format!(
         "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age_secs}{secure}"
@@ -39,7 +39,7 @@ pub fn session_cookie(token: &str, max_age_secs: u64, secure: bool) -> HeaderVal
 }
 
 /// The cookie that clears the session.
-pub fn cleared_cookie(secure: bool) -> HeaderValue {
+pub(crate) fn cleared_cookie(secure: bool) -> HeaderValue {
     HeaderValue::from_static(if secure {
         "sluice_session=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0; Secure"
     } else {
@@ -52,7 +52,7 @@ pub fn cleared_cookie(secure: bool) -> HeaderValue {
 /// address, an IPv6 one by its /64 ([`Client::origin`]). Behind an edge every
 /// peer address is the edge's, so without the header all clients would share
 /// one limit.
-pub fn origin(parts: &Parts, ip_header: &str) -> String {
+pub(crate) fn origin(parts: &Parts, ip_header: &str) -> String {
     let peer = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
@@ -62,7 +62,7 @@ pub fn origin(parts: &Parts, ip_header: &str) -> String {
 }
 
 /// The client's origin, as an extractor.
-pub struct Origin(pub String);
+pub(crate) struct Origin(pub String);
 
 impl FromRequestParts<WebShared> for Origin {
     type Rejection = std::convert::Infallible;
@@ -90,7 +90,7 @@ async fn current(
 }
 
 /// Constant-time equality of a presented CSRF token and the session's.
-pub fn csrf_matches(presented: &str, session: &Session) -> bool {
+pub(crate) fn csrf_matches(presented: &str, session: &Session) -> bool {
     let (a, b) = (presented.as_bytes(), session.csrf_token.as_bytes());
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -102,7 +102,7 @@ fn session_required() -> Failure {
     ))
 }
 
-pub fn csrf_failed() -> Failure {
+pub(crate) fn csrf_failed() -> Failure {
     Failure(ApiError::new(
         ErrorCode::CsrfFailed,
         "This request changes something and needs the session's CSRF token (header x-csrf-token).",
@@ -111,9 +111,9 @@ pub fn csrf_failed() -> Failure {
 
 /// A signed-in member on the JSON session API; 401 `session_required` without a
 /// valid session.
-pub struct ApiMember {
-    pub session: Arc<Session>,
-    pub token: String,
+pub(crate) struct ApiMember {
+    pub(crate) session: Arc<Session>,
+    pub(crate) token: String,
 }
 
 impl FromRequestParts<WebShared> for ApiMember {
@@ -128,7 +128,7 @@ impl FromRequestParts<WebShared> for ApiMember {
 
 /// [`ApiMember`] on a call that changes something: also the header
 /// `x-csrf-token` with the session's token, else 403 `csrf_failed`.
-pub struct ApiWriter(pub ApiMember);
+pub(crate) struct ApiWriter(pub ApiMember);
 
 impl FromRequestParts<WebShared> for ApiWriter {
     type Rejection = Failure;
@@ -147,13 +147,13 @@ impl FromRequestParts<WebShared> for ApiWriter {
 }
 
 /// A signed-in member on a page; without a session the page sends them to sign in.
-pub struct PageMember {
-    pub session: Arc<Session>,
-    pub token: String,
+pub(crate) struct PageMember {
+    pub(crate) session: Arc<Session>,
+    pub(crate) token: String,
 }
 
 /// The answer to a page request without a session.
-pub struct SignInFirst;
+pub(crate) struct SignInFirst;
 
 impl IntoResponse for SignInFirst {
     fn into_response(self) -> Response {
@@ -173,7 +173,7 @@ impl FromRequestParts<WebShared> for PageMember {
 }
 
 /// The session of a page request, if any (public pages that change with it).
-pub struct MaybeMember(pub Option<Arc<Session>>);
+pub(crate) struct MaybeMember(pub Option<Arc<Session>>);
 
 impl FromRequestParts<WebShared> for MaybeMember {
     type Rejection = Response;
@@ -186,10 +186,10 @@ impl FromRequestParts<WebShared> for MaybeMember {
 }
 
 /// A form post's fields (`application/x-www-form-urlencoded`), in order.
-pub struct Form(pub Vec<(String, String)>);
+pub(crate) struct Form(pub Vec<(String, String)>);
 
 impl Form {
-    pub fn parse(body: &[u8]) -> Form {
+    pub(crate) fn parse(body: &[u8]) -> Form {
         Form(
             form_urlencoded::parse(body)
                 .map(|(k, v)| (k.into_owned(), v.into_owned()))
@@ -198,7 +198,7 @@ impl Form {
     }
 
     /// The first value of a field ("" when absent).
-    pub fn get(&self, name: &str) -> &str {
+    pub(crate) fn get(&self, name: &str) -> &str {
         self.0
             .iter()
             .find(|(k, _)| k == name)
@@ -206,7 +206,7 @@ impl Form {
     }
 
     /// Every value of a field, in order.
-    pub fn all(&self, name: &str) -> Vec<String> {
+    pub(crate) fn all(&self, name: &str) -> Vec<String> {
         self.0
             .iter()
             .filter(|(k, _)| k == name)
@@ -214,13 +214,13 @@ impl Form {
             .collect()
     }
 
-    pub fn has(&self, name: &str) -> bool {
+    pub(crate) fn has(&self, name: &str) -> bool {
         self.0.iter().any(|(k, _)| k == name)
     }
 }
 
 /// A form post without the session's CSRF token: 403, and nothing changes.
-pub struct FormRefused;
+pub(crate) struct FormRefused;
 
 impl IntoResponse for FormRefused {
     fn into_response(self) -> Response {
@@ -236,7 +236,7 @@ impl IntoResponse for FormRefused {
 }
 
 /// A form post of a signed-in member, its CSRF field checked.
-pub fn checked_form(member: &PageMember, body: &[u8]) -> Result<Form, FormRefused> {
+pub(crate) fn checked_form(member: &PageMember, body: &[u8]) -> Result<Form, FormRefused> {
     let form = Form::parse(body);
     if csrf_matches(form.get("csrf"), &member.session) {
         Ok(form)

@@ -12,7 +12,11 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json as j;
 use sluice_filters::{ApiError, ErrorCode};
 
-pub async fn stripe(State(web): State<WebShared>, headers: HeaderMap, body: Bytes) -> Response {
+pub(crate) async fn stripe(
+    State(web): State<WebShared>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let Some(stripe) = &web.payments else {
         return Failure(ApiError::not_found("/webhooks/stripe")).into_response();
     };

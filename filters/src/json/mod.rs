@@ -197,11 +197,6 @@ impl<'a> RawObject<'a> {
     pub fn iter(&self) -> impl Iterator<Item = (&str, &'a RawValue)> + '_ {
         self.0.iter().map(|(k, v)| (k.as_ref(), *v))
     }
-
-    /// Bytes of the members' values.
-    pub fn value_bytes(&self) -> usize {
-        self.0.iter().map(|(_, v)| v.get().len()).sum()
-    }
 }
 
 /// Adds `"key": <json value>` as the last member of the object that ends `buf`

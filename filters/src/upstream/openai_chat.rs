@@ -56,18 +56,6 @@ pub fn render_spliced<'a>(
     out
 }
 
-/// Whether the client's own `stream_options.include_usage` is true.
-pub fn client_wants_stream_usage(body: &RawObject) -> bool {
-    #[derive(Deserialize)]
-    struct Opts {
-        #[serde(default)]
-        include_usage: bool,
-    }
-    body.get("stream_options")
-        .and_then(|v| serde_json::from_str::<Opts>(v.get()).ok())
-        .is_some_and(|o| o.include_usage)
-}
-
 #[derive(Deserialize, Default)]
 struct WireUsage {
     #[serde(default)]
@@ -239,7 +227,6 @@ mod tests {
         assert_eq!(out["stream_options"]["include_usage"], true);
         assert!(out.get("prompt_cache_key").is_none());
         assert_eq!(out["messages"][0]["content"], "hi");
-        assert!(!client_wants_stream_usage(&body));
         let plain = render_request(&obj(r#"{"model":"x","messages":[]}"#), "y", false);
         assert_eq!(plain, br#"{"model":"y","messages":[]}"#);
     }

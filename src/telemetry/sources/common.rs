@@ -64,10 +64,6 @@ pub fn text(v: Option<&Value>) -> Option<String> {
     }
 }
 
-pub fn str_at<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
-}
-
 /// An integer from a number or a numeric string.
 pub fn int(v: Option<&Value>) -> Option<i64> {
     match v? {

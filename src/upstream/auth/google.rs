@@ -329,16 +329,6 @@ pub fn region_from_host(host: &str) -> String {
         .to_string()
 }
 
-/// The Vertex host of a region: `aiplatform.googleapis.com` for `global`,
-/// `{region}-aiplatform.googleapis.com` otherwise.
-pub fn host_for_region(region: &str) -> String {
-    if region == "global" {
-        "aiplatform.googleapis.com".to_string()
-    } else {
-        format!("{region}-aiplatform.googleapis.com")
-    }
-}
-
 /// The path of a Vertex model method:
 /// `/v1/projects/{project}/locations/{region}/publishers/{publisher}/models/{model}:{method}`.
 /// Publisher `google` (Gemini: `generateContent`, `streamGenerateContent` with `?alt=sse`
@@ -614,11 +604,6 @@ mod tests {
         );
         assert_eq!(region_from_host("aiplatform.googleapis.com"), "global");
         assert_eq!(region_from_host("127.0.0.1"), "global");
-        assert_eq!(host_for_region("global"), "aiplatform.googleapis.com");
-        assert_eq!(
-            host_for_region("us-east5"),
-            "us-east5-aiplatform.googleapis.com"
-        );
         assert_eq!(
             vertex_path("p1", "us-east5", "anthropic", "claude-sonnet-4@20250514", "streamRawPredict"),
             "/v1/projects/p1/locations/us-east5/publishers/anthropic/models/claude-sonnet-4@20250514:streamRawPredict"

@@ -52,7 +52,7 @@ async fn render(
     with_status(status, web.templates.page("billing.html", &ctx))
 }
 
-pub async fn page(
+pub(crate) async fn page(
     State(web): State<WebShared>,
     m: PageMember,
     Query(q): Query<HashMap<String, String>>,
@@ -67,7 +67,7 @@ pub async fn page(
 
 /// `POST /billing/checkout` (`kind`, and `amount_usd` for a purchase): off to the
 /// payment provider's checkout page.
-pub async fn checkout(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
+pub(crate) async fn checkout(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
     let form = match checked_form(&m, &body) {
         Ok(f) => f,
         Err(r) => return r.into_response(),

@@ -59,7 +59,7 @@ async fn render(
     with_status(status, web.templates.page("connections.html", &ctx))
 }
 
-pub async fn page(
+pub(crate) async fn page(
     State(web): State<WebShared>,
     m: PageMember,
     Query(q): Query<HashMap<String, String>>,
@@ -107,7 +107,7 @@ fn config_of(form: &Form) -> Result<Value, Failure> {
 }
 
 /// `POST /connections`: adds an account.
-pub async fn create(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
+pub(crate) async fn create(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
     let form = match checked_form(&m, &body) {
         Ok(f) => f,
         Err(r) => return r.into_response(),
@@ -139,7 +139,7 @@ pub async fn create(State(web): State<WebShared>, m: PageMember, body: Bytes) ->
 }
 
 /// `POST /connections/{provider}/{alias}/{check|rotate|delete}`.
-pub async fn act(
+pub(crate) async fn act(
     State(web): State<WebShared>,
     m: PageMember,
     Path((provider, alias, action)): Path<(String, String, String)>,

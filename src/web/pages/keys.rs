@@ -73,7 +73,7 @@ async fn render(
     res
 }
 
-pub async fn page(
+pub(crate) async fn page(
     State(web): State<WebShared>,
     m: PageMember,
     Query(q): Query<HashMap<String, String>>,
@@ -109,7 +109,7 @@ fn mint_request(form: &Form) -> Result<MintKey, Failure> {
 }
 
 /// `POST /keys`: mints a key; the answer shows its plaintext once.
-pub async fn create(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
+pub(crate) async fn create(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
     let form = match checked_form(&m, &body) {
         Ok(f) => f,
         Err(r) => return r.into_response(),
@@ -136,7 +136,7 @@ pub async fn create(State(web): State<WebShared>, m: PageMember, body: Bytes) ->
 }
 
 /// `POST /keys/{api_key_id}/revoke`.
-pub async fn revoke(
+pub(crate) async fn revoke(
     State(web): State<WebShared>,
     m: PageMember,
     Path(id): Path<String>,

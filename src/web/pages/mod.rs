@@ -22,7 +22,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json as j, Value};
 
-pub fn routes() -> Router<WebShared> {
+pub(crate) fn routes() -> Router<WebShared> {
     Router::new()
         .route("/overview", get(overview::page))
         .route("/verify/resend", post(overview::resend))
@@ -82,7 +82,7 @@ fn notice_text(code: &str) -> Option<&'static str> {
 
 /// What every signed-in page shows: the org, the member, the CSRF token, the
 /// navigation, a notice.
-pub fn shell(
+pub(crate) fn shell(
     web: &WebShared,
     m: &PageMember,
     org: &OrgRecord,
@@ -113,24 +113,24 @@ pub fn shell(
 }
 
 /// The session's org, or the answer that it is gone.
-pub async fn org(web: &WebShared, m: &PageMember) -> Result<OrgRecord, Response> {
+pub(crate) async fn org(web: &WebShared, m: &PageMember) -> Result<OrgRecord, Response> {
     super::api::org_of(web, &m.session.org_id)
         .await
         .map_err(IntoResponse::into_response)
 }
 
 /// A page answer with a status (a form that failed shows the page again).
-pub fn with_status(status: StatusCode, html: axum::response::Html<String>) -> Response {
+pub(crate) fn with_status(status: StatusCode, html: axum::response::Html<String>) -> Response {
     (status, html).into_response()
 }
 
 /// The status a failed action's page answers with.
-pub fn status_of(f: &Failure) -> StatusCode {
+pub(crate) fn status_of(f: &Failure) -> StatusCode {
     StatusCode::from_u16(f.0.status).unwrap_or(StatusCode::BAD_REQUEST)
 }
 
 /// A "404" page for an id that is not the org's.
-pub fn not_found(web: &WebShared) -> Response {
+pub(crate) fn not_found(web: &WebShared) -> Response {
     with_status(
         StatusCode::NOT_FOUND,
         web.templates.page(

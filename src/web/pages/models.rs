@@ -33,7 +33,7 @@ const FILTERS: [&str; 6] = [
     "sort",
 ];
 
-pub async fn list(
+pub(crate) async fn list(
     State(web): State<WebShared>,
     m: PageMember,
     Query(q): Query<HashMap<String, String>>,
@@ -281,7 +281,7 @@ async fn render_model(
     with_status(status, web.templates.page("model.html", &ctx))
 }
 
-pub async fn one(
+pub(crate) async fn one(
     State(web): State<WebShared>,
     m: PageMember,
     Path(slug): Path<String>,
@@ -316,7 +316,7 @@ fn requested_chain(form: &crate::web::session::Form) -> Vec<String> {
 
 /// `POST /models/{slug}/waterfall`: saves the org's chain through the checks of
 /// `PUT /api/models/{slug}/waterfall`, or drops it (`reset`).
-pub async fn waterfall(
+pub(crate) async fn waterfall(
     State(web): State<WebShared>,
     m: PageMember,
     Path(slug): Path<String>,

@@ -14,7 +14,7 @@ use serde_json::{json as j, Value};
 use std::collections::HashMap;
 
 /// The last `n` UTC days, oldest first, each with its total from a day rollup.
-pub fn last_days(rollup: &Value, n: i64, field: &str) -> Vec<chart::Day> {
+pub(crate) fn last_days(rollup: &Value, n: i64, field: &str) -> Vec<chart::Day> {
     let today = crate::store::now_ms().div_euclid(86_400_000);
     let by_day: HashMap<&str, f64> = rollup["data"]
         .as_array()
@@ -33,7 +33,7 @@ pub fn last_days(rollup: &Value, n: i64, field: &str) -> Vec<chart::Day> {
         .collect()
 }
 
-pub async fn page(
+pub(crate) async fn page(
     State(web): State<WebShared>,
     m: PageMember,
     Query(q): Query<HashMap<String, String>>,
@@ -103,7 +103,7 @@ pub async fn page(
 }
 
 /// `POST /verify/resend`: a fresh verification link for the org's address.
-pub async fn resend(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
+pub(crate) async fn resend(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
     if let Err(r) = checked_form(&m, &body) {
         return r.into_response();
     }

@@ -36,12 +36,12 @@ async fn render(web: &WebShared, m: &PageMember, extra: Value, status: StatusCod
     with_status(status, web.templates.page("playground.html", &ctx))
 }
 
-pub async fn page(State(web): State<WebShared>, m: PageMember) -> Response {
+pub(crate) async fn page(State(web): State<WebShared>, m: PageMember) -> Response {
     render(&web, &m, j!({}), StatusCode::OK).await
 }
 
 /// `POST /playground` (`api_key`, `model`, `message`): the gateway's answer.
-pub async fn send(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
+pub(crate) async fn send(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
     let form = match checked_form(&m, &body) {
         Ok(f) => f,
         Err(r) => return r.into_response(),

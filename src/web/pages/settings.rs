@@ -47,7 +47,7 @@ async fn render(
     with_status(status, web.templates.page("settings.html", &ctx))
 }
 
-pub async fn page(
+pub(crate) async fn page(
     State(web): State<WebShared>,
     m: PageMember,
     Query(q): Query<HashMap<String, String>>,
@@ -63,7 +63,7 @@ pub async fn page(
 }
 
 /// `POST /settings`: each checkbox sets its setting (absent is off).
-pub async fn save(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
+pub(crate) async fn save(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
     let form = match checked_form(&m, &body) {
         Ok(f) => f,
         Err(r) => return r.into_response(),
@@ -84,7 +84,7 @@ pub async fn save(State(web): State<WebShared>, m: PageMember, body: Bytes) -> R
 }
 
 /// `POST /settings/members` (`email`): invites the address into the org.
-pub async fn invite(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
+pub(crate) async fn invite(State(web): State<WebShared>, m: PageMember, body: Bytes) -> Response {
     let form = match checked_form(&m, &body) {
         Ok(f) => f,
         Err(r) => return r.into_response(),

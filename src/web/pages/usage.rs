@@ -29,7 +29,7 @@ fn scope_of(q: &HashMap<String, String>) -> Scope {
     }
 }
 
-pub async fn page(
+pub(crate) async fn page(
     State(web): State<WebShared>,
     m: PageMember,
     Query(q): Query<HashMap<String, String>>,
@@ -132,7 +132,7 @@ const COLUMNS: [&str; 16] = [
 ];
 
 /// `GET /usage/events.csv`: the requests of the scope, newest first.
-pub async fn csv(
+pub(crate) async fn csv(
     State(web): State<WebShared>,
     m: PageMember,
     Query(q): Query<HashMap<String, String>>,
