@@ -1,4 +1,5 @@
-//! Parsing: a messages body read member by member and validated into the canonical Request (Anthropic's closed schema, its content blocks and tools).
+//! Parsing: a messages body read member by member and validated into the canonical
+//! Request (Anthropic's closed schema, its content blocks and tools).
 
 use super::*;
 

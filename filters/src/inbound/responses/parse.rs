@@ -1,4 +1,5 @@
-//! Parsing: a responses body read member by member and validated into the canonical Request.
+//! Parsing: a responses body read member by member and validated into the canonical
+//! Request.
 
 use super::*;
 

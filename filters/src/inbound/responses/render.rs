@@ -1,4 +1,5 @@
-//! The response object: a whole answer rendered as the responses API's response, its echo of the request, and the output rule that drops encrypted reasoning.
+//! The response object: a whole answer rendered as the responses API's response,
+//! its echo of the request, and the output rule that drops encrypted reasoning.
 
 use super::*;
 

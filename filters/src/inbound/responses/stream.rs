@@ -1,4 +1,5 @@
-//! The stream: an answer as the responses API's named events, each with its sequence number.
+//! The stream: an answer as the responses API's named events, each with its
+//! sequence number.
 
 use super::*;
 
