@@ -29,7 +29,7 @@ pub(crate) struct AppState {
     pub(crate) leases: Option<Arc<LeasedCounters>>,
     /// The responses store (`store`, `previous_response_id`).
     pub(crate) responses: Arc<crate::responses::Keeper>,
-    /// Uploaded files (telemetry exports; files and batch outputs next).
+    /// Uploaded files: telemetry exports, batch inputs and outputs.
     pub(crate) objects: crate::store::objects::Objects,
     /// This process's id: it owns the Idempotency-Keys it claims while it lives.
     pub(crate) instance_id: String,

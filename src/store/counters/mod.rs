@@ -1,7 +1,9 @@
 //! Fast shared counters: rate windows, credit reservations, short-lived markers
-//! (cache affinity, idempotency locks). One trait, two implementations: Redis when
-//! several instances share the work (Lua scripts make each step atomic and one round
-//! trip), in-process maps when one instance runs alone.
+//! (cache affinity, idempotency locks). One trait, two stores: Redis when several
+//! instances share the work (Lua scripts make each step atomic and one round trip),
+//! in-process maps when one instance runs alone; and three wrappers over a store:
+//! `leased` (local leases of shared windows and balances), `seeded` (windows
+//! restored from the ledger) and `metered` (each call timed).
 
 pub mod leased;
 mod memory;
