@@ -204,3 +204,84 @@ fn defaults_are_complete() {
     assert_eq!(c.providers["openai"].base_url, "https://api.openai.com/v1");
     assert_eq!(c.providers["openai"].header_timeout_ms, 30_000);
 }
+
+/// `conf/sluice.toml` writes the built-in defaults out: every value it sets is the
+/// default's, and every key of the defaults' sections (other than the providers',
+/// whose file entries are examples) is written there, so the file and the
+/// `impl Default`s cannot drift apart.
+#[test]
+fn the_shipped_config_file_is_the_defaults() {
+    fn leaves(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, serde_json::Value)>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    leaves(&key, v, out);
+                }
+            }
+            other => out.push((prefix.to_string(), other.clone())),
+        }
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/sluice.toml");
+    let file: toml::Value = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let file = serde_json::to_value(file).unwrap();
+    let defaults = serde_json::to_value(Config::default()).unwrap();
+    let (mut in_file, mut in_defaults) = (Vec::new(), Vec::new());
+    leaves("", &file, &mut in_file);
+    leaves("", &defaults, &mut in_defaults);
+    let lookup = |key: &str| -> Option<&serde_json::Value> {
+        key.split('.').try_fold(&defaults, |v, k| v.get(k))
+    };
+    // Paths in the file are relative to its folder (`conf/`): `../data/x` is the
+    // default's `data/x`. The file names the catalog beside it, which is the
+    // embedded one (the default, "").
+    let rebased = |v: &serde_json::Value| -> serde_json::Value {
+        match v.as_str() {
+            Some(s) => serde_json::Value::String(s.replacen("../", "", 1)),
+            None => v.clone(),
+        }
+    };
+    // A tier with no limits is nulls in the defaults and an empty table in TOML.
+    let no_nulls = |v: &serde_json::Value| -> serde_json::Value {
+        let mut v = v.clone();
+        if let Some(tiers) = v.as_array_mut() {
+            for t in tiers.iter_mut().filter_map(|t| t.as_object_mut()) {
+                t.retain(|_, x| !x.is_null());
+            }
+        }
+        v
+    };
+    let mut differ = Vec::new();
+    for (key, value) in &in_file {
+        if key.starts_with("providers.") || key == "catalog.path" {
+            continue;
+        }
+        let value = rebased(value);
+        match lookup(key).map(no_nulls) {
+            Some(d) if d == value || (d.as_f64().is_some() && d.as_f64() == value.as_f64()) => {}
+            d => differ.push(format!("{key}: file {value}, default {d:?}")),
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "conf/sluice.toml differs from the defaults:\n{}",
+        differ.join("\n")
+    );
+    let file_keys: std::collections::BTreeSet<&str> =
+        in_file.iter().map(|(k, _)| k.as_str()).collect();
+    let missing: Vec<&str> = in_defaults
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| !k.starts_with("providers.") && !file_keys.contains(k))
+        // An unset option (no TOML form) is written as a comment.
+        .filter(|k| lookup(k).is_some_and(|v| !v.is_null()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "keys of the defaults not in conf/sluice.toml: {missing:?}"
+    );
+}
