@@ -5,53 +5,26 @@
 
 mod harness;
 
-use harness::{assert_error, repo_path, Backend, Opts, Sluice};
+use harness::{assert_error, Env, Provider, Sluice};
 use serde_json::{json, Value};
-use sluice_mock::{Mock, Step};
+use sluice_mock::Step;
 use std::time::{Duration, Instant};
 
-struct Env {
-    mock: Mock,
-    s: Sluice,
-    key: String,
-    _b: Backend,
-}
-
 async fn start(extra: &[(&str, &str)]) -> Env {
-    let mock = Mock::start().await;
-    let base = mock.base_url();
-    let b = Backend::fresh().await;
-    let mut opts = Opts::default()
-        .catalog(repo_path("tests/fixtures/engine.toml"))
-        .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
-        .env("SLUICE_PROVIDERS__AZURE__BASE_URL", &base)
-        .env("SLUICE_PROVIDERS__MISTRAL__BASE_URL", format!("{base}/v1"))
-        .env(
-            "SLUICE_PROVIDERS__OPENROUTER__BASE_URL",
-            format!("{base}/v1"),
-        )
-        .env("OPENAI_API_KEY", "sk-platform-openai")
-        .env("AZURE_OPENAI_API_KEY", "az-platform")
-        .env("MISTRAL_API_KEY", "mi-platform");
-    for p in ["OPENAI", "AZURE", "MISTRAL", "OPENROUTER"] {
-        opts = opts
-            .env(&format!("SLUICE_PROVIDERS__{p}__HEADER_TIMEOUT_MS"), 600)
-            .env(
-                &format!("SLUICE_PROVIDERS__{p}__FIRST_TOKEN_TIMEOUT_MS"),
-                600,
-            );
-    }
-    for (k, v) in extra {
-        opts = opts.env(k, v);
-    }
-    let s = Sluice::start(&b, opts).await;
-    let (_, _, key) = s.org_and_key().await;
-    Env {
-        mock,
-        s,
-        key,
-        _b: b,
-    }
+    use Provider::*;
+    let providers = [OpenAi, Azure, Mistral, OpenRouter];
+    Env::start("tests/fixtures/engine.toml", &providers, |o, _| {
+        let mut o = o.each(&providers, "HEADER_TIMEOUT_MS", 600).each(
+            &providers,
+            "FIRST_TOKEN_TIMEOUT_MS",
+            600,
+        );
+        for (k, v) in extra {
+            o = o.env(k, v);
+        }
+        o
+    })
+    .await
 }
 
 fn chat(model: &str) -> Value {

@@ -9,48 +9,23 @@
 
 mod harness;
 
-use harness::{assert_error, repo_path, Backend, Opts, Sluice};
+use harness::{assert_error, Env, Provider};
 use serde_json::{json, Value};
-use sluice_mock::{Mock, Step};
+use sluice_mock::Step;
 use std::time::{Duration, Instant};
-
-struct Env {
-    mock: Mock,
-    s: Sluice,
-    key: String,
-    _b: Backend,
-}
 
 /// The engine fixture: `chat-a` is openai:a1 then azure:a2, `chat-solo` openai:s1.
 /// Timeouts are short so faults settle fast; the breaker stays out of the way.
 async fn start() -> Env {
-    let mock = Mock::start().await;
-    let base = mock.base_url();
-    let b = Backend::fresh().await;
-    let mut opts = Opts::default()
-        .catalog(repo_path("tests/fixtures/engine.toml"))
-        .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
-        .env("SLUICE_PROVIDERS__AZURE__BASE_URL", &base)
-        .env("OPENAI_API_KEY", "sk-platform-openai")
-        .env("AZURE_OPENAI_API_KEY", "az-platform")
-        .env("SLUICE_BREAKER__FAILURE_THRESHOLD", 1000);
-    for p in ["OPENAI", "AZURE"] {
-        for (k, v) in [
-            ("HEADER_TIMEOUT_MS", 600),
-            ("FIRST_TOKEN_TIMEOUT_MS", 600),
-            ("STREAM_IDLE_TIMEOUT_MS", 600),
-        ] {
-            opts = opts.env(&format!("SLUICE_PROVIDERS__{p}__{k}"), v);
-        }
-    }
-    let s = Sluice::start(&b, opts).await;
-    let (_, _, key) = s.org_and_key().await;
-    Env {
-        mock,
-        s,
-        key,
-        _b: b,
-    }
+    use Provider::*;
+    let providers = [OpenAi, Azure];
+    Env::start("tests/fixtures/engine.toml", &providers, |o, _| {
+        o.env("SLUICE_BREAKER__FAILURE_THRESHOLD", 1000)
+            .each(&providers, "HEADER_TIMEOUT_MS", 600)
+            .each(&providers, "FIRST_TOKEN_TIMEOUT_MS", 600)
+            .each(&providers, "STREAM_IDLE_TIMEOUT_MS", 600)
+    })
+    .await
 }
 
 fn body(model: &str, stream: bool) -> Value {

@@ -6,61 +6,21 @@
 
 mod harness;
 
-use harness::{assert_error, repo_path, Backend, Opts, Sluice};
+use harness::{assert_error, Env, Provider};
 use serde_json::{json, Value};
-use sluice_mock::{Mock, Step};
-
-struct Env {
-    mock: Mock,
-    s: Sluice,
-    key: String,
-    _b: Backend,
-}
+use sluice_mock::Step;
 
 async fn start() -> Env {
-    let mock = Mock::start().await;
-    let base = mock.base_url();
-    let b = Backend::fresh().await;
-    let mut opts = Opts::default()
-        .catalog(repo_path("tests/fixtures/formats.toml"))
-        .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
-        .env("SLUICE_PROVIDERS__ANTHROPIC__BASE_URL", &base)
-        .env("SLUICE_PROVIDERS__GOOGLE__BASE_URL", &base)
-        .env("OPENAI_API_KEY", "sk-platform-openai")
-        .env("ANTHROPIC_API_KEY", "sk-ant-platform")
-        .env("GEMINI_API_KEY", "gm-platform")
-        .env("SLUICE_PROVIDERS__BEDROCK__BASE_URL", &base)
-        .env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-        .env(
-            "AWS_SECRET_ACCESS_KEY",
-            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+    use Provider::*;
+    let providers = [OpenAi, Anthropic, Google, Bedrock, Vertex];
+    Env::start("tests/fixtures/formats.toml", &providers, |o, _| {
+        o.each(&providers, "HEADER_TIMEOUT_MS", 2000).each(
+            &providers,
+            "FIRST_TOKEN_TIMEOUT_MS",
+            2000,
         )
-        .env("SLUICE_PROVIDERS__VERTEX__BASE_URL", &base)
-        .env("GOOGLE_APPLICATION_CREDENTIALS", vertex_account(&base));
-    for p in ["OPENAI", "ANTHROPIC", "GOOGLE", "BEDROCK", "VERTEX"] {
-        opts = opts
-            .env(&format!("SLUICE_PROVIDERS__{p}__HEADER_TIMEOUT_MS"), 2000)
-            .env(
-                &format!("SLUICE_PROVIDERS__{p}__FIRST_TOKEN_TIMEOUT_MS"),
-                2000,
-            );
-    }
-    let s = Sluice::start(&b, opts).await;
-    let (_, _, key) = s.org_and_key().await;
-    Env {
-        mock,
-        s,
-        key,
-        _b: b,
-    }
-}
-
-/// The throwaway test service account, its token endpoint pointed at the mock.
-fn vertex_account(base: &str) -> String {
-    let text = std::fs::read_to_string(repo_path("tests/fixtures/vertex-test-sa.json")).unwrap();
-    let mut sa: Value = serde_json::from_str(&text).unwrap();
-    sa["token_uri"] = json!(format!("{base}/token"));
-    sa.to_string()
+    })
+    .await
 }
 
 /// One answer: status, headers, and the body as JSON (whole) or SSE frames.

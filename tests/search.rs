@@ -9,52 +9,24 @@
 
 mod harness;
 
-use harness::{assert_error, repo_path, Answer, Backend, Opts, Sluice};
+use harness::{assert_error, Answer, Env, Provider};
 use serde_json::{json, Value};
 use sluice_mock::search::{default_results, SearchVendor, VendorResult, VendorStep};
-use sluice_mock::{Mock, Step};
+use sluice_mock::Step;
 use std::time::Duration;
-
-struct Env {
-    mock: Mock,
-    s: Sluice,
-    key: String,
-    org: String,
-    _b: Backend,
-}
 
 /// The gateway over the mock provider, with `extra` settings (the search backend).
 async fn start(extra: &[(&str, String)]) -> Env {
-    let mock = Mock::start().await;
-    let base = mock.base_url();
-    let b = Backend::fresh().await;
-    let mut opts = Opts::default()
-        .catalog(repo_path("tests/fixtures/search.toml"))
-        .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
-        .env("SLUICE_PROVIDERS__ANTHROPIC__BASE_URL", &base)
-        .env("SLUICE_PROVIDERS__GOOGLE__BASE_URL", &base)
-        .env("OPENAI_API_KEY", "sk-platform-openai")
-        .env("ANTHROPIC_API_KEY", "sk-ant-platform")
-        .env("GEMINI_API_KEY", "gm-platform")
-        .env("SLUICE_PROVIDERS__BEDROCK__BASE_URL", &base)
-        .env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-        .env(
-            "AWS_SECRET_ACCESS_KEY",
-            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
-        )
-        .env("SLUICE_NETWORK__ALLOW_PRIVATE_UPSTREAMS", "true");
-    for (k, v) in extra {
-        opts = opts.env(k, v);
-    }
-    let s = Sluice::start(&b, opts).await;
-    let (org, _, key) = s.org_and_key().await;
-    Env {
-        mock,
-        s,
-        key,
-        org,
-        _b: b,
-    }
+    use Provider::*;
+    let providers = [OpenAi, Anthropic, Google, Bedrock];
+    Env::start("tests/fixtures/search.toml", &providers, |o, _| {
+        let mut o = o.env("SLUICE_NETWORK__ALLOW_PRIVATE_UPSTREAMS", "true");
+        for (k, v) in extra {
+            o = o.env(k, v);
+        }
+        o
+    })
+    .await
 }
 
 fn searxng(v: &SearchVendor) -> Vec<(&'static str, String)> {

@@ -6,40 +6,13 @@
 
 mod harness;
 
-use harness::{assert_error, repo_path, Answer, Backend, Opts, Sluice};
+use harness::{assert_error, Answer, Env, Provider};
 use serde_json::{json, Value};
-use sluice_mock::{Mock, Step};
-
-struct Env {
-    mock: Mock,
-    s: Sluice,
-    org: String,
-    key: String,
-    _b: Backend,
-}
+use sluice_mock::Step;
 
 async fn start() -> Env {
-    let mock = Mock::start().await;
-    let b = Backend::fresh().await;
-    let base = mock.base_url();
-    let s = Sluice::start(
-        &b,
-        Opts::default()
-            .catalog(repo_path("tests/fixtures/formats.toml"))
-            .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
-            .env("SLUICE_PROVIDERS__ANTHROPIC__BASE_URL", &base)
-            .env("OPENAI_API_KEY", "sk-platform-openai")
-            .env("ANTHROPIC_API_KEY", "sk-ant-platform"),
-    )
-    .await;
-    let (org, _, key) = s.org_and_key().await;
-    Env {
-        mock,
-        s,
-        org,
-        key,
-        _b: b,
-    }
+    let providers = [Provider::OpenAi, Provider::Anthropic];
+    Env::start("tests/fixtures/formats.toml", &providers, |o, _| o).await
 }
 
 impl Env {

@@ -79,6 +79,126 @@ impl Opts {
     }
 }
 
+/// A provider a test's gateway sends to the mock, with the platform credentials
+/// the tests expect upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provider {
+    OpenAi,
+    Anthropic,
+    Google,
+    Bedrock,
+    Vertex,
+    Azure,
+    Mistral,
+    OpenRouter,
+}
+
+impl Provider {
+    /// The provider's name in `SLUICE_PROVIDERS__<NAME>__…`.
+    pub fn env_name(self) -> &'static str {
+        match self {
+            Provider::OpenAi => "OPENAI",
+            Provider::Anthropic => "ANTHROPIC",
+            Provider::Google => "GOOGLE",
+            Provider::Bedrock => "BEDROCK",
+            Provider::Vertex => "VERTEX",
+            Provider::Azure => "AZURE",
+            Provider::Mistral => "MISTRAL",
+            Provider::OpenRouter => "OPENROUTER",
+        }
+    }
+}
+
+/// A Vertex service account whose token endpoint is the mock's.
+pub fn vertex_account(base: &str) -> String {
+    let text = std::fs::read_to_string(repo_path("tests/fixtures/vertex-test-sa.json")).unwrap();
+    let mut sa: Value = serde_json::from_str(&text).unwrap();
+    sa["token_uri"] = json!(format!("{base}/token"));
+    sa.to_string()
+}
+
+impl Opts {
+    /// Points each of `providers` at the mock at `base`, with its platform
+    /// credentials.
+    pub fn providers(mut self, base: &str, providers: &[Provider]) -> Self {
+        for p in providers {
+            let url = match p {
+                Provider::OpenAi | Provider::Mistral | Provider::OpenRouter => format!("{base}/v1"),
+                _ => base.to_string(),
+            };
+            self = self.env(
+                &format!("SLUICE_PROVIDERS__{}__BASE_URL", p.env_name()),
+                url,
+            );
+            self = match p {
+                Provider::OpenAi => self.env("OPENAI_API_KEY", "sk-platform-openai"),
+                Provider::Anthropic => self.env("ANTHROPIC_API_KEY", "sk-ant-platform"),
+                Provider::Google => self.env("GEMINI_API_KEY", "gm-platform"),
+                Provider::Bedrock => self.env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE").env(
+                    "AWS_SECRET_ACCESS_KEY",
+                    "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+                ),
+                Provider::Vertex => {
+                    self.env("GOOGLE_APPLICATION_CREDENTIALS", vertex_account(base))
+                }
+                Provider::Azure => self.env("AZURE_OPENAI_API_KEY", "az-platform"),
+                Provider::Mistral => self.env("MISTRAL_API_KEY", "mi-platform"),
+                Provider::OpenRouter => self,
+            };
+        }
+        self
+    }
+
+    /// The same `value` for `key` of each of `providers`
+    /// (`SLUICE_PROVIDERS__<NAME>__<KEY>`).
+    pub fn each(mut self, providers: &[Provider], key: &str, value: impl ToString) -> Self {
+        let value = value.to_string();
+        for p in providers {
+            self = self.env(
+                &format!("SLUICE_PROVIDERS__{}__{key}", p.env_name()),
+                &value,
+            );
+        }
+        self
+    }
+}
+
+/// The set-up most tests share: the mock provider, a gateway over it on a fresh
+/// back end, and an org with a key.
+pub struct Env {
+    pub mock: sluice_mock::Mock,
+    pub s: Sluice,
+    pub org: String,
+    pub key: String,
+    pub b: Backend,
+}
+
+impl Env {
+    /// A gateway with the `fixture` catalog (a path under the repository),
+    /// `providers` pointed at the mock, and whatever `more` adds.
+    pub async fn start(
+        fixture: &str,
+        providers: &[Provider],
+        more: impl FnOnce(Opts, &str) -> Opts,
+    ) -> Env {
+        let mock = sluice_mock::Mock::start().await;
+        let base = mock.base_url();
+        let b = Backend::fresh().await;
+        let opts = Opts::default()
+            .catalog(repo_path(fixture))
+            .providers(&base, providers);
+        let s = Sluice::start(&b, more(opts, &base)).await;
+        let (org, _, key) = s.org_and_key().await;
+        Env {
+            mock,
+            s,
+            org,
+            key,
+            b,
+        }
+    }
+}
+
 pub fn repo_path(rel: &str) -> String {
     format!("{}/{rel}", env!("CARGO_MANIFEST_DIR"))
 }
