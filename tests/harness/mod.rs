@@ -199,6 +199,27 @@ impl Env {
     }
 }
 
+/// `GET /api/models{query}` without a key: status and body.
+pub async fn model_list(s: &Sluice, query: &str) -> (u16, Value) {
+    let r = s
+        .http
+        .get(format!("{}/api/models{query}", s.gateway))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+/// The slugs of a model list, in order.
+pub fn slugs(v: &Value) -> Vec<String> {
+    v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["slug"].as_str().unwrap().to_string())
+        .collect()
+}
+
 pub fn repo_path(rel: &str) -> String {
     format!("{}/{rel}", env!("CARGO_MANIFEST_DIR"))
 }

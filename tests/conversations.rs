@@ -1,4 +1,4 @@
-//! A conversation's second turn as the client libraries send it (issue 28): the
+//! A conversation's second turn as the client libraries send it: the
 //! chat assistant message appended as it was returned, `item_reference` input
 //! items (the Vercel AI SDK's default), and reasoning items replayed without their
 //! encrypted content (LangChain on the responses API). Each case asserts what
