@@ -7,44 +7,28 @@
 
 mod harness;
 
-use harness::{assert_error, repo_path, sql_rows, Answer, Backend, Opts, Sluice};
+use harness::{assert_error, repo_path, sql_rows, Answer, Backend, Env, Opts, Provider, Sluice};
 use serde_json::{json, Value};
 use sluice_mock::{Mock, Step};
 use std::time::Duration;
 
-struct Env {
-    mock: Mock,
-    s: Sluice,
-    org: String,
-    key: String,
-    b: Backend,
-}
+const FIXTURE: &str = "tests/fixtures/formats.toml";
+const PROVIDERS: [Provider; 2] = [Provider::OpenAi, Provider::Anthropic];
 
 fn opts(base: &str) -> Opts {
     Opts::default()
-        .catalog(repo_path("tests/fixtures/formats.toml"))
-        .env("SLUICE_PROVIDERS__OPENAI__BASE_URL", format!("{base}/v1"))
-        .env("SLUICE_PROVIDERS__ANTHROPIC__BASE_URL", base)
-        .env("OPENAI_API_KEY", "sk-platform-openai")
-        .env("ANTHROPIC_API_KEY", "sk-ant-platform")
+        .catalog(repo_path(FIXTURE))
+        .providers(base, &PROVIDERS)
 }
 
 async fn start_with(extra: &[(&str, &str)]) -> Env {
-    let mock = Mock::start().await;
-    let b = Backend::fresh().await;
-    let mut o = opts(&mock.base_url());
-    for (k, v) in extra {
-        o = o.env(k, v);
-    }
-    let s = Sluice::start(&b, o).await;
-    let (org, _, key) = s.org_and_key().await;
-    Env {
-        mock,
-        s,
-        org,
-        key,
-        b,
-    }
+    Env::start(FIXTURE, &PROVIDERS, |mut o, _| {
+        for (k, v) in extra {
+            o = o.env(k, v);
+        }
+        o
+    })
+    .await
 }
 
 async fn start() -> Env {
