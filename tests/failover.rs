@@ -382,7 +382,7 @@ async fn empty_turns_on_every_rung_are_an_empty_completion() {
     assert!(a.body["choices"][0]["message"]["content"].is_null());
     assert_eq!(
         header(&a.headers, "x-gateway-attempts"),
-        "openai:empty,azure:empty"
+        "openai:empty_completion,azure:empty_completion"
     );
     let sse = post_stream(&e, &stream_body("chat-a")).await;
     assert_eq!(sse.status, 200);
@@ -393,6 +393,23 @@ async fn empty_turns_on_every_rung_are_an_empty_completion() {
     let c = chunks(&sse);
     assert_eq!(c.last().unwrap()["choices"][0]["finish_reason"], "stop");
     assert_eq!(sse.data.last().unwrap(), "[DONE]");
+    // The ledger records the failed attempts under SPEC's class, at zero cost.
+    let mut event = Value::Null;
+    for _ in 0..50 {
+        let (_, all) =
+            e.s.get("/api/gateway/usage/events?limit=10", Some(&e.key))
+                .await;
+        if let Some(ev) = all["data"].as_array().and_then(|d| d.last()) {
+            event = ev.clone();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        event["attempts"], "openai:empty_completion,azure:empty_completion",
+        "{event}"
+    );
+    assert_eq!(event["empty_attempts"], 2, "{event}");
     // One empty rung, then content: the waterfall goes on.
     e.mock.script("a1", vec![Step::Empty]);
     let a = post(&e, &chat("chat-a")).await;

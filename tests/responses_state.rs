@@ -617,3 +617,126 @@ async fn a_stored_response_can_be_deleted_by_its_org_only() {
         .await;
     assert_error(a.status, &a.json, 400, "previous_response_not_found");
 }
+
+/// The response object of a whole answer, or every response snapshot of a stream
+/// (`response.created` … the terminal event).
+fn snapshots(a: &Answer) -> Vec<Value> {
+    if a.frames.is_empty() {
+        return vec![a.json.clone()];
+    }
+    a.frames
+        .iter()
+        .filter_map(|(_, d)| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| v.get("response").cloned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_echoes_what_the_client_asked_not_what_the_provider_was_sent() {
+    let e = start().await;
+    // On the native rung the provider is asked to store nothing and continue
+    // nothing; the answer still says what the client asked and the gateway did.
+    for model in ["fmt-gpt", "fmt-claude"] {
+        let a = e
+            .respond(json!({"model": model, "input": "Hi", "metadata": {"k": "v"}}))
+            .await;
+        assert_eq!(a.status, 200, "{}", a.json);
+        assert_eq!(a.json["store"], true, "{model}: {}", a.json);
+        assert_eq!(a.json["previous_response_id"], Value::Null, "{model}");
+        assert_eq!(a.json["metadata"], json!({"k": "v"}), "{model}");
+        let first = id_of(&a);
+        for stream in [false, true] {
+            let b = e
+                .respond(json!({"model": model, "input": "Again?", "stream": stream, "previous_response_id": first}))
+                .await;
+            assert_eq!(b.status, 200, "{model}: {:?}", b.frames);
+            let all = snapshots(&b);
+            assert!(!all.is_empty());
+            for r in all {
+                assert_eq!(r["store"], true, "{model} stream={stream}: {r}");
+                assert_eq!(
+                    r["previous_response_id"], first,
+                    "{model} stream={stream}: {r}"
+                );
+            }
+        }
+        let c = e
+            .respond(json!({"model": model, "input": "Hi", "store": false}))
+            .await;
+        assert_eq!(c.json["store"], false, "{model}: {}", c.json);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_stream_cut_after_output_marks_every_item_done_first() {
+    let e = start().await;
+    for (model, rung) in [("fmt-gpt", "o1"), ("fmt-claude", "c1")] {
+        e.mock.script(rung, vec![Step::CutAfter(2)]);
+        let a = e
+            .respond(json!({"model": model, "input": "Hi", "stream": true}))
+            .await;
+        assert_eq!(a.status, 200, "{model}");
+        let events: Vec<Value> = a
+            .frames
+            .iter()
+            .filter_map(|(_, d)| serde_json::from_str(d).ok())
+            .collect();
+        let kinds: Vec<&str> = events.iter().filter_map(|v| v["type"].as_str()).collect();
+        let at = |k: &str| kinds.iter().position(|x| *x == k);
+        let end = at("response.incomplete").unwrap_or_else(|| panic!("{model}: {kinds:?}"));
+        assert_eq!(end, kinds.len() - 1, "{model}: {kinds:?}");
+        for done in [
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+        ] {
+            let i = at(done).unwrap_or_else(|| panic!("{model}: no {done} in {kinds:?}"));
+            assert!(i < end, "{model}: {kinds:?}");
+        }
+        // Each item added is done, and the terminal snapshot lists them in order
+        // with the text the stream sent.
+        let added: Vec<&Value> = events
+            .iter()
+            .filter(|v| v["type"] == "response.output_item.added")
+            .map(|v| &v["item"]["id"])
+            .collect();
+        let done: Vec<&Value> = events
+            .iter()
+            .filter(|v| v["type"] == "response.output_item.done")
+            .map(|v| &v["item"]["id"])
+            .collect();
+        assert_eq!(added, done, "{model}");
+        let text: String = events
+            .iter()
+            .filter(|v| v["type"] == "response.output_text.delta")
+            .filter_map(|v| v["delta"].as_str())
+            .collect();
+        assert!(!text.is_empty(), "{model}");
+        let output = &events[end]["response"]["output"];
+        let ids: Vec<&Value> = output
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| &i["id"])
+            .collect();
+        assert_eq!(ids, added, "{model}: {output}");
+        let message = output
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["type"] == "message")
+            .unwrap();
+        assert_eq!(message["content"][0]["text"], text, "{model}: {output}");
+        let text_done = &events[at("response.output_text.done").unwrap()];
+        assert_eq!(text_done["text"], text, "{model}");
+        // Sequence numbers run on without a gap or repeat.
+        let seqs: Vec<u64> = events
+            .iter()
+            .filter_map(|v| v["sequence_number"].as_u64())
+            .collect();
+        assert!(
+            seqs.windows(2).all(|w| w[1] == w[0] + 1),
+            "{model}: {seqs:?}"
+        );
+    }
+}

@@ -476,6 +476,7 @@ fn a_relayed_responses_answer_counts_the_providers_searches() {
         receipt: b"{}",
         ignored: None,
         count_searches: count,
+        turn: None,
     };
     let out: Value =
         serde_json::from_slice(&whole(body.to_string().as_bytes(), &owned(true))).unwrap();

@@ -42,7 +42,7 @@ impl Attempt {
     pub(crate) fn label(&self) -> String {
         match self {
             Attempt::Served(_) => "ok".to_string(),
-            Attempt::Empty(_) => "empty".to_string(),
+            Attempt::Empty(_) => "empty_completion".to_string(),
             Attempt::Refused(_) => "refused".to_string(),
             Attempt::Rejected(e) => e.status.to_string(),
             Attempt::Failed(f) => f.label(),
@@ -61,7 +61,7 @@ impl Attempt {
             Attempt::Served(_) if cut => "cut",
             // A tool search round is a served model call.
             Attempt::Served(_) | Attempt::Round(_) => "ok",
-            Attempt::Empty(_) => "empty",
+            Attempt::Empty(_) => "empty_completion",
             Attempt::Refused(_) => "refused",
             Attempt::Rejected(_) => "http_4xx",
             Attempt::Failed(f) => f.class(),

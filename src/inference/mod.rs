@@ -91,6 +91,8 @@ impl Engine {
         });
         let read = admit::read_body(state, session, route, started).await?;
         let (members, long) = admit::split_object(&read)?;
+        let turn = (route == Route::Responses)
+            .then(|| sluice_filters::inbound::history::turn_ask(&members));
         let rebuilt = hooks.body(&caller.org, &members).await?;
         let body = rebuilt.as_ref().unwrap_or(&read);
         let (members, long) = match &rebuilt {
@@ -103,6 +105,7 @@ impl Engine {
         let rungs = admit::active_route(state, session, &caller.org, model)?;
         let deadline = Duration::from_millis(state.config.limits.request_deadline_ms);
         let mut tally = Tally::new(started, deadline, place, model, body.len());
+        tally.turn = turn;
         tally.trace = std::mem::take(&mut trail.attempts);
         // 2. Before the rungs.
         let ask = Asking::new(&caller, route, &asked, body, &members, &long);

@@ -50,6 +50,9 @@ pub(crate) struct Tally {
     /// `x-service-ignored-parameters` of the current attempt: the fields its rung
     /// does not receive.
     pub(crate) ignored: Option<String>,
+    /// Responses: the client's own `store` and `previous_response_id`, which the
+    /// answer echoes (the body served may be the rebuilt conversation).
+    pub(crate) turn: Option<sluice_filters::inbound::history::TurnAsk>,
     /// The current attempt's history lost hidden reasoning of another maker
     /// (`x-gateway-replay-repair: encrypted_reasoning_stripped`).
     pub(crate) replay_repaired: bool,
@@ -103,6 +106,7 @@ impl Tally {
             empty_attempts: 0,
             first_token: None,
             ignored: None,
+            turn: None,
             replay_repaired: false,
             price: Price::default(),
             platform_price: model.spec.price,

@@ -62,7 +62,9 @@ fn meta(tally: &Tally, planned: &PlannedRung, parsed: &ParsedRequest) -> Meta {
         stop_sequence: parsed.req.only_stop(),
         prompt_estimate: tally.prompt_estimate,
         echo: match parsed.inbound {
-            Inbound::Responses => sluice_filters::inbound::responses::echo(&parsed.object),
+            Inbound::Responses => {
+                sluice_filters::inbound::responses::echo(&parsed.object, tally.turn.as_ref())
+            }
             _ => String::new(),
         },
         search: parsed.search(),
@@ -82,6 +84,7 @@ fn owned<'a>(
         receipt,
         ignored: tally.ignored.as_deref(),
         count_searches: planned.wire == sluice_filters::upstream::Wire::OpenAiResponses,
+        turn: tally.turn.as_ref(),
     }
 }
 

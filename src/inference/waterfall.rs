@@ -289,7 +289,9 @@ async fn empty_completion(
         stop_sequence: None,
         prompt_estimate: tally.prompt_estimate,
         echo: match parsed.inbound {
-            Inbound::Responses => sluice_filters::inbound::responses::echo(&parsed.object),
+            Inbound::Responses => {
+                sluice_filters::inbound::responses::echo(&parsed.object, tally.turn.as_ref())
+            }
             _ => String::new(),
         },
         search: parsed.search(),

@@ -18,6 +18,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use serde_json::{json as j, Value};
+use sluice_filters::{ApiError, ErrorCode};
 
 const FORM_COOKIE: &str = "sluice_form";
 
@@ -187,7 +188,17 @@ pub(crate) async fn signup_form(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SignupBody {
-    email: String,
+    /// Missing or not a string is an email rejected (SPEC: `invalid_request`,
+    /// `param: email`), not a malformed parameter.
+    #[serde(default, deserialize_with = "email_string")]
+    email: Option<String>,
+}
+
+fn email_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::String(s) => Some(s),
+        _ => None,
+    })
 }
 
 /// `POST {web_url}/api/signup/instant` `{email}`: 200 with the signup result.
@@ -199,10 +210,19 @@ pub(crate) async fn signup_api(
     let app = &web.app;
     // Disabled and rate-limited answers come before the body is judged.
     let parsed: Result<SignupBody, _> = parse_body(&body);
-    let email = match (&parsed, app.config.signup.enabled) {
-        (Ok(b), _) => b.email.clone(),
-        (Err(_), false) => String::new(),
-        (Err(e), true) => return Err(Failure(e.clone())),
+    let email = match (parsed, app.config.signup.enabled) {
+        (Ok(SignupBody { email: Some(e) }), _) => e,
+        (_, false) => String::new(),
+        (Ok(SignupBody { email: None }), true) => {
+            return Err(Failure(
+                ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    "email rejected: the body has no email string.",
+                )
+                .param("email"),
+            ))
+        }
+        (Err(e), true) => return Err(Failure(e)),
     };
     let done = signup::instant(
         &app.db,

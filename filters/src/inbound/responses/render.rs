@@ -356,9 +356,12 @@ pub fn without_encrypted_content(answer: &[u8], streamed: bool) -> Option<Vec<u8
 
 /// The request members a `response` object repeats, as OpenAI's schema requires
 /// them (`tools`, `tool_choice` and `parallel_tool_calls` never null), each the
-/// client's value or the API's default: JSON members without braces.
-pub fn echo(object: &RawObject) -> String {
-    const FIELDS: [(&str, &str); 7] = [
+/// client's value or the API's default: JSON members without braces. `turn`: the
+/// client's own `store` and `previous_response_id` (the body served may be the
+/// rebuilt conversation, which carries neither as asked).
+pub fn echo(object: &RawObject, turn: Option<&TurnAsk>) -> String {
+    const FIELDS: [(&str, &str); 8] = [
+        ("background", "false"),
         ("instructions", "null"),
         ("metadata", "{}"),
         ("parallel_tool_calls", "true"),
@@ -391,6 +394,15 @@ pub fn echo(object: &RawObject) -> String {
         out.push_str(name);
         out.push_str("\":");
         out.push_str(value);
+    }
+    if let Some(t) = turn {
+        out.push_str(if t.store {
+            ",\"store\":true"
+        } else {
+            ",\"store\":false"
+        });
+        out.push_str(",\"previous_response_id\":");
+        out.push_str(&serde_json::to_string(&t.previous).unwrap_or_else(|_| "null".into()));
     }
     out
 }

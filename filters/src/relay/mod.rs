@@ -6,11 +6,14 @@
 //! receipt (`x_gateway`) and the disclosure of dropped fields. A stream the
 //! provider did not finish is closed here, in the format's own terms.
 
+use crate::inbound::history::TurnAsk;
 use crate::inbound::{messages, responses};
 use crate::ir::{Collector, Event, Meta, Tail, IGNORED_MEMBER, RECEIPT_MEMBER};
 use crate::json::edit::{set_member, set_nested};
 use crate::usage::Usage;
 use serde::Deserialize;
+
+mod items;
 
 /// The client format both sides speak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,9 +35,35 @@ pub struct Owned<'a> {
     /// counted in `usage.server_tool_use_details` (messages answers count them in
     /// Anthropic's own `usage.server_tool_use`).
     pub count_searches: bool,
+    /// Responses: what the client asked of continuation and storage. The provider
+    /// was asked to store nothing and continue nothing (the gateway does both), so
+    /// its echo of `store` and `previous_response_id` is replaced by the client's.
+    pub turn: Option<&'a TurnAsk>,
 }
 
 impl Owned<'_> {
+    /// `object` (a response object, or an event holding one at `path`) with the
+    /// client's `store` and `previous_response_id` in place of the provider's.
+    fn echo_turn(&self, object: Vec<u8>, path: &[&str]) -> Vec<u8> {
+        let Some(turn) = self.turn else {
+            return object;
+        };
+        let store: &[u8] = if turn.store { b"true" } else { b"false" };
+        let previous = serde_json::to_vec(&turn.previous).unwrap_or_else(|_| b"null".to_vec());
+        let mut out = object;
+        for (key, value) in [("store", store), ("previous_response_id", &previous)] {
+            out = if path.is_empty() {
+                set_member(&out, key, value)
+            } else {
+                match set_nested(&out, path, key, value) {
+                    Some(o) => o,
+                    None => out,
+                }
+            };
+        }
+        out
+    }
+
     fn cost(&self) -> Option<Vec<u8>> {
         serde_json::to_vec(&self.usage?.cost_usd()?).ok()
     }
@@ -61,7 +90,7 @@ impl Owned<'_> {
 /// A whole answer: the provider's object with `provider`, `usage.cost`, the
 /// receipt and the disclosure set (the same members in both formats).
 pub fn whole(body: &[u8], owned: &Owned) -> Vec<u8> {
-    let mut out = set_member(body, "provider", owned.provider);
+    let mut out = owned.echo_turn(set_member(body, "provider", owned.provider), &[]);
     if let Some(cost) = owned.cost() {
         if let Some(priced) = set_nested(&out, &["usage"], "cost", &cost) {
             out = priced;
@@ -84,6 +113,15 @@ struct Head<'a> {
     sequence_number: Option<u64>,
     #[serde(default)]
     index: Option<u64>,
+    // Responses: where an event's item is, and its text.
+    #[serde(default)]
+    output_index: Option<u64>,
+    #[serde(default)]
+    content_index: Option<u64>,
+    #[serde(default)]
+    summary_index: Option<u64>,
+    #[serde(borrow, default)]
+    delta: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// One stream's relay: each upstream frame is rewritten as it passes.
@@ -100,6 +138,8 @@ pub struct Relay {
     next_seq: u64,
     /// Responses: the answer so far, for the closing snapshot of a cut.
     collected: Collector,
+    /// Responses: the output items as the provider announced them, to close a cut.
+    items: items::Items,
 }
 
 impl Relay {
@@ -111,6 +151,7 @@ impl Relay {
             open: Vec::new(),
             next_seq: 0,
             collected: Collector::default(),
+            items: items::Items::default(),
         }
     }
 
@@ -138,6 +179,15 @@ impl Relay {
         if let Some(seq) = head.sequence_number {
             self.next_seq = self.next_seq.max(seq + 1);
         }
+        if self.kind == Kind::Responses && !self.ended {
+            let place = items::Place {
+                output_index: head.output_index,
+                content_index: head.content_index,
+                summary_index: head.summary_index,
+                delta: head.delta.clone(),
+            };
+            self.items.observe(kind, data, &place);
+        }
         let edited = match (self.kind, kind) {
             (_, "error") | (Kind::Responses, "response.failed") => return,
             (Kind::Messages, "message_start") => {
@@ -164,6 +214,7 @@ impl Relay {
             }
             (Kind::Responses, "response.created" | "response.in_progress" | "response.queued") => {
                 set_nested(data, &["response"], "provider", owned.provider)
+                    .map(|d| owned.echo_turn(d, &["response"]))
             }
             (Kind::Responses, "response.completed" | "response.incomplete") => {
                 self.ended = true;
@@ -178,6 +229,7 @@ impl Relay {
     fn final_response(&self, data: &[u8], owned: &Owned) -> Vec<u8> {
         let mut out = set_nested(data, &["response"], "provider", owned.provider)
             .unwrap_or_else(|| data.to_vec());
+        out = owned.echo_turn(out, &["response"]);
         if let Some(cost) = owned.cost() {
             if let Some(priced) = set_nested(&out, &["response", "usage"], "cost", &cost) {
                 out = priced;
@@ -234,6 +286,12 @@ impl Relay {
                 push_frame(out, Some("message_stop"), br#"{"type":"message_stop"}"#);
             }
             Kind::Responses => {
+                // Every item the provider added is done before the terminal event.
+                let output = (!self.items.is_empty()).then(|| {
+                    self.items.close(&mut self.next_seq, |name, data| {
+                        push_frame(out, Some(name), data)
+                    })
+                });
                 let resp = std::mem::take(&mut self.collected).finish();
                 let tail = Tail {
                     usage: owned.usage.unwrap_or_default(),
@@ -243,6 +301,10 @@ impl Relay {
                 };
                 let mut object = responses::render(&resp, meta, &tail);
                 object = set_member(&object, "provider", owned.provider);
+                if let Some(output) = output {
+                    let list = serde_json::to_vec(&output).unwrap_or_else(|_| b"[]".to_vec());
+                    object = set_member(&object, "output", &list);
+                }
                 let name = if object_status(&object) == "completed" {
                     "response.completed"
                 } else {
@@ -295,6 +357,7 @@ mod tests {
             receipt: br#"{"attempts":"anthropic:ok","overhead_us":7}"#,
             ignored: Some("top_k"),
             count_searches: false,
+            turn: None,
         }
     }
 
