@@ -62,9 +62,13 @@ fn meta(tally: &Tally, planned: &PlannedRung, parsed: &ParsedRequest) -> Meta {
         stop_sequence: parsed.req.only_stop(),
         prompt_estimate: tally.prompt_estimate,
         echo: match parsed.inbound {
-            Inbound::Responses => {
-                sluice_filters::inbound::responses::echo(&parsed.object, tally.turn.as_ref())
-            }
+            Inbound::Responses => sluice_filters::inbound::responses::echo(
+                &parsed.object,
+                tally
+                    .turn
+                    .as_ref()
+                    .map(|t| (t.store, t.previous.as_deref())),
+            ),
             _ => String::new(),
         },
         search: parsed.search(),

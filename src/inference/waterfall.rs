@@ -289,9 +289,13 @@ async fn empty_completion(
         stop_sequence: None,
         prompt_estimate: tally.prompt_estimate,
         echo: match parsed.inbound {
-            Inbound::Responses => {
-                sluice_filters::inbound::responses::echo(&parsed.object, tally.turn.as_ref())
-            }
+            Inbound::Responses => sluice_filters::inbound::responses::echo(
+                &parsed.object,
+                tally
+                    .turn
+                    .as_ref()
+                    .map(|t| (t.store, t.previous.as_deref())),
+            ),
             _ => String::new(),
         },
         search: parsed.search(),

@@ -11,7 +11,6 @@ use super::common::{
     check_description, invalid, malformed, refused_everywhere, unsupported, MAX_DESCRIPTION_CHARS,
 };
 use crate::error::{ApiError, ErrorCode, Format};
-use crate::inbound::history::TurnAsk;
 use crate::ir::{
     Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response, ResponseFormat,
     Role, SearchForm, ServerSearch, StreamEncoder, Tail, Tool, ToolChoice, ToolSearch,

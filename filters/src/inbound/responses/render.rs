@@ -359,7 +359,7 @@ pub fn without_encrypted_content(answer: &[u8], streamed: bool) -> Option<Vec<u8
 /// client's value or the API's default: JSON members without braces. `turn`: the
 /// client's own `store` and `previous_response_id` (the body served may be the
 /// rebuilt conversation, which carries neither as asked).
-pub fn echo(object: &RawObject, turn: Option<&TurnAsk>) -> String {
+pub fn echo(object: &RawObject, turn: Option<(bool, Option<&str>)>) -> String {
     const FIELDS: [(&str, &str); 8] = [
         ("background", "false"),
         ("instructions", "null"),
@@ -395,14 +395,14 @@ pub fn echo(object: &RawObject, turn: Option<&TurnAsk>) -> String {
         out.push_str("\":");
         out.push_str(value);
     }
-    if let Some(t) = turn {
-        out.push_str(if t.store {
+    if let Some((store, previous)) = turn {
+        out.push_str(if store {
             ",\"store\":true"
         } else {
             ",\"store\":false"
         });
         out.push_str(",\"previous_response_id\":");
-        out.push_str(&serde_json::to_string(&t.previous).unwrap_or_else(|_| "null".into()));
+        out.push_str(&serde_json::to_string(&previous).unwrap_or_else(|_| "null".into()));
     }
     out
 }
