@@ -55,14 +55,19 @@ impl Answer {
 }
 
 async fn call(e: &Env, path: &str, body: &Value) -> Answer {
-    let mut r =
+    call_with(e, path, body, &[]).await
+}
+
+async fn call_with(e: &Env, path: &str, body: &Value, headers: &[(&str, &str)]) -> Answer {
+    let mut req =
         e.s.http
             .post(format!("{}{path}", e.s.gateway))
             .bearer_auth(&e.key)
-            .json(body)
-            .send()
-            .await
-            .unwrap();
+            .json(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut r = req.send().await.unwrap();
     let status = r.status().as_u16();
     let headers = r.headers().clone();
     let sse = headers
@@ -500,6 +505,218 @@ async fn the_1m_suffix_selects_the_long_window_where_a_rung_serves_it() {
     let a = call(&e, "/v1/messages", &messages_body("fmt-claude", false)).await;
     assert_eq!(a.status, 200);
     assert_eq!(e.mock.requests_for("c1")[1].header("anthropic-beta"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_claude_host_of_a_1m_route_is_asked_for_the_long_window() {
+    let e = start().await;
+    let (bedrock, vertex, anthropic) = (
+        "anthropic.claude-long-b-v1:0",
+        "claude-long-v@20250101",
+        "claude-long-a",
+    );
+    for rung in [bedrock, vertex] {
+        e.mock.script(rung, vec![Step::Status(500)]);
+    }
+    let a = call(
+        &e,
+        "/v1/chat/completions",
+        &chat_body("fmt-claude-long[1m]", false),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(a.json["provider"], format!("anthropic:{anthropic}"));
+    // Bedrock takes the flag in the Converse body, Vertex and Anthropic as a header.
+    let sent = e.mock.requests_for(bedrock)[0].json().unwrap();
+    assert_eq!(
+        sent["additionalModelRequestFields"]["anthropic_beta"],
+        json!(["context-1m-2025-08-07"])
+    );
+    for rung in [vertex, anthropic] {
+        let sent = &e.mock.requests_for(rung)[0];
+        assert_eq!(
+            sent.header("anthropic-beta"),
+            Some("context-1m-2025-08-07"),
+            "{rung}"
+        );
+    }
+    // Without the suffix none of them is.
+    e.mock.script(bedrock, vec![Step::Status(500)]);
+    let a = call(&e, "/v1/messages", &messages_body("fmt-claude-long", false)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    let sent = e.mock.requests_for(bedrock)[1].json().unwrap();
+    assert!(sent.get("additionalModelRequestFields").is_none(), "{sent}");
+    assert_eq!(
+        e.mock.requests_for(vertex)[1].header("anthropic-beta"),
+        None
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_messages_clients_anthropic_headers_reach_anthropic_and_are_disclosed_elsewhere() {
+    let e = start().await;
+    let headers = [
+        ("anthropic-version", "2023-01-01"),
+        (
+            "anthropic-beta",
+            "tools-2024-04-04, prompt-caching-2024-07-31",
+        ),
+    ];
+    let a = call_with(
+        &e,
+        "/v1/messages",
+        &messages_body("fmt-claude[1m]", false),
+        &headers,
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(a.header("x-service-ignored-parameters"), "");
+    let sent = &e.mock.requests_for("c1")[0];
+    let versions: Vec<&str> = sent
+        .headers
+        .iter()
+        .filter(|(k, _)| k == "anthropic-version")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(versions, ["2023-01-01"], "the client's version, once");
+    assert_eq!(
+        sent.header("anthropic-beta"),
+        Some("context-1m-2025-08-07,tools-2024-04-04,prompt-caching-2024-07-31")
+    );
+    // Another maker, and Claude behind Vertex's own version: said, not silent.
+    for (model, rung) in [
+        ("fmt-gpt", "o1"),
+        ("fmt-vertex-claude", "claude-v1@20250101"),
+    ] {
+        let a = call_with(&e, "/v1/messages", &messages_body(model, false), &headers).await;
+        assert_eq!(a.status, 200, "{model}: {}", a.json);
+        assert_eq!(
+            a.header("x-service-ignored-parameters"),
+            "anthropic-version,anthropic-beta",
+            "{model}"
+        );
+        assert_eq!(e.mock.requests_for(rung)[0].header("anthropic-beta"), None);
+    }
+    // The version the gateway speaks (what the anthropic SDK sends) is honoured
+    // everywhere: nothing to disclose.
+    let a = call_with(
+        &e,
+        "/v1/messages",
+        &messages_body("fmt-gpt", false),
+        &[("anthropic-version", "2023-06-01")],
+    )
+    .await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.header("x-service-ignored-parameters"), "");
+    let sent = &e.mock.requests_for("c1");
+    assert_eq!(sent.len(), 1);
+    let a = call_with(
+        &e,
+        "/v1/messages",
+        &messages_body("fmt-claude", false),
+        &[("anthropic-version", "2023-06-01")],
+    )
+    .await;
+    assert_eq!(a.status, 200);
+    assert_eq!(
+        e.mock.requests_for("c1")[1].header("anthropic-version"),
+        Some("2023-06-01")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_history_off_an_all_claude_route_is_refused_naming_the_block() {
+    let e = start().await;
+    let history = |thinking: Value| {
+        json!({"model": "fmt-mixed", "max_tokens": 64, "messages": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": [
+                {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}},
+                thinking,
+                {"type": "text", "text": "ok"}]},
+            {"role": "user", "content": "more"}]})
+    };
+    for block in [
+        // Another maker's reasoning, as the gateway renders it: no signature.
+        json!({"type": "thinking", "thinking": "hmm", "signature": ""}),
+        json!({"type": "thinking", "thinking": "hmm"}),
+        json!({"type": "thinking", "thinking": "hmm", "signature": "sig"}),
+        json!({"type": "redacted_thinking", "data": "opaque"}),
+    ] {
+        let a = call(&e, "/v1/messages", &history(block.clone())).await;
+        assert_eq!(a.status, 400, "{block}: {}", a.json);
+        assert_eq!(a.json["error"]["type"], "invalid_request_error");
+        let said = a.json["error"]["message"].as_str().unwrap();
+        assert!(
+            said.starts_with("messages[1].content[1]:"),
+            "{block}: {said}"
+        );
+    }
+    assert_eq!(e.mock.count("x1") + e.mock.count("x2"), 0);
+    // On a route whose every rung is Claude the turn is served: a rung the gateway
+    // renders for leaves unsigned thinking out (Claude cannot verify it), and
+    // Anthropic's own API gets the client's body as sent.
+    let mut body = history(json!({"type": "thinking", "thinking": "hmm", "signature": ""}));
+    body["model"] = json!("fmt-vertex-claude");
+    let a = call(&e, "/v1/messages", &body).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    let sent = e.mock.requests_for("claude-v1@20250101")[0].json().unwrap();
+    let turn = sent["messages"][1]["content"].to_string();
+    assert!(turn.contains("ok") && !turn.contains("hmm"), "{turn}");
+    body["model"] = json!("fmt-claude");
+    let a = call(&e, "/v1/messages", &body).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    let sent = e.mock.requests_for("c1")[0].json().unwrap();
+    assert_eq!(sent["messages"][1]["content"][1]["type"], "thinking");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_messages_client_that_did_not_enable_thinking_gets_no_thinking_blocks() {
+    let e = start().await;
+    // A reasoning model on a chat wire thinks without being asked.
+    let reply = json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "r1",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": "42", "reasoning_content": "Let me think."}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}});
+    e.mock.script(
+        "r1",
+        vec![Step::Reply {
+            status: 200,
+            body: reply.to_string(),
+            retry_after: None,
+        }],
+    );
+    let a = call(&e, "/v1/messages", &messages_body("fmt-reason", false)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    assert_eq!(a.json["content"], json!([{"type": "text", "text": "42"}]));
+    // So the client's next turn, its answer appended, is served.
+    let next = json!({"model": "fmt-reason", "max_tokens": 64, "messages": [
+        {"role": "user", "content": "Say hello"},
+        {"role": "assistant", "content": a.json["content"]},
+        {"role": "user", "content": "again"}]});
+    let a = call(&e, "/v1/messages", &next).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn is_error_off_a_native_route_names_the_block_the_client_sent() {
+    let e = start().await;
+    let body = json!({"model": "fmt-mixed", "max_tokens": 64, "messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "text", "text": "here it is"},
+            {"type": "tool_result", "tool_use_id": "t1", "content": "boom", "is_error": true}]}],
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}]});
+    let a = call(&e, "/v1/messages", &body).await;
+    assert_eq!(a.status, 400, "{}", a.json);
+    let said = a.json["error"]["message"].as_str().unwrap();
+    assert!(
+        said.starts_with("messages[2].content[1].is_error:"),
+        "{said}"
+    );
+    assert_eq!(e.mock.count("x1") + e.mock.count("x2"), 0);
 }
 
 // ---------------------------------------------------------------------------

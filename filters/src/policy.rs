@@ -284,29 +284,36 @@ pub fn plan(
 /// SPEC "Messages route limits": thinking only where every rung is Claude, and
 /// `tool_result.is_error` only on a native single-maker route.
 fn messages_route_limits(req: &Request, rungs: &[RungFacts]) -> Result<(), ApiError> {
-    let thinking_history = req.messages.iter().any(|m| {
-        m.parts
-            .iter()
-            .any(|p| matches!(p, Part::Thinking { .. } | Part::EncryptedReasoning { .. }))
-    });
-    let thinking = req.reasoning.is_some() || thinking_history;
-    if thinking && !rungs.iter().all(|r| r.claude) {
-        return Err(ApiError::new(
+    let all_claude = rungs.iter().all(|r| r.claude);
+    // The messages envelope has no `param`: the message leads with it, as
+    // Anthropic's own errors do.
+    let refuse_thinking = |param: String| {
+        ApiError::new(
             ErrorCode::UnsupportedCapability,
-            "Extended thinking is served only on routes whose every rung is an Anthropic model.",
+            format!("{param}: extended thinking is served only on routes whose every rung is an Anthropic model."),
         )
-        .param("thinking"));
+        .param(param)
+    };
+    if req.reasoning.is_some() && !all_claude {
+        return Err(refuse_thinking("thinking".into()));
     }
+    let native = rungs.iter().all(|r| r.native && r.wire == Wire::Anthropic);
     for (i, m) in req.messages.iter().enumerate() {
         for (j, p) in m.parts.iter().enumerate() {
-            if let Part::ToolResult { is_error: true, .. } = p {
-                if !rungs.iter().all(|r| r.native && r.wire == Wire::Anthropic) {
+            match p {
+                // Signed or not: nothing of it may be dropped silently.
+                Part::Thinking { .. } | Part::EncryptedReasoning { .. } if !all_claude => {
+                    return Err(refuse_thinking(req.part_param(i, j)));
+                }
+                Part::ToolResult { is_error: true, .. } if !native => {
+                    let param = format!("{}.is_error", req.part_param(i, j));
                     return Err(ApiError::new(
                         ErrorCode::UnsupportedParameter,
-                        "tool_result.is_error is accepted only on routes served natively by Anthropic.",
+                        format!("{param}: tool_result.is_error is accepted only on routes served natively by Anthropic."),
                     )
-                    .param(format!("messages[{i}].content[{j}].is_error")));
+                    .param(param));
                 }
+                _ => {}
             }
         }
     }

@@ -37,6 +37,7 @@ fn meta(include_usage: bool) -> Meta {
         prompt_estimate: 0,
         echo: String::new(),
         search: None,
+        hide_reasoning: false,
     }
 }
 

@@ -144,6 +144,7 @@ fn meta() -> Meta {
         prompt_estimate: 0,
         echo: String::new(),
         search: None,
+        hide_reasoning: false,
     }
 }
 

@@ -116,6 +116,48 @@ pub(crate) struct Asked {
     /// The `:online` suffix asked for web search.
     pub(crate) online: bool,
     pub(crate) model: Arc<Model>,
+    /// Messages: the client's `anthropic-version` and `anthropic-beta` headers,
+    /// where they ask for more than the format the gateway speaks.
+    pub(crate) anthropic: Option<Box<AnthropicHeaders>>,
+}
+
+/// The Anthropic headers a messages client sent: forwarded to Anthropic's own
+/// rungs, disclosed as ignored where a rung cannot use them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct AnthropicHeaders {
+    /// A version other than the one the gateway speaks (`2023-06-01`).
+    pub(crate) version: Option<String>,
+    /// Beta flags, comma-separated as sent.
+    pub(crate) beta: Option<String>,
+}
+
+/// The version of the messages format the gateway itself reads and writes.
+pub(crate) const SPOKEN_ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Reads a messages client's `anthropic-version` and `anthropic-beta`.
+fn anthropic_headers(session: &Session) -> Result<Option<Box<AnthropicHeaders>>, ApiError> {
+    let headers = &session.req_header().headers;
+    let read = |name: &'static str| -> Result<Option<String>, ApiError> {
+        let Some(v) = headers.get(name) else {
+            return Ok(None);
+        };
+        let v = v
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_graphic() || b == b' '))
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("The {name} header must be visible ASCII."),
+                )
+                .param(name)
+            })?;
+        Ok(Some(v.to_string()))
+    };
+    let version = read("anthropic-version")?.filter(|v| v != SPOKEN_ANTHROPIC_VERSION);
+    let beta = read("anthropic-beta")?;
+    Ok((version.is_some() || beta.is_some()).then(|| Box::new(AnthropicHeaders { version, beta })))
 }
 
 /// Reads `model` from the body's members and finds the model: granted to the
@@ -180,11 +222,16 @@ pub(crate) fn model(
         )
         .param("model"));
     }
+    let anthropic = match route {
+        Route::Messages => anthropic_headers(session)?,
+        _ => None,
+    };
     Ok(Asked {
         name,
         long_context,
         online,
         model,
+        anthropic,
     })
 }
 

@@ -302,7 +302,7 @@ pub(crate) struct Post<'a> {
     pub(crate) wire: Option<Wire>,
     pub(crate) body: OutBody,
     pub(crate) stream: bool,
-    pub(crate) headers: &'a [(&'static str, &'static str)],
+    pub(crate) headers: &'a [(&'static str, String)],
 }
 
 /// Posts to the rung and waits for its answer's header, within the request's

@@ -2,6 +2,7 @@
 //! policy lets serve it (`PlannedRung`s), each with its wire, its target, what it drops and
 //! the headers it needs, decided once before the first attempt.
 
+use super::admit::AnthropicHeaders;
 use super::Engine;
 use crate::byok::{Lane, RouteRung};
 use crate::catalog::Model;
@@ -36,6 +37,8 @@ pub(crate) struct ParsedRequest<'a> {
     pub(crate) stream: bool,
     /// The `[1m]` suffix asked for the 1M-token window.
     pub(crate) long_context: bool,
+    /// Messages: the client's Anthropic headers beyond the spoken version.
+    pub(crate) anthropic: Option<Box<AnthropicHeaders>>,
     /// The active route for the org, in order, each rung with its lane.
     pub(crate) rungs: Vec<RouteRung>,
     pub(crate) org_id: String,
@@ -120,7 +123,7 @@ pub(crate) struct PlannedRung {
     /// Inbound field names this rung does not receive (disclosed).
     pub(crate) dropped: Vec<String>,
     /// Request headers this rung needs for this request.
-    pub(crate) headers: Vec<(&'static str, &'static str)>,
+    pub(crate) headers: Vec<(&'static str, String)>,
     pub(crate) lane: Lane,
     /// The provider routes by `prompt_cache_key` on this rung.
     pub(crate) cache_key_routing: bool,
@@ -128,8 +131,52 @@ pub(crate) struct PlannedRung {
     pub(crate) reasons: bool,
 }
 
-/// The beta flag that opens Anthropic's 1M-token window (the `[1m]` suffix).
-const ANTHROPIC_1M: (&str, &str) = ("anthropic-beta", "context-1m-2025-08-07");
+/// The beta flag that opens Anthropic's 1M-token window (the `[1m]` suffix): a
+/// header to Anthropic and to Vertex, a body member to Bedrock.
+pub(crate) const CONTEXT_1M: &str = "context-1m-2025-08-07";
+
+/// The Anthropic headers a rung gets, and the client's it cannot use (disclosed
+/// as ignored). Anthropic's own API takes the client's version and beta flags;
+/// Vertex and Bedrock serve Claude behind their own versions and take the 1M
+/// flag alone; other makers take neither.
+fn anthropic_headers(
+    provider: &str,
+    wire: Wire,
+    long_context: bool,
+    client: Option<&AnthropicHeaders>,
+    dropped: &mut Vec<String>,
+) -> Vec<(&'static str, String)> {
+    let own = provider == "anthropic";
+    let mut headers = Vec::new();
+    let mut betas: Vec<&str> = Vec::new();
+    if long_context && wire == Wire::Anthropic {
+        betas.push(CONTEXT_1M);
+    }
+    if let Some(c) = client {
+        if let Some(v) = &c.version {
+            if own {
+                headers.push(("anthropic-version", v.clone()));
+            } else {
+                dropped.push("anthropic-version".into());
+            }
+        }
+        if let Some(b) = &c.beta {
+            if own {
+                for flag in b.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+                    if !betas.contains(&flag) {
+                        betas.push(flag);
+                    }
+                }
+            } else {
+                dropped.push("anthropic-beta".into());
+            }
+        }
+    }
+    if !betas.is_empty() {
+        headers.push(("anthropic-beta", betas.join(",")));
+    }
+    headers
+}
 
 /// The rungs of a model that can serve this request, as the policy decides.
 pub(super) fn plan(
@@ -181,17 +228,20 @@ pub(super) fn plan(
         .into_iter()
         .map(|p| {
             let (_, target, wire, lane) = &reachable[p.index];
-            let headers = if parsed.long_context && target.provider == "anthropic" {
-                vec![ANTHROPIC_1M]
-            } else {
-                Vec::new()
-            };
+            let mut dropped = p.dropped;
+            let headers = anthropic_headers(
+                &target.provider,
+                *wire,
+                parsed.long_context,
+                parsed.anthropic.as_deref(),
+                &mut dropped,
+            );
             PlannedRung {
                 target: target.clone(),
                 wire: *wire,
                 // The gateway rewrites an orchestrated request or its answer.
                 native: facts[p.index].native && !parsed.canonical(),
-                dropped: p.dropped,
+                dropped,
                 headers,
                 lane: *lane,
                 cache_key_routing: facts[p.index].caps.iter().any(|c| c == "cache_key_routing"),

@@ -4,7 +4,7 @@
 //! phase after them (a service-run search, a part in the attempt loop).
 
 use super::admit::{self, Asked};
-use super::plan::{ParsedRequest, CACHEABLE_BYTES};
+use super::plan::{ParsedRequest, CACHEABLE_BYTES, CONTEXT_1M};
 use super::tally::Tally;
 use super::Engine;
 use crate::accounts::Caller;
@@ -111,6 +111,10 @@ impl Engine {
         // long strings were found by the split: the parse jumps over them.
         let mut req = with_long_strings(a.long, || inbound.parse(a.body, a.members))?;
         req.model = a.asked.name.clone();
+        if a.asked.long_context {
+            // Converse takes Anthropic's beta flags in its body.
+            req.anthropic_beta.push(CONTEXT_1M.into());
+        }
         // Encrypted reasoning reaches a responses client only when it asks.
         tally.hide_encrypted = inbound == Inbound::Responses
             && !req
@@ -144,6 +148,7 @@ impl Engine {
             object: RawObject::from_members(a.members),
             source: a.body.clone(),
             long_context: a.asked.long_context,
+            anthropic: a.asked.anthropic.clone(),
             rungs,
             org_id: a.caller.org.id.clone(),
             cacheable: a.body.len() >= CACHEABLE_BYTES,

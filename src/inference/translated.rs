@@ -72,6 +72,7 @@ fn meta(tally: &Tally, planned: &PlannedRung, parsed: &ParsedRequest) -> Meta {
             _ => String::new(),
         },
         search: parsed.search(),
+        hide_reasoning: parsed.inbound == Inbound::Messages && parsed.req.reasoning.is_none(),
     }
 }
 

@@ -299,6 +299,7 @@ async fn empty_completion(
             _ => String::new(),
         },
         search: parsed.search(),
+        hide_reasoning: false,
     };
     let tail = Tail {
         usage: tally.priced(Usage::default()),

@@ -496,7 +496,7 @@ impl Upstreams {
         path: &str,
         body: OutBody,
         stream: bool,
-        extra: &[(&'static str, &'static str)],
+        extra: &[(&'static str, String)],
     ) -> Result<Call<'_>, Failure> {
         self.post_traced(t, path, body, stream, extra, None).await
     }
@@ -509,7 +509,7 @@ impl Upstreams {
         path: &str,
         body: OutBody,
         stream: bool,
-        extra: &[(&'static str, &'static str)],
+        extra: &[(&'static str, String)],
         traceparent: Option<&str>,
     ) -> Result<Call<'_>, Failure> {
         // Boxed here, once: the connect-and-send state machine is about 10 KB, and
@@ -564,7 +564,7 @@ impl Upstreams {
         body: OutBody,
         stream: bool,
         content_type: &'static str,
-        (extra, traceparent): (&[(&'static str, &'static str)], Option<&str>),
+        (extra, traceparent): (&[(&'static str, String)], Option<&str>),
     ) -> Result<Call<'_>, Failure> {
         let addr = self.address(t).await?;
         let authority = t.authority.as_str();
@@ -630,14 +630,15 @@ impl Upstreams {
                 _ => head.field("Authorization", Val::Bearer(c)),
             }
         }
-        if t.provider == "anthropic" {
+        // A messages client's own version, when it named one, goes instead.
+        if t.provider == "anthropic" && !extra.iter().any(|(n, _)| *n == "anthropic-version") {
             head.field("anthropic-version", Val::Str(ANTHROPIC_VERSION));
         }
         if method == "GET" {
             head.field("Accept", Val::Str("application/json"));
         }
         for (name, value) in extra {
-            head.field(name, Val::Str(value));
+            head.field(name, Val::Str(value.as_str()));
         }
         if let Some(tp) = traceparent {
             head.field("traceparent", Val::Str(tp));

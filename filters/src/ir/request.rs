@@ -212,6 +212,15 @@ pub enum CacheBreak {
     Part { message: usize, part: usize },
 }
 
+/// Where a part came from in the client's body: the messages format's
+/// `messages[message].content[block]`, for naming it in an error after the turns
+/// were regrouped (a user turn's tool results become a tool turn of their own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub message: u32,
+    pub block: u32,
+}
+
 /// The canonical request: what every inbound format means, in one shape.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Request {
@@ -284,9 +293,35 @@ pub struct Request {
     /// Tools marked `defer_loading: true`: withheld until a search loads them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deferred: Vec<Tool>,
+    /// Anthropic beta flags the gateway asks Claude rungs for (the `[1m]`
+    /// window): carried in the body where the wire takes them there (Converse's
+    /// `additionalModelRequestFields.anthropic_beta`); Anthropic's wire takes them as
+    /// a header, which the gateway adds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anthropic_beta: Vec<String>,
+    /// One per part of `messages`, in order, where the format regroups turns
+    /// (messages); empty elsewhere. Only errors read it: never stored.
+    #[serde(skip)]
+    pub origins: Vec<Origin>,
 }
 
 impl Request {
+    /// How the client's body names part `part` of `messages[message]`.
+    pub fn part_param(&self, message: usize, part: usize) -> String {
+        let flat = self.messages[..message]
+            .iter()
+            .map(|m| m.parts.len())
+            .sum::<usize>()
+            + part;
+        let parts: usize = self.messages.iter().map(|m| m.parts.len()).sum();
+        match self.origins.get(flat) {
+            Some(o) if self.origins.len() == parts => {
+                format!("messages[{}].content[{}]", o.message, o.block)
+            }
+            _ => format!("messages[{message}].content[{part}]"),
+        }
+    }
+
     /// The caller's stop sequence when it gave exactly one.
     pub fn only_stop(&self) -> Option<String> {
         match self.stop.as_slice() {

@@ -193,6 +193,10 @@ pub struct Meta {
     /// A search the gateway ran for the request: shown in the answer (messages
     /// server tool blocks, a responses `web_search_call`) and cited by it.
     pub search: Option<Arc<ServerSearch>>,
+    /// Messages: the client did not enable thinking, so reasoning the model did
+    /// anyway is not shown (Anthropic shows thinking blocks only when enabled, and
+    /// a mixed route refuses them in the next turn's history).
+    pub hide_reasoning: bool,
 }
 
 /// How a stream ends, told to the encoder by the gateway.

@@ -12,8 +12,15 @@
 //! [`Role::Tool`] turn, other blocks a [`Role::User`] turn, in their order.
 //! `server_tool_use` and `web_search_tool_result` blocks of assistant history (what a
 //! search turn left behind) are skipped: the canonical form has no place for them.
-//! So are thinking blocks without a signature: only another maker's reasoning, as
-//! this gateway renders it, lacks one, and no one can verify it.
+//! Thinking blocks without a signature (only another maker's reasoning, as this
+//! gateway renders it, lacks one) are kept: the route's policy refuses thinking
+//! history where not every rung is Claude, and Claude rungs leave them out (no one
+//! can verify them). Each part records its block's position ([`Origin`]), so a
+//! refusal names the block the client sent.
+//!
+//! Reasoning is shown as thinking blocks only when the client enabled thinking
+//! (as Anthropic does): a reasoning model on a mixed route would otherwise hand
+//! the client blocks its next turn could not send back.
 //!
 //! Rendering writes the `message` object, or the Messages SSE sequence. Anthropic's
 //! `usage.input_tokens` excludes cache reads while the canonical `input_tokens`
@@ -23,9 +30,9 @@
 use crate::error::{ApiError, ErrorCode, Format};
 use crate::inbound::common::{check_description, invalid, malformed, refused_everywhere};
 use crate::ir::{
-    CacheBreak, Event, Extra, FinishReason, Message, Meta, Part, Reasoning, Request, Response,
-    ResponseFormat, Role, SearchForm, SearchResult, ServerSearch, StreamEncoder, Tail, Tool,
-    ToolChoice, ToolSearch, ToolSearchKind, UrlCitation,
+    CacheBreak, Event, Extra, FinishReason, Message, Meta, Origin, Part, Reasoning, Request,
+    Response, ResponseFormat, Role, SearchForm, SearchResult, ServerSearch, StreamEncoder, Tail,
+    Tool, ToolChoice, ToolSearch, ToolSearchKind, UrlCitation,
 };
 use crate::json::{Member, Members};
 use crate::usage::Usage;

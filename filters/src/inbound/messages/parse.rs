@@ -263,7 +263,12 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     let messages = slots
         .messages
         .ok_or_else(|| invalid("messages", "`messages` is required."))?;
-    parse_messages(messages, &mut req.messages, &mut req.cache_breaks)?;
+    parse_messages(
+        messages,
+        &mut req.messages,
+        &mut req.cache_breaks,
+        &mut req.origins,
+    )?;
     if let Some(raw) = slots.system {
         req.system = parse_system(raw, &mut req.cache_breaks)?;
     }
@@ -326,6 +331,7 @@ pub(super) fn parse_messages(
     raw: &RawValue,
     out: &mut Vec<Message>,
     breaks: &mut Vec<CacheBreak>,
+    origins: &mut Vec<Origin>,
 ) -> Result<(), ApiError> {
     let msgs: Vec<WireMessage> = match serde_json::from_str(raw.get()) {
         Ok(m) => m,
@@ -339,7 +345,7 @@ pub(super) fn parse_messages(
     }
     out.reserve(msgs.len());
     for (i, m) in msgs.into_iter().enumerate() {
-        push_message(i, m, out, breaks)?;
+        push_message(i, m, out, breaks, origins)?;
     }
     Ok(())
 }
@@ -424,7 +430,12 @@ pub(super) fn push_message(
     m: WireMessage,
     out: &mut Vec<Message>,
     breaks: &mut Vec<CacheBreak>,
+    origins: &mut Vec<Origin>,
 ) -> Result<(), ApiError> {
+    let at = |j: usize| Origin {
+        message: i as u32,
+        block: j as u32,
+    };
     if let Some(key) = m.unknown {
         return Err(invalid(
             format!("messages[{i}].{key}"),
@@ -458,6 +469,7 @@ pub(super) fn push_message(
                 role,
                 parts: vec![Part::Text { text: s }],
             });
+            origins.push(at(0));
             return Ok(());
         }
         Some(Content::Blocks(b)) => b,
@@ -474,6 +486,7 @@ pub(super) fn push_message(
             let marked = b.cache_control.is_some();
             if let Some(p) = assistant_block(At { i, j, k: None }, b)? {
                 parts.push(p);
+                origins.push(at(j));
             }
             // A mark on a block not carried holds for the part before it.
             if marked && !parts.is_empty() {
@@ -496,6 +509,7 @@ pub(super) fn push_message(
         } else {
             Role::User
         };
+        origins.push(at(j));
         let joins = out.len() > start && out.last().is_some_and(|m| m.role == want);
         match out.last_mut() {
             Some(last) if joins => last.parts.push(p),
@@ -553,14 +567,12 @@ pub(super) fn assistant_block(at: At, b: WireBlock) -> Result<Option<Part>, ApiE
         }
         "thinking" => {
             let text = b.thinking.ok_or_else(|| required(at, "thinking"))?;
-            match b.signature.filter(|s| !s.is_empty()) {
-                Some(signature) => Part::Thinking {
-                    text,
-                    signature: Some(signature),
-                },
-                // Unsigned (another maker's reasoning, as rendered here):
-                // unverifiable, so not carried back.
-                None => return Ok(None),
+            // Unsigned (another maker's reasoning) is kept so that the route's
+            // policy can refuse it where thinking is not served; Claude rungs
+            // leave it out (it cannot be verified).
+            Part::Thinking {
+                text,
+                signature: b.signature.filter(|s| !s.is_empty()),
             }
         }
         "redacted_thinking" => Part::EncryptedReasoning {

@@ -359,6 +359,7 @@ pub fn render(resp: &Response, meta: &Meta, tail: &Tail) -> Vec<u8> {
                 text_blocks(text, offset, &resp.citations, &mut content);
                 offset += text.chars().count() as u32;
             }
+            Part::Thinking { .. } | Part::EncryptedReasoning { .. } if meta.hide_reasoning => {}
             p => content.extend(out_block(p)),
         }
     }

@@ -310,6 +310,10 @@ impl StreamEncoder for Encoder {
                 }
             }
             Event::Usage(u) => self.usage = Some(*u),
+            Event::Thinking { .. }
+            | Event::ThinkingSignature { .. }
+            | Event::EncryptedReasoning { .. }
+                if self.meta.hide_reasoning => {}
             Event::Text { text } => self.text(text, out),
             Event::Thinking { text } => {
                 if !text.is_empty() {

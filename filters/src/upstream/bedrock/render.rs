@@ -13,7 +13,7 @@ pub(super) struct Body<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) tool_config: Option<ToolConfig<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) additional_model_request_fields: Option<Additional>,
+    pub(super) additional_model_request_fields: Option<Additional<'a>>,
     /// `["/stop_sequence"]` on Claude with stop sequences: Converse names the
     /// matched one only when asked.
     #[serde(skip_serializing_if = "<[&str]>::is_empty")]
@@ -185,8 +185,12 @@ pub(super) enum Choice<'a> {
 }
 
 #[derive(Serialize)]
-pub(super) struct Additional {
-    pub(super) thinking: Thinking,
+pub(super) struct Additional<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) thinking: Option<Thinking>,
+    /// Beta flags of Claude on Bedrock (the 1M-token window).
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub(super) anthropic_beta: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -253,7 +257,7 @@ pub fn render(req: &Request, model_id: &str, _stream: bool) -> Rendered {
             stop_sequences: &req.stop,
         },
         tool_config: tool_config(req, caches, &mut dropped),
-        additional_model_request_fields: thinking(req, claude, &mut dropped),
+        additional_model_request_fields: additional(req, claude, &mut dropped),
         additional_model_response_field_paths: if claude && !req.stop.is_empty() {
             &["/stop_sequence"]
         } else {
@@ -292,11 +296,21 @@ pub(super) fn disclose_unsupported(req: &Request, dropped: &mut Vec<String>) {
     }
 }
 
-pub(super) fn thinking(
-    req: &Request,
+/// The Claude-only members: thinking and beta flags.
+pub(super) fn additional<'a>(
+    req: &'a Request,
     claude: bool,
     dropped: &mut Vec<String>,
-) -> Option<Additional> {
+) -> Option<Additional<'a>> {
+    let thinking = thinking(req, claude, dropped);
+    let anthropic_beta: &[String] = if claude { &req.anthropic_beta } else { &[] };
+    (thinking.is_some() || !anthropic_beta.is_empty()).then_some(Additional {
+        thinking,
+        anthropic_beta,
+    })
+}
+
+pub(super) fn thinking(req: &Request, claude: bool, dropped: &mut Vec<String>) -> Option<Thinking> {
     let r = req.reasoning.as_ref()?;
     if !claude {
         drop_field(dropped, "reasoning");
@@ -327,11 +341,9 @@ pub(super) fn thinking(
         // A summary alone: Claude's thinking is summarized already.
         (None, None) => return None,
     };
-    Some(Additional {
-        thinking: Thinking {
-            r#type: "enabled",
-            budget_tokens: budget,
-        },
+    Some(Thinking {
+        r#type: "enabled",
+        budget_tokens: budget,
     })
 }
 
