@@ -172,6 +172,21 @@ impl FromRequestParts<WebShared> for PageMember {
     }
 }
 
+/// A page open to visitors that shows a signed-in member more (the catalog).
+pub(crate) struct PageVisitor(pub Option<PageMember>);
+
+impl FromRequestParts<WebShared> for PageVisitor {
+    type Rejection = Response;
+    async fn from_request_parts(parts: &mut Parts, web: &WebShared) -> Result<Self, Response> {
+        match current(parts, web).await {
+            Ok(s) => Ok(PageVisitor(
+                s.map(|(session, token)| PageMember { session, token }),
+            )),
+            Err(e) => Err(Failure(e).into_response()),
+        }
+    }
+}
+
 /// The session of a page request, if any (public pages that change with it).
 pub(crate) struct MaybeMember(pub Option<Arc<Session>>);
 

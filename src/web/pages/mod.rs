@@ -112,6 +112,19 @@ pub(crate) fn shell(
     })
 }
 
+/// The frame of a page a visitor sees (no session): the public header, no side
+/// navigation.
+pub(crate) fn visitor_shell(web: &WebShared, nav: &str, title: &str) -> Value {
+    let config = &web.app.config;
+    j!({
+        "title": title,
+        "nav": nav,
+        "signed_in": false,
+        "signup_enabled": config.signup.enabled,
+        "base_url": config.server.public_base_url.trim_end_matches('/'),
+    })
+}
+
 /// The session's org, or the answer that it is gone.
 pub(crate) async fn org(web: &WebShared, m: &PageMember) -> Result<OrgRecord, Response> {
     super::api::org_of(web, &m.session.org_id)

@@ -3,15 +3,19 @@
 //! verdict of the org's route, and the org's waterfall, ordered with up and down
 //! buttons (or by dragging, with the script) through the same checks as
 //! `PUT /api/models/{slug}/waterfall`.
+//!
+//! Both are open to visitors, as `/api/models` is: they see the public catalog with
+//! its prices, deployments and retention verdicts; a signed-in member also sees the
+//! org's own models, its verdicts and its waterfall.
 
-use super::{org, shell, status_of, with_status};
+use super::{org, shell, status_of, visitor_shell, with_status};
 use crate::accounts::orgs::OrgRecord;
 use crate::api::byok::{reset_waterfall, set_waterfall, waterfall_json};
 use crate::api::models::org_verdict;
 use crate::byok::{active_route, connections};
 use crate::catalog::query::ListQuery;
 use crate::catalog::{Model, Retention};
-use crate::web::session::{checked_form, PageMember};
+use crate::web::session::{checked_form, PageMember, PageVisitor};
 use crate::web::WebShared;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -35,12 +39,15 @@ const FILTERS: [&str; 6] = [
 
 pub(crate) async fn list(
     State(web): State<WebShared>,
-    m: PageMember,
+    PageVisitor(m): PageVisitor,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let org = match org(&web, &m).await {
-        Ok(o) => o,
-        Err(r) => return r,
+    let org = match &m {
+        Some(m) => match org(&web, m).await {
+            Ok(o) => Some(o),
+            Err(r) => return r,
+        },
+        None => None,
     };
     let page: usize = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(0);
     let mut query: HashMap<String, String> = FILTERS
@@ -69,7 +76,10 @@ pub(crate) async fn list(
     }
     query.insert("limit".into(), PAGE_SIZE.to_string());
     query.insert("offset".into(), (page * PAGE_SIZE).to_string());
-    let mut ctx = shell(&web, &m, &org, "models", "Models", None);
+    let mut ctx = match (&m, &org) {
+        (Some(m), Some(org)) => shell(&web, m, org, "models", "Models", None),
+        _ => visitor_shell(&web, "models", "Models"),
+    };
     let parsed = if bad_price {
         Err(sluice_filters::ApiError::invalid_parameter(
             "max_input_usd",
@@ -80,8 +90,13 @@ pub(crate) async fn list(
     };
     let catalog = web.app.catalog.snapshot();
     let routing = web.app.byok.snapshot();
-    let verdict = |m: &Model| org_verdict(m, &org, &routing);
-    let visible = catalog.visible(Some(&org.id));
+    // A member sees the org's verdict (its order, its ZDR policy); a visitor
+    // the catalog's.
+    let verdict = |m: &Model| match &org {
+        Some(org) => org_verdict(m, org, &routing),
+        None => m.retention,
+    };
+    let visible = catalog.visible(org.as_ref().map(|o| o.id.as_str()));
     let (mut categories, mut providers, mut modalities) =
         (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
     for mdl in &visible {
@@ -250,26 +265,9 @@ async fn render_model(
             addable.push(info(&id));
         }
     }
-    let s = &model.spec;
-    let mut ctx = shell(web, m, &org, "models", &s.display_name, notice);
-    ctx["model"] = j!({
-        "slug": s.slug, "name": s.display_name, "maker": s.owned_by, "kind": s.kind,
-        "category": s.category, "context": s.context_window, "max_input": s.max_input_tokens,
-        "max_output": s.max_output_tokens, "modalities": s.modalities,
-        "params": s.supported_params, "custom": model.owner.is_some(),
-        "restricted": s.restricted, "requires": s.requires,
-        "price": {"input": s.price.input, "cached_input": s.price.cached_input,
-                  "output": s.price.output, "cache_write": s.price.cache_write()},
-        "retention": org_verdict(model, &org, &routing).map(Retention::as_str),
-    });
-    ctx["deployments"] = j!(s
-        .rungs
-        .iter()
-        .map(|r| j!({
-            "id": r.id(), "provider": r.provider, "provider_model_id": r.provider_model_id,
-            "zdr": r.zdr, "caps": r.caps,
-        }))
-        .collect::<Vec<_>>());
+    let mut ctx = shell(web, m, &org, "models", &model.spec.display_name, notice);
+    ctx["model"] = model_json(model, org_verdict(model, &org, &routing));
+    ctx["deployments"] = deployments_json(model);
     ctx["chain"] = j!(current.iter().map(|id| info(id)).collect::<Vec<_>>());
     ctx["is_override"] = j!(read["override"].is_array());
     ctx["effective"] = j!(effective.iter().map(|id| info(id)).collect::<Vec<_>>());
@@ -283,12 +281,55 @@ async fn render_model(
 
 pub(crate) async fn one(
     State(web): State<WebShared>,
-    m: PageMember,
+    PageVisitor(m): PageVisitor,
     Path(slug): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let notice = q.get("notice").map(String::as_str);
-    render_model(&web, &m, &slug, notice, None, StatusCode::OK).await
+    match m {
+        Some(m) => render_model(&web, &m, &slug, notice, None, StatusCode::OK).await,
+        None => public_model(&web, &slug),
+    }
+}
+
+/// A model's page for a visitor: the public model, its prices, deployments and
+/// the catalog's retention verdict; no waterfall (that is an org's).
+fn public_model(web: &WebShared, slug: &str) -> Response {
+    let catalog = web.app.catalog.snapshot();
+    let Some(model) = catalog.lookup(None, slug) else {
+        return super::not_found(web);
+    };
+    let mut ctx = visitor_shell(web, "models", &model.spec.display_name);
+    ctx["model"] = model_json(model, model.retention);
+    ctx["deployments"] = deployments_json(model);
+    web.templates.page("model.html", &ctx).into_response()
+}
+
+/// The model's facts as the page shows them.
+fn model_json(model: &Model, retention: Option<Retention>) -> Value {
+    let s = &model.spec;
+    j!({
+        "slug": s.slug, "name": s.display_name, "maker": s.owned_by, "kind": s.kind,
+        "category": s.category, "context": s.context_window, "max_input": s.max_input_tokens,
+        "max_output": s.max_output_tokens, "modalities": s.modalities,
+        "params": s.supported_params, "custom": model.owner.is_some(),
+        "restricted": s.restricted, "requires": s.requires,
+        "price": {"input": s.price.input, "cached_input": s.price.cached_input,
+                  "output": s.price.output, "cache_write": s.price.cache_write()},
+        "retention": retention.map(Retention::as_str),
+    })
+}
+
+fn deployments_json(model: &Model) -> Value {
+    j!(model
+        .spec
+        .rungs
+        .iter()
+        .map(|r| j!({
+            "id": r.id(), "provider": r.provider, "provider_model_id": r.provider_model_id,
+            "zdr": r.zdr, "caps": r.caps,
+        }))
+        .collect::<Vec<_>>())
 }
 
 /// The chain a form asks for: its current `order`, with one move applied
