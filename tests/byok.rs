@@ -563,6 +563,95 @@ async fn custom_models_serve_the_orgs_deployments_and_routes_select_one_rung() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_org_serves_a_public_model_from_its_own_local_server_for_itself_only() {
+    let mock = Mock::start().await;
+    let b = Backend::fresh().await;
+    let s = Sluice::start(&b, opts(&mock)).await;
+    let (_, _, key) = s.org_and_key().await;
+    let (_, _, stranger) = s.org_and_key().await;
+    let local = format!("{}/v1", mock.base_url());
+    let (st, public) = chat(&s, &key, "b-shared", "hi").await;
+    assert_eq!(st, 200, "{public}");
+    let platform = public["provider"].clone();
+    assert!(public["usage"]["cost"].as_f64().unwrap() > 0.0);
+
+    // Only a local server makes a variant; other providers come through connections.
+    let (st, text) = send(
+        &s,
+        reqwest::Method::POST,
+        "/api/models/b-shared/providers",
+        &key,
+        Some(json!({"provider": "openai", "provider_model_id": "mine", "base_url": local})),
+    )
+    .await;
+    let v = parsed(&text);
+    assert_error(st, &v, 400, "invalid_parameter");
+    assert_eq!(v["error"]["param"], "providers");
+    let (st, text) = send(
+        &s,
+        reqwest::Method::POST,
+        "/api/models/b-shared/providers",
+        &key,
+        Some(json!({"provider": "local", "provider_model_id": "lv1", "base_url": local})),
+    )
+    .await;
+    assert_eq!(st, 201, "{text}");
+    let row = parsed(&text);
+    assert_eq!(
+        (row["slug"].as_str(), row["retention"].is_null()),
+        (Some("b-shared"), true)
+    );
+
+    // The org's calls go to its own server, on its own lane: no cost.
+    let (st, v) = chat(&s, &key, "b-shared", "hi").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["provider"], "local:lv1");
+    assert_eq!(v["usage"]["cost"], 0.0);
+    assert_eq!(mock.count("lv1"), 1);
+    // Everyone else keeps the public model.
+    let (st, v) = chat(&s, &stranger, "b-shared", "hi").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["provider"], platform);
+    assert!(v["usage"]["cost"].as_f64().unwrap() > 0.0);
+    assert_eq!(mock.count("lv1"), 1);
+    // The org lists the slug once.
+    let (_, models) = s.get("/v1/models", Some(&key)).await;
+    let listed = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["id"] == "b-shared")
+        .count();
+    assert_eq!(listed, 1);
+    // A second local deployment joins the variant.
+    let (st, text) = send(
+        &s,
+        reqwest::Method::POST,
+        "/api/models/b-shared/providers",
+        &key,
+        Some(json!({"provider": "local", "provider_model_id": "lv2", "base_url": local})),
+    )
+    .await;
+    assert_eq!(st, 201, "{text}");
+    let (_, v) = s.get("/api/models/b-shared/providers", Some(&key)).await;
+    let rungs: Vec<&str> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["rung_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(rungs, ["local:lv1", "local:lv2"]);
+    let (_, v) = s
+        .get("/api/models/b-shared/providers", Some(&stranger))
+        .await;
+    assert!(v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|d| !d["rung_id"].as_str().unwrap().starts_with("local:")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_retention_verdict_and_require_zdr_keep_fail_over_on_zero_retention_rungs() {
     let mock = Mock::start().await;
     let b = Backend::fresh().await;

@@ -1,6 +1,8 @@
 //! An org's own models: `POST /api/models` creates one (its deployments are the
 //! org's own endpoints: pass-through lane, cost 0), `POST /api/models/{slug}/providers`
-//! adds a deployment to it. Rows live only in the database; every instance's
+//! adds a deployment to it, or, on a public model with `provider: "local"`, makes the
+//! org's local variant: its own row of the same slug, served by its own server, for
+//! it alone. Rows live only in the database; every instance's
 //! catalog snapshot picks them up within a second (this one at once).
 
 use super::respond::{json, parse_body, ApiResult, Failure};
@@ -206,7 +208,25 @@ pub(crate) async fn create(
     Ok(json(StatusCode::CREATED, &row))
 }
 
-/// Adds a deployment (an endpoint, or a local variant) to one of the org's models.
+/// A public model as the org's own row of the same slug, to be served by the org's
+/// local server: the model's facts (window, modalities, parameters, pins) are
+/// kept; its platform rungs, prices and gates are not (the org's own lane costs
+/// nothing and gates nothing). The row shadows the public model for that org
+/// alone, and counts against `[limits] custom_models_per_org`.
+fn local_variant(public: &ModelSpec) -> ModelSpec {
+    ModelSpec {
+        price: Price::default(),
+        regions: vec!["*".into()],
+        restricted: false,
+        requires: Requires::None,
+        free: FreeAllowance::default(),
+        rungs: Vec::new(),
+        ..public.clone()
+    }
+}
+
+/// Adds a deployment (an endpoint) to one of the org's models, or makes a local
+/// variant of a public one (`provider: "local"`).
 pub(crate) async fn add_deployment(
     Authed(c): Authed,
     State(state): State<Shared>,
@@ -214,14 +234,15 @@ pub(crate) async fn add_deployment(
     body: Bytes,
 ) -> ApiResult {
     let d: Deployment = parse_body(&body)?;
-    let mut spec = {
+    let (mut spec, new) = {
         let catalog = state.catalog.snapshot();
         match catalog.lookup(Some(&c.org.id), &slug) {
-            Some(m) if m.owner.as_deref() == Some(c.org.id.as_str()) => m.spec.clone(),
+            Some(m) if m.owner.as_deref() == Some(c.org.id.as_str()) => (m.spec.clone(), false),
+            Some(m) if d.provider == "local" => (local_variant(&m.spec), true),
             Some(_) => {
                 return Err(Failure(ApiError::invalid_parameter(
-                    "slug",
-                    "deployments are added to the organization's own models; a catalog model takes your provider connections through its waterfall",
+                    "providers",
+                    "a catalog model takes a local variant (provider \"local\", the org's own server) here; other providers reach it through your provider connections and its waterfall",
                 )))
             }
             None => {
@@ -248,7 +269,7 @@ pub(crate) async fn add_deployment(
     spec.validate().map_err(|(f, why)| invalid(f, why))?;
     let added = spec.rungs.last().expect("just pushed");
     check_deployment(&state, added, "base_url".into()).await?;
-    store(&state, &c.org.id, &spec, false).await?;
+    store(&state, &c.org.id, &spec, new).await?;
     let catalog = state.catalog.snapshot();
     let row = catalog
         .lookup(Some(&c.org.id), &slug)
