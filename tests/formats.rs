@@ -719,6 +719,76 @@ async fn is_error_off_a_native_route_names_the_block_the_client_sent() {
     assert_eq!(e.mock.count("x1") + e.mock.count("x2"), 0);
 }
 
+/// A recorded Anthropic stream (one event's JSON per line, tests/recordings) as
+/// the SSE the API sends: each line, unchanged, as the data of a frame named by
+/// its type.
+fn anthropic_recording(name: &str) -> Step {
+    let path = format!("{}/tests/recordings/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut body = String::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value = serde_json::from_str(line).unwrap();
+        body.push_str(&format!(
+            "event: {}\ndata: {line}\n\n",
+            v["type"].as_str().unwrap()
+        ));
+    }
+    Step::Reply {
+        status: 200,
+        body,
+        retry_after: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_claude_call_without_arguments_reaches_every_client_as_an_empty_object() {
+    let e = start().await;
+    let recording = "vercel-ai/anthropic-tool-no-args.chunks.txt";
+    let tools = json!([{"type": "function", "function": {"name": "updateIssueList",
+        "parameters": {"type": "object", "properties": {}}}}]);
+    e.mock.script("c1", vec![anthropic_recording(recording)]);
+    let mut body = chat_body("fmt-claude", true);
+    body["tools"] = tools.clone();
+    let a = call(&e, "/v1/chat/completions", &body).await;
+    assert_eq!(a.status, 200);
+    let arguments: String = a
+        .data()
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str())
+        .collect();
+    assert_eq!(arguments, "{}");
+    assert!(a.data().iter().any(
+        |c| c["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "updateIssueList"
+    ));
+
+    e.mock.script("c1", vec![anthropic_recording(recording)]);
+    let mut body = responses_body("fmt-claude", true);
+    body["tools"] = json!([{"type": "function", "name": "updateIssueList",
+        "parameters": {"type": "object", "properties": {}}}]);
+    let a = call(&e, "/v1/responses", &body).await;
+    assert_eq!(a.status, 200);
+    let data = a.data();
+    let done = data
+        .iter()
+        .find(|d| d["type"] == "response.function_call_arguments.done")
+        .expect("the arguments are done");
+    assert_eq!(done["arguments"], "{}");
+    let item = data
+        .iter()
+        .find(|d| d["type"] == "response.output_item.done" && d["item"]["type"] == "function_call")
+        .expect("the call is done");
+    assert_eq!(item["item"]["arguments"], "{}");
+    let last = data.last().unwrap();
+    let call = last["response"]["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["type"] == "function_call")
+        .unwrap()
+        .clone();
+    assert_eq!(call["arguments"], "{}");
+}
+
 // ---------------------------------------------------------------------------
 // across makers: fail-over, refusals, empty completions, cuts
 

@@ -329,7 +329,11 @@ async fn responses_and_messages_show_the_search_and_cite_it_whole_and_streamed()
         .as_str()
         .unwrap()
         .starts_with("[blog.rust-lang.org]"));
-    assert_eq!(a.json["usage"]["server_tool_use"]["web_search_requests"], 1);
+    // Both counts, as the anthropic SDK's types require them.
+    assert_eq!(
+        a.json["usage"]["server_tool_use"],
+        json!({"web_search_requests": 1, "web_fetch_requests": 0})
+    );
     let sent = e.mock.requests_for("c1")[0].json().unwrap();
     assert!(!sent.to_string().contains("web_search_20250305"), "{sent}");
     assert!(instructions(&sent).contains("[2] Rust (programming language)"));
@@ -359,7 +363,10 @@ async fn responses_and_messages_show_the_search_and_cite_it_whole_and_streamed()
         default_results()[0].url
     );
     let end = &a.named("message_delta")[0];
-    assert_eq!(end["usage"]["server_tool_use"]["web_search_requests"], 1);
+    assert_eq!(
+        end["usage"]["server_tool_use"],
+        json!({"web_search_requests": 1, "web_fetch_requests": 0})
+    );
     assert_eq!(searx.requests().len(), 5);
 }
 

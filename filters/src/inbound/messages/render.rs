@@ -203,6 +203,9 @@ pub(super) fn text_blocks<'a>(
 #[derive(Serialize)]
 pub(super) struct ServerToolUse {
     pub(super) web_search_requests: u64,
+    /// The gateway fetches no pages on a client's behalf: always 0, present
+    /// because the anthropic SDK's types require it.
+    pub(super) web_fetch_requests: u64,
 }
 
 /// Usage in the Messages API's names.
@@ -229,6 +232,7 @@ impl From<Usage> for OutUsage {
             output_tokens: u.output_tokens,
             server_tool_use: (u.web_search_requests > 0).then_some(ServerToolUse {
                 web_search_requests: u.web_search_requests,
+                web_fetch_requests: 0,
             }),
             cost: u.cost_usd(),
         }

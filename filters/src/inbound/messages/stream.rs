@@ -45,6 +45,8 @@ pub(crate) fn put_usage(out: &mut Vec<u8>, u: Usage) {
     if let Some(s) = u.server_tool_use {
         out.extend_from_slice(b",\"server_tool_use\":{\"web_search_requests\":");
         put_num(out, s.web_search_requests);
+        out.extend_from_slice(b",\"web_fetch_requests\":");
+        put_num(out, s.web_fetch_requests);
         out.push(b'}');
     }
     if let Some(cost) = u.cost {

@@ -422,8 +422,10 @@ pub(super) struct Delta {
 pub(super) enum Kind {
     Text,
     Thinking,
-    /// A tool_use block and its call index (tool_use blocks counted from 0).
-    Tool(u32),
+    /// A tool_use block, its call index (tool_use blocks counted from 0), and
+    /// whether any of its input arrived (a call without arguments streams an
+    /// empty `partial_json`, or none: its input is `{}`).
+    Tool(u32, bool),
     /// A `web_search` server tool call, by its place in `searches`.
     Search(usize),
     /// Other server tool blocks and unknown kinds: their deltas are skipped.
@@ -509,7 +511,7 @@ impl Decoder {
                     id: b.id.unwrap_or_default(),
                     name: b.name.unwrap_or_default(),
                 });
-                Kind::Tool(call)
+                Kind::Tool(call, false)
             }
             _ => Kind::Other,
         };
@@ -520,8 +522,17 @@ impl Decoder {
         self.blocks[at] = kind;
     }
 
-    /// A text block ended: its citations cover the text it held.
+    /// A block ended: a tool call that streamed no input gets `{}`, a text
+    /// block's citations cover the text it held.
     pub(super) fn block_stop(&mut self, index: Option<u32>, out: &mut Vec<Event>) {
+        let block = index.and_then(|i| self.blocks.get_mut(i as usize));
+        if let Some(Kind::Tool(call, args @ false)) = block {
+            *args = true;
+            out.push(Event::ToolCallArgs {
+                index: *call,
+                arguments: "{}".into(),
+            });
+        }
         if let Some(c) = self.cited.take() {
             if Some(c.index) != index {
                 self.cited = Some(c);
@@ -565,8 +576,11 @@ impl Decoder {
                     out.push(Event::ThinkingSignature { signature });
                 }
             }
-            (Some("input_json_delta"), Kind::Tool(call)) => {
+            (Some("input_json_delta"), Kind::Tool(call, _)) => {
                 if let Some(arguments) = d.partial_json.filter(|a| !a.is_empty()) {
+                    if let Some(b) = index.and_then(|i| self.blocks.get_mut(i as usize)) {
+                        *b = Kind::Tool(call, true);
+                    }
                     out.push(Event::ToolCallArgs {
                         index: call,
                         arguments,

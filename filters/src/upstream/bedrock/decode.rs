@@ -123,6 +123,13 @@ pub(super) struct ToolUseStart {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
+pub(super) struct BlockStop {
+    #[serde(default)]
+    pub(super) content_block_index: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(super) struct BlockDelta<'a> {
     #[serde(default)]
     pub(super) content_block_index: u32,
@@ -192,8 +199,9 @@ pub struct Decoder {
     pub(super) started: bool,
     /// The next tool call's index.
     pub(super) calls: u32,
-    /// Content block index to tool-call index, for the open tool blocks.
-    pub(super) blocks: Vec<(u32, u32)>,
+    /// Content block index to tool-call index, for the open tool blocks, and
+    /// whether input arrived (a call without arguments streams none: `{}`).
+    pub(super) blocks: Vec<(u32, u32, bool)>,
     /// Text or a tool call was emitted.
     pub(super) content: bool,
     pub(super) done: bool,
@@ -237,7 +245,7 @@ impl Decoder {
         let index = self.calls;
         self.calls += 1;
         self.content = true;
-        self.blocks.push((block, index));
+        self.blocks.push((block, index, false));
         out.push(Event::ToolCallStart { index, id, name });
         index
     }
@@ -335,12 +343,15 @@ impl Decoder {
             self.text(&t, out);
         }
         if let Some(t) = delta.tool_use {
-            let index = match self.blocks.iter().rev().find(|(b, _)| *b == block) {
-                Some(&(_, index)) => index,
+            let index = match self.blocks.iter().rev().find(|(b, ..)| *b == block) {
+                Some(&(_, index, _)) => index,
                 // Input before its start: open the call nameless rather than lose it.
                 None => self.tool_start(block, String::new(), String::new(), out),
             };
             if !t.input.is_empty() {
+                if let Some(open) = self.blocks.iter_mut().rev().find(|(b, ..)| *b == block) {
+                    open.2 = true;
+                }
                 out.push(Event::ToolCallArgs {
                     index,
                     arguments: t.input.into_owned(),
@@ -375,7 +386,19 @@ impl StreamDecoder for Decoder {
                 self.start(out);
                 self.delta(d, out);
             }
-            "contentBlockStop" => {}
+            "contentBlockStop" => {
+                let s: BlockStop = parse(name, data)?;
+                let at = s.content_block_index;
+                if let Some(open) = self.blocks.iter_mut().rev().find(|(b, ..)| *b == at) {
+                    if !open.2 {
+                        open.2 = true;
+                        out.push(Event::ToolCallArgs {
+                            index: open.1,
+                            arguments: "{}".into(),
+                        });
+                    }
+                }
+            }
             "messageStop" => {
                 let s: MessageStop = parse(name, data)?;
                 self.start(out);
