@@ -740,6 +740,73 @@ fn anthropic_recording(name: &str) -> Step {
     }
 }
 
+/// A recorded OpenAI-compatible chat stream (one chunk's JSON per line) as the SSE
+/// such a server sends: each line, unchanged, as a frame's data, then `[DONE]`.
+fn chat_recording(name: &str) -> Step {
+    let path = format!("{}/tests/recordings/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut body = String::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        body.push_str(&format!("data: {line}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    Step::Reply {
+        status: 200,
+        body,
+        retry_after: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_chat_stream_without_provider_usage_is_billed_on_a_disclosed_estimate() {
+    let e = start().await;
+    e.mock.script(
+        "o1",
+        vec![chat_recording(
+            "vercel-ai/openai-compatible-no-usage.chunks.txt",
+        )],
+    );
+    let mut body = chat_body("fmt-gpt", true);
+    body["stream_options"] = json!({"include_usage": true});
+    let a = call(&e, "/v1/chat/completions", &body).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(chat_text(&a.data()), "Hi there!");
+    let usage = a
+        .data()
+        .into_iter()
+        .find(|c| c["usage"].is_object())
+        .expect("the usage chunk the client asked for")["usage"]
+        .clone();
+    assert!(usage["prompt_tokens"].as_u64().unwrap() > 0, "{usage}");
+    assert!(usage["completion_tokens"].as_u64().unwrap() > 0, "{usage}");
+    assert!(usage["cost"].as_f64().unwrap() > 0.0, "{usage}");
+    assert_eq!(usage["estimated"], true, "{usage}");
+    // The ledger bills it, marked as the gateway's count.
+    let mut event = Value::Null;
+    for _ in 0..100 {
+        let (_, all) =
+            e.s.get("/api/gateway/usage/events?limit=10", Some(&e.key))
+                .await;
+        if let Some(ev) = all["data"].as_array().and_then(|d| d.first()) {
+            event = ev.clone();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(event["estimated"], true, "{event}");
+    assert!(event["cost_usd"].as_f64().unwrap() > 0.0, "{event}");
+    assert_eq!(event["incomplete"], false, "{event}");
+    // A provider that reports usage is billed on its count, not marked.
+    let a = call(&e, "/v1/chat/completions", &body).await;
+    let usage = a
+        .data()
+        .into_iter()
+        .find(|c| c["usage"].is_object())
+        .unwrap()["usage"]
+        .clone();
+    assert!(usage.get("estimated").is_none(), "{usage}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recorded_claude_call_without_arguments_reaches_every_client_as_an_empty_object() {
     let e = start().await;

@@ -142,7 +142,7 @@ pub(crate) async fn events_page(
         "SELECT e.id, e.key_id, e.route, e.model, e.rung, e.lane, e.input_tokens, e.cached_tokens, \
          e.output_tokens, e.reasoning_tokens, e.cost_micro_usd, e.status, e.error_class, e.incomplete, \
          e.attempts, e.empty_attempts, e.latency_ms, e.created_at, e.cache_write_tokens, e.web_search_requests, \
-         e.batch FROM usage_events e WHERE e.org_id = $1 AND e.id < $2{} ORDER BY e.id DESC LIMIT $3",
+         e.batch, e.estimated FROM usage_events e WHERE e.org_id = $1 AND e.id < $2{} ORDER BY e.id DESC LIMIT $3",
         scope_filter(&reader, 4)
     );
     let mut query = sqlx::query(&sql)
@@ -179,6 +179,8 @@ pub(crate) async fn events_page(
                 "status": r.get::<i64, _>("status"),
                 "error_class": r.get::<Option<String>, _>("error_class"),
                 "incomplete": r.get::<i64, _>("incomplete") != 0,
+                // The provider reported no usage: the tokens are the gateway's count.
+                "estimated": r.get::<i64, _>("estimated") != 0,
                 "attempts": r.get::<String, _>("attempts"),
                 "empty_attempts": r.get::<i64, _>("empty_attempts"),
                 "latency_ms": r.get::<i64, _>("latency_ms"),

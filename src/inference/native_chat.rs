@@ -210,6 +210,7 @@ pub(super) async fn stream_attempt(
                 wants_usage,
                 usage: None,
                 usage_sent: false,
+                estimated: false,
                 content_chars: 0,
                 finish_seen: false,
                 last_id: info.id.as_deref().map(str::to_owned),
@@ -238,6 +239,8 @@ struct Pump<'a> {
     finish_seen: bool,
     /// The usage chunk the client asked for went out.
     usage_sent: bool,
+    /// The provider reported no usage (or only part): the gateway counted it.
+    estimated: bool,
     last_id: Option<String>,
     last_model: Option<String>,
     created: Option<i64>,
@@ -381,6 +384,7 @@ impl Pump<'_> {
             if self.finish_seen {
                 // The finish arrived before the connection ended: the answer is
                 // whole, only the end marker (and maybe the usage chunk) is missing.
+                self.estimate_missing(tally);
                 self.usage_chunk(tally);
                 self.out.extend_from_slice(b"data: [DONE]\n\n");
             } else {
@@ -389,6 +393,7 @@ impl Pump<'_> {
             }
         }
         tally.usage = self.usage.unwrap_or_default();
+        tally.estimated = self.estimated;
         if !self.flush(session, tally, true).await {
             return Attempt::ClientGone;
         }
@@ -412,6 +417,7 @@ impl Pump<'_> {
                     // A stream that ends without a finish chunk still gets the receipt.
                     self.synthesize_finish(tally, "stop");
                 }
+                self.estimate_missing(tally);
                 self.usage_chunk(tally);
                 self.out.extend_from_slice(b"data: [DONE]\n\n");
                 return true;
@@ -450,10 +456,26 @@ impl Pump<'_> {
         }
         let mut chunk = self.own_chunk(json!([]));
         chunk["usage"] = usage_json(&tally.priced(self.usage.unwrap_or_default()));
+        if self.estimated {
+            // Disclosed: these are the gateway's counts, not the provider's.
+            chunk["usage"]["estimated"] = json!(true);
+        }
         let bytes = serde_json::to_vec(&chunk).unwrap_or_default();
         let bytes = splice_member(&bytes, "provider", self.provider_json);
         self.usage_sent = true;
         self.out.extend_from_slice(&data_frame(&bytes));
+    }
+
+    /// A served answer is never free unless its model is: what the provider did
+    /// not report (OpenAI-compatible servers that ignore
+    /// `stream_options.include_usage`) is counted by the gateway, and marked so.
+    fn estimate_missing(&mut self, tally: &Tally) {
+        let seen = self.usage.unwrap_or_default();
+        let counted = tally.cut_usage(self.usage, self.content_chars);
+        if counted != seen {
+            self.usage = Some(counted);
+            self.estimated = true;
+        }
     }
 
     fn synthesize_finish(&mut self, tally: &Tally, reason: &str) {
@@ -476,7 +498,7 @@ impl Pump<'_> {
     /// Settles a stream that died after output: a finish chunk with
     /// finish_reason `length` and usage, then `[DONE]`. Never a silent truncation.
     fn cut(&mut self, tally: &Tally) {
-        self.usage = Some(tally.cut_usage(self.usage, self.content_chars));
+        self.estimate_missing(tally);
         self.synthesize_finish(tally, "length");
         self.usage_chunk(tally);
         self.out.extend_from_slice(b"data: [DONE]\n\n");

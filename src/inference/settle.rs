@@ -190,6 +190,7 @@ fn record(
         status,
         error_class,
         incomplete: tally.incomplete,
+        estimated: tally.estimated && tally.billable,
         attempts: tally.attempts.clone(),
         empty_attempts: tally.empty_attempts,
         latency_ms: tally.started.elapsed().as_millis() as u64,

@@ -72,6 +72,9 @@ pub(crate) struct Tally {
     /// The prompt's size in tokens as the gateway estimates it (body bytes / 4):
     /// a cut stream whose provider never reported its count bills this.
     pub(crate) prompt_estimate: u64,
+    /// The provider reported no usage (or part of it) for the answer served:
+    /// `usage` holds the gateway's count, and the usage event says so.
+    pub(crate) estimated: bool,
     /// What features add to the account beyond this call (none on the common
     /// request): earlier rounds, a service-run search and its fee.
     pub(crate) extra: Option<Box<Extra>>,
@@ -114,6 +117,7 @@ impl Tally {
             billable: false,
             hide_encrypted: false,
             prompt_estimate: (body_len / 4) as u64,
+            estimated: false,
             extra: None,
             trace: Default::default(),
             hooks: Hooks::default(),

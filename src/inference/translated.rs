@@ -552,6 +552,7 @@ async fn stream(
         flow.usage.unwrap_or_default()
     };
     tally.incomplete = cut;
+    tally.estimated = usage != flow.usage.unwrap_or_default();
     tally.usage = usage;
     match &mut flow.output {
         Output::Encode(Some(enc)) => enc.end(&tail(tally, planned, usage, cut), &mut out),

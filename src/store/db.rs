@@ -297,6 +297,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0070_payment_unlocks.sql"),
         include_str!("../../migrations/postgres/0070_payment_unlocks.sql"),
     ),
+    (
+        80,
+        "usage estimated",
+        include_str!("../../migrations/sqlite/0080_usage_estimated.sql"),
+        include_str!("../../migrations/postgres/0080_usage_estimated.sql"),
+    ),
 ];
 
 impl Db {

@@ -55,6 +55,10 @@ pub struct UsageEvent {
     pub error_class: Option<String>,
     /// A stream cut after output: settled as the provider's cut.
     pub incomplete: bool,
+    /// The provider reported no usage for the answer: its tokens are the
+    /// gateway's estimate.
+    #[serde(default)]
+    pub estimated: bool,
     /// `x-gateway-attempts`: each rung tried with its outcome.
     pub attempts: String,
     /// Attempts that ended their turn empty (recorded at zero cost).
@@ -518,19 +522,20 @@ type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q
 const COLUMNS: &str = "id, org_id, key_id, route, model, rung, lane, input_tokens, \
      cached_tokens, output_tokens, reasoning_tokens, cost_micro_usd, status, error_class, \
      incomplete, attempts, empty_attempts, latency_ms, free, weighted_tokens, \
-     list_micro_usd, created_at, cache_write_tokens, web_search_requests, batch, batch_line";
+     list_micro_usd, created_at, cache_write_tokens, web_search_requests, batch, batch_line, \
+     estimated";
 
 /// The insert of `n` events; only ids (and batch lines) not stored yet go in.
 /// `returning`: the rows that did go in say what to charge.
 ///
-/// SQLite takes the rows as parameters, 26 to a row. PostgreSQL takes them as
+/// SQLite takes the rows as parameters, 27 to a row. PostgreSQL takes them as
 /// one JSON parameter (see [`pg_rows`]): a multi-row `VALUES` costs it an
 /// expression per value to set up, and the usage writer shares the host with
 /// the requests it records. (A fresh batch goes to PostgreSQL by `COPY`, see
 /// [`copy_fresh`], unless the writer has no `COPY` pool.)
 fn insert_sql(engine: Engine, n: usize, returning: bool) -> String {
     let rows = match engine {
-        Engine::Sqlite => format!("VALUES {}", engine.value_rows(n, 26)),
+        Engine::Sqlite => format!("VALUES {}", engine.value_rows(n, 27)),
         Engine::Postgres => {
             format!("SELECT {COLUMNS} FROM json_populate_recordset(NULL::usage_events, $1::json)")
         }
@@ -581,6 +586,7 @@ struct EventRow<'a> {
     web_search_requests: i64,
     batch: i64,
     batch_line: Option<&'a str>,
+    estimated: i64,
 }
 
 impl<'a> EventRow<'a> {
@@ -617,6 +623,7 @@ impl<'a> EventRow<'a> {
             web_search_requests: sat(e.web_search_requests),
             batch: e.batch as i64,
             batch_line: e.batch_line.as_deref(),
+            estimated: e.estimated as i64,
         }
     }
 
@@ -655,6 +662,7 @@ impl<'a> EventRow<'a> {
             Int(self.web_search_requests),
             Int(self.batch),
             Text(self.batch_line),
+            Int(self.estimated),
         ];
         for (i, f) in fields.into_iter().enumerate() {
             if i > 0 {
@@ -722,7 +730,8 @@ fn bind_events<'q>(mut q: AnyQuery<'q>, events: &[UsageEvent], now: i64) -> AnyQ
             .bind(r.cache_write_tokens)
             .bind(r.web_search_requests)
             .bind(r.batch)
-            .bind(r.batch_line.map(str::to_owned));
+            .bind(r.batch_line.map(str::to_owned))
+            .bind(r.estimated);
     }
     q
 }
