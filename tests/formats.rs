@@ -808,6 +808,50 @@ async fn a_native_chat_stream_without_provider_usage_is_billed_on_a_disclosed_es
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_is_billed_on_the_text_the_model_saw_and_never_past_its_budget() {
+    let e = start().await;
+    // A long prompt in a body heavy with JSON syntax: many short turns.
+    let turns: Vec<Value> = (0..40)
+        .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": "ok"}))
+        .collect();
+    let text_chars = 40 * "ok".len();
+    let mut body = json!({"model": "fmt-gpt", "stream": true, "messages": turns,
+        "stream_options": {"include_usage": true}});
+    let bytes = serde_json::to_vec(&body).unwrap().len();
+    e.mock.script("o1", vec![Step::CutAfter(3)]);
+    let a = call(&e, "/v1/chat/completions", &body).await;
+    assert_eq!(a.status, 200);
+    let usage = a
+        .data()
+        .into_iter()
+        .find(|c| c["usage"].is_object())
+        .unwrap()["usage"]
+        .clone();
+    assert_eq!(usage["estimated"], true, "{usage}");
+    let prompt = usage["prompt_tokens"].as_u64().unwrap() as usize;
+    // The text (with a few tokens of framing per turn), not the body's bytes.
+    assert!(prompt >= text_chars / 4, "{usage}");
+    assert!(
+        prompt <= text_chars / 4 + 4 * 40 && prompt < bytes / 4,
+        "{prompt} of {bytes} body bytes: {usage}"
+    );
+    // The output estimate stays within the budget the request set.
+    body["max_tokens"] = json!(1);
+    e.mock.script("o1", vec![Step::CutAfter(3)]);
+    let a = call(&e, "/v1/chat/completions", &body).await;
+    assert_eq!(a.status, 200);
+    let delivered: String = chat_text(&a.data());
+    assert!(delivered.chars().count() > 4, "{delivered}");
+    let usage = a
+        .data()
+        .into_iter()
+        .find(|c| c["usage"].is_object())
+        .unwrap()["usage"]
+        .clone();
+    assert_eq!(usage["completion_tokens"], 1, "{usage}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recorded_claude_call_without_arguments_reaches_every_client_as_an_empty_object() {
     let e = start().await;
     let recording = "vercel-ai/anthropic-tool-no-args.chunks.txt";

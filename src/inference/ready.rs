@@ -111,6 +111,7 @@ impl Engine {
         // long strings were found by the split: the parse jumps over them.
         let mut req = with_long_strings(a.long, || inbound.parse(a.body, a.members))?;
         req.model = a.asked.name.clone();
+
         if a.asked.long_context {
             // Converse takes Anthropic's beta flags in its body.
             req.anthropic_beta.push(CONTEXT_1M.into());
@@ -141,6 +142,14 @@ impl Engine {
         }
         let admission = admit::admit_lanes(state, &mut rungs, |p| a.ask(worst, p)).await?;
         tally.free(admission.free);
+        // What a cut or a stream without usage is billed on: the text the model
+        // sees (history a feature added included), not the body's JSON; its
+        // output no more than the budget.
+        tally.prompt_estimate = req.estimated_prompt_tokens();
+        tally.output_cap = match gate::output_budget(req.max_tokens, model.spec.max_output_tokens) {
+            0 => u64::MAX,
+            cap => cap,
+        };
         let mut parsed = ParsedRequest {
             inbound,
             stream: req.stream,

@@ -69,9 +69,13 @@ pub(crate) struct Tally {
     /// Responses: the client did not ask for `reasoning.encrypted_content`, so its
     /// answer goes without it.
     pub(crate) hide_encrypted: bool,
-    /// The prompt's size in tokens as the gateway estimates it (body bytes / 4):
-    /// a cut stream whose provider never reported its count bills this.
+    /// The prompt's size in tokens as the gateway estimates it
+    /// (`Request::estimated_prompt_tokens`; body bytes / 4 until the body is
+    /// parsed): a cut stream whose provider never reported its count bills this.
     pub(crate) prompt_estimate: u64,
+    /// The most output the request may bill (its budget, clamped to the model's
+    /// maximum): an estimate of a cut's output never goes past it.
+    pub(crate) output_cap: u64,
     /// The provider reported no usage (or part of it) for the answer served:
     /// `usage` holds the gateway's count, and the usage event says so.
     pub(crate) estimated: bool,
@@ -117,6 +121,7 @@ impl Tally {
             billable: false,
             hide_encrypted: false,
             prompt_estimate: (body_len / 4) as u64,
+            output_cap: u64::MAX,
             estimated: false,
             extra: None,
             trace: Default::default(),
@@ -175,7 +180,7 @@ impl Tally {
             u.input_tokens = self.prompt_estimate;
         }
         if u.output_tokens == 0 {
-            u.output_tokens = content_chars.div_ceil(4) as u64;
+            u.output_tokens = (content_chars.div_ceil(4) as u64).min(self.output_cap);
         }
         u
     }

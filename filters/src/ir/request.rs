@@ -338,6 +338,43 @@ impl Request {
         )
     }
 
+    /// The prompt's size in tokens as the gateway counts it when no provider
+    /// reports one (a cut, a server that sends no usage): a token per four
+    /// characters of the text a model sees (OpenAI's rule of thumb for English),
+    /// four tokens of framing per turn, and 1,024 per image or document. The JSON
+    /// syntax around the text is not counted: the body's bytes overstate a
+    /// prompt by half and more.
+    pub fn estimated_prompt_tokens(&self) -> u64 {
+        fn chars(p: &Part) -> (usize, u64) {
+            match p {
+                Part::Text { text } | Part::Thinking { text, .. } => (text.chars().count(), 0),
+                Part::ToolCall {
+                    name, arguments, ..
+                } => (name.len() + arguments.len(), 0),
+                Part::ToolResult { content, .. } => content
+                    .iter()
+                    .map(chars)
+                    .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
+                Part::Image { .. } | Part::Document { .. } => (0, 1_024),
+                // Replayed opaquely: the provider decrypts it, the count is its own.
+                Part::EncryptedReasoning { .. } => (0, 0),
+            }
+        }
+        let mut text: usize = self.system.iter().map(|s| s.chars().count()).sum();
+        let mut fixed: u64 = 4 * (self.messages.len() + self.system.len()) as u64;
+        for p in self.messages.iter().flat_map(|m| &m.parts) {
+            let (c, f) = chars(p);
+            text += c;
+            fixed += f;
+        }
+        for t in self.tools.iter().chain(&self.deferred) {
+            text += t.name.len()
+                + t.description.as_deref().map_or(0, str::len)
+                + t.parameters.get().len();
+        }
+        (text.div_ceil(4) as u64).saturating_add(fixed)
+    }
+
     /// Whether any turn carries an image or a document.
     pub fn has_media(&self) -> bool {
         fn media(p: &Part) -> bool {
