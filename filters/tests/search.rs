@@ -337,6 +337,75 @@ fn gemini_grounding_reads_into_searches_and_citations_in_characters() {
     assert_eq!(last_usage(&events).web_search_requests, 2);
 }
 
+/// SSE frames (event name, data JSON) of an encoded stream.
+fn frames(sse: &str) -> Vec<(String, Value)> {
+    sse.split("\n\n")
+        .filter(|f| !f.trim().is_empty())
+        .map(|f| {
+            let name = f
+                .lines()
+                .find_map(|l| l.strip_prefix("event: "))
+                .unwrap_or("")
+                .to_string();
+            let data: String = f.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+            (name, serde_json::from_str(&data).unwrap_or(Value::Null))
+        })
+        .collect()
+}
+
+#[test]
+fn gemini_grounding_in_the_last_chunk_cites_inside_the_text_it_covers() {
+    // Gemini streams the text, then tells its grounding with the finish.
+    let chunks = [
+        json!({"candidates":[{"content":{"role":"model","parts":[{"text":"Café "}]}}]}),
+        json!({"candidates":[{"content":{"role":"model","parts":[{"text":"rocks."}]}}]}),
+        json!({"candidates":[{"content":{"role":"model","parts":[{"text":""}]},"finishReason":"STOP",
+            "groundingMetadata":{"webSearchQueries":["cafe"],
+                "groundingChunks":[{"web":{"uri":"https://g.test/1","title":"g.test"}}],
+                "groundingSupports":[{"segment":{"startIndex":6,"endIndex":12,"text":"rocks."},"groundingChunkIndices":[0]}]}}],
+            "usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":3}}),
+    ];
+    let mut d = gemini::Decoder::new();
+    let framed: Vec<(Option<&str>, Value)> = chunks.iter().map(|c| (None, c.clone())).collect();
+    let events = decode_stream(&mut d, &framed);
+    let encode = |inbound: Inbound| {
+        let mut enc = inbound.encoder(Meta {
+            provider: "google:g".into(),
+            slug: "m".into(),
+            ..Meta::default()
+        });
+        let mut out = Vec::new();
+        for e in &events {
+            enc.event(e, &mut out);
+        }
+        enc.end(&Tail::default(), &mut out);
+        frames(&String::from_utf8(out).unwrap())
+    };
+    // Messages: the citation is a delta of text block 0, before that block stops.
+    let m = encode(Inbound::Messages);
+    let at = |pred: &dyn Fn(&(String, Value)) -> bool| m.iter().position(pred).unwrap();
+    let cited = at(&|(_, d)| d["delta"]["type"] == "citations_delta");
+    let stop = at(&|(n, d)| n == "content_block_stop" && d["index"] == 0);
+    assert!(
+        cited < stop,
+        "citation at {cited}, block 0 stops at {stop}: {m:?}"
+    );
+    assert_eq!(m[cited].1["index"], 0);
+    assert_eq!(m[cited].1["delta"]["citation"]["url"], "https://g.test/1");
+    // Responses: the annotation is announced before its item is done, and the
+    // done item carries it.
+    let r = encode(Inbound::Responses);
+    let at = |pred: &dyn Fn(&(String, Value)) -> bool| r.iter().position(pred).unwrap();
+    let added = at(&|(n, _)| n == "response.output_text.annotation.added");
+    let done = at(&|(n, d)| n == "response.output_item.done" && d["item"]["type"] == "message");
+    assert!(
+        added < done,
+        "annotation at {added}, item done at {done}: {r:?}"
+    );
+    let annotations = &r[done].1["item"]["content"][0]["annotations"];
+    assert_eq!(annotations[0]["url"], "https://g.test/1", "{annotations}");
+}
+
 fn search() -> Arc<ServerSearch> {
     Arc::new(ServerSearch {
         id: "srch_1".into(),

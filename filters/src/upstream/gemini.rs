@@ -807,8 +807,8 @@ impl Decoder {
         Self::default()
     }
 
-    /// Grounding as the searches Gemini ran (the sources with the first) and the
-    /// citations of the spans that rely on them.
+    /// Grounding as the citations of the spans that rely on it, then the searches
+    /// Gemini ran (the sources with the first).
     fn grounding(&mut self, g: Grounding, out: &mut Vec<Event>) {
         let sources: Vec<crate::ir::SearchResult> = g
             .grounding_chunks
@@ -821,14 +821,6 @@ impl Decoder {
                 page_age: None,
             })
             .collect();
-        for (i, q) in g.web_search_queries.iter().enumerate() {
-            self.searches += 1;
-            out.push(Event::ServerSearch(Box::new(crate::ir::ServerSearch {
-                id: format!("gs_{}", self.searches),
-                query: q.clone(),
-                results: if i == 0 { sources.clone() } else { Vec::new() },
-            })));
-        }
         let chars = |byte: usize| {
             let mut b = byte.min(self.text.len());
             while !self.text.is_char_boundary(b) {
@@ -850,6 +842,18 @@ impl Decoder {
                     })));
                 }
             }
+        }
+        // The searches after the citations: Gemini tells both in its last chunk,
+        // and a format that shows a search as an item or block of its own
+        // (messages server tool blocks, a responses web_search_call) closes the
+        // open text there; its citations belong inside it.
+        for (i, q) in g.web_search_queries.iter().enumerate() {
+            self.searches += 1;
+            out.push(Event::ServerSearch(Box::new(crate::ir::ServerSearch {
+                id: format!("gs_{}", self.searches),
+                query: q.clone(),
+                results: if i == 0 { sources.clone() } else { Vec::new() },
+            })));
         }
     }
 
