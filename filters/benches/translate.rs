@@ -92,6 +92,7 @@ fn streams(c: &mut Criterion) {
         prompt_estimate: 0,
         echo: String::new(),
         search: None,
+        hide_reasoning: false,
     };
     let mut g = c.benchmark_group("stream_chunk");
     g.throughput(Throughput::Elements(1));
