@@ -49,6 +49,15 @@ impl Answer {
             .collect()
     }
 
+    /// The `usage` of the stream's usage chunk.
+    fn usage(&self) -> Value {
+        self.data()
+            .into_iter()
+            .find(|c| c["usage"].is_object())
+            .expect("the usage chunk the client asked for")["usage"]
+            .clone()
+    }
+
     fn names(&self) -> Vec<String> {
         self.frames.iter().filter_map(|(n, _)| n.clone()).collect()
     }
@@ -719,37 +728,25 @@ async fn is_error_off_a_native_route_names_the_block_the_client_sent() {
     assert_eq!(e.mock.count("x1") + e.mock.count("x2"), 0);
 }
 
-/// A recorded Anthropic stream (one event's JSON per line, tests/recordings) as
-/// the SSE the API sends: each line, unchanged, as the data of a frame named by
-/// its type.
-fn anthropic_recording(name: &str) -> Step {
+/// A recording (tests/recordings: one event's JSON per line) replayed as the SSE
+/// its API sends, each line unchanged as a frame's data: Anthropic names each
+/// frame by its type; an OpenAI-compatible server names none and ends with
+/// `[DONE]`.
+fn recording(name: &str) -> Step {
     let path = format!("{}/tests/recordings/{name}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap();
+    let anthropic = name.contains("anthropic");
     let mut body = String::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: Value = serde_json::from_str(line).unwrap();
-        body.push_str(&format!(
-            "event: {}\ndata: {line}\n\n",
-            v["type"].as_str().unwrap()
-        ));
-    }
-    Step::Reply {
-        status: 200,
-        body,
-        retry_after: None,
-    }
-}
-
-/// A recorded OpenAI-compatible chat stream (one chunk's JSON per line) as the SSE
-/// such a server sends: each line, unchanged, as a frame's data, then `[DONE]`.
-fn chat_recording(name: &str) -> Step {
-    let path = format!("{}/tests/recordings/{name}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap();
-    let mut body = String::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        if anthropic {
+            let v: Value = serde_json::from_str(line).unwrap();
+            body.push_str(&format!("event: {}\n", v["type"].as_str().unwrap()));
+        }
         body.push_str(&format!("data: {line}\n\n"));
     }
-    body.push_str("data: [DONE]\n\n");
+    if !anthropic {
+        body.push_str("data: [DONE]\n\n");
+    }
     Step::Reply {
         status: 200,
         body,
@@ -762,48 +759,26 @@ async fn a_native_chat_stream_without_provider_usage_is_billed_on_a_disclosed_es
     let e = start().await;
     e.mock.script(
         "o1",
-        vec![chat_recording(
-            "vercel-ai/openai-compatible-no-usage.chunks.txt",
-        )],
+        vec![recording("vercel-ai/openai-compatible-no-usage.chunks.txt")],
     );
     let mut body = chat_body("fmt-gpt", true);
     body["stream_options"] = json!({"include_usage": true});
     let a = call(&e, "/v1/chat/completions", &body).await;
     assert_eq!(a.status, 200);
     assert_eq!(chat_text(&a.data()), "Hi there!");
-    let usage = a
-        .data()
-        .into_iter()
-        .find(|c| c["usage"].is_object())
-        .expect("the usage chunk the client asked for")["usage"]
-        .clone();
+    let usage = a.usage();
     assert!(usage["prompt_tokens"].as_u64().unwrap() > 0, "{usage}");
     assert!(usage["completion_tokens"].as_u64().unwrap() > 0, "{usage}");
     assert!(usage["cost"].as_f64().unwrap() > 0.0, "{usage}");
     assert_eq!(usage["estimated"], true, "{usage}");
     // The ledger bills it, marked as the gateway's count.
-    let mut event = Value::Null;
-    for _ in 0..100 {
-        let (_, all) =
-            e.s.get("/api/gateway/usage/events?limit=10", Some(&e.key))
-                .await;
-        if let Some(ev) = all["data"].as_array().and_then(|d| d.first()) {
-            event = ev.clone();
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let event = e.s.usage_events(&e.key, 1).await[0].clone();
     assert_eq!(event["estimated"], true, "{event}");
     assert!(event["cost_usd"].as_f64().unwrap() > 0.0, "{event}");
     assert_eq!(event["incomplete"], false, "{event}");
     // A provider that reports usage is billed on its count, not marked.
     let a = call(&e, "/v1/chat/completions", &body).await;
-    let usage = a
-        .data()
-        .into_iter()
-        .find(|c| c["usage"].is_object())
-        .unwrap()["usage"]
-        .clone();
+    let usage = a.usage();
     assert!(usage.get("estimated").is_none(), "{usage}");
 }
 
@@ -821,12 +796,7 @@ async fn a_cut_is_billed_on_the_text_the_model_saw_and_never_past_its_budget() {
     e.mock.script("o1", vec![Step::CutAfter(3)]);
     let a = call(&e, "/v1/chat/completions", &body).await;
     assert_eq!(a.status, 200);
-    let usage = a
-        .data()
-        .into_iter()
-        .find(|c| c["usage"].is_object())
-        .unwrap()["usage"]
-        .clone();
+    let usage = a.usage();
     assert_eq!(usage["estimated"], true, "{usage}");
     let prompt = usage["prompt_tokens"].as_u64().unwrap() as usize;
     // The text (with a few tokens of framing per turn), not the body's bytes.
@@ -842,22 +812,17 @@ async fn a_cut_is_billed_on_the_text_the_model_saw_and_never_past_its_budget() {
     assert_eq!(a.status, 200);
     let delivered: String = chat_text(&a.data());
     assert!(delivered.chars().count() > 4, "{delivered}");
-    let usage = a
-        .data()
-        .into_iter()
-        .find(|c| c["usage"].is_object())
-        .unwrap()["usage"]
-        .clone();
+    let usage = a.usage();
     assert_eq!(usage["completion_tokens"], 1, "{usage}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recorded_claude_call_without_arguments_reaches_every_client_as_an_empty_object() {
     let e = start().await;
-    let recording = "vercel-ai/anthropic-tool-no-args.chunks.txt";
+    let recorded = "vercel-ai/anthropic-tool-no-args.chunks.txt";
     let tools = json!([{"type": "function", "function": {"name": "updateIssueList",
         "parameters": {"type": "object", "properties": {}}}}]);
-    e.mock.script("c1", vec![anthropic_recording(recording)]);
+    e.mock.script("c1", vec![recording(recorded)]);
     let mut body = chat_body("fmt-claude", true);
     body["tools"] = tools.clone();
     let a = call(&e, "/v1/chat/completions", &body).await;
@@ -872,7 +837,7 @@ async fn a_recorded_claude_call_without_arguments_reaches_every_client_as_an_emp
         |c| c["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "updateIssueList"
     ));
 
-    e.mock.script("c1", vec![anthropic_recording(recording)]);
+    e.mock.script("c1", vec![recording(recorded)]);
     let mut body = responses_body("fmt-claude", true);
     body["tools"] = json!([{"type": "function", "name": "updateIssueList",
         "parameters": {"type": "object", "properties": {}}}]);

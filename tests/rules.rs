@@ -570,17 +570,7 @@ async fn an_empty_completion_after_the_streams_header_ends_in_its_formats_termin
     assert_eq!(start["message"]["content"], json!([]), "{start}");
 
     // The ledger: three answers, each with its empty attempt, at no cost.
-    let mut events = Vec::new();
-    for _ in 0..100 {
-        let (_, v) = s
-            .get("/api/gateway/usage/events?limit=10", Some(&key))
-            .await;
-        events = v["data"].as_array().cloned().unwrap_or_default();
-        if events.len() == 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let events = s.usage_events(&key, 3).await;
     assert_eq!(events.len(), 3, "{events:?}");
     for e in &events {
         assert_eq!(e["attempts"], attempts, "{e}");
@@ -714,17 +704,7 @@ async fn idempotency_key_is_not_honoured_on_embeddings() {
     assert_eq!(a.status, 200, "{}", a.json);
     assert_eq!(mock.count("te1"), 3);
     // Each was billed.
-    let mut events = Vec::new();
-    for _ in 0..100 {
-        let (_, v) = s
-            .get("/api/gateway/usage/events?limit=10", Some(&key))
-            .await;
-        events = v["data"].as_array().cloned().unwrap_or_default();
-        if events.len() == 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let events = s.usage_events(&key, 3).await;
     assert_eq!(events.len(), 3, "{events:?}");
     for e in &events {
         assert!(e["cost_usd"].as_f64().unwrap() > 0.0, "{e}");

@@ -466,6 +466,23 @@ impl Sluice {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// The key's org's usage events, newest first, once at least `want` are
+    /// recorded (the writer records them after the answer; waits up to 10 s).
+    pub async fn usage_events(&self, key: &str, want: usize) -> Vec<Value> {
+        let mut events = Vec::new();
+        for _ in 0..100 {
+            let (_, v) = self
+                .get("/api/gateway/usage/events?limit=100", Some(key))
+                .await;
+            events = v["data"].as_array().cloned().unwrap_or_default();
+            if events.len() >= want {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        events
+    }
+
     /// POST raw bytes on the gateway with a key.
     pub async fn post_raw(
         &self,
