@@ -97,6 +97,55 @@ impl Field {
     }
 }
 
+impl Field {
+    const ALL: [Field; 7] = [
+        Field::Temperature,
+        Field::TopP,
+        Field::TopK,
+        Field::FrequencyPenalty,
+        Field::PresencePenalty,
+        Field::Stop,
+        Field::Logprobs,
+    ];
+
+    /// Clears the field from the canonical request, so no wire renders it.
+    fn clear(self, req: &mut Request) {
+        match self {
+            Field::Temperature => req.temperature = None,
+            Field::TopP => req.top_p = None,
+            Field::TopK => req.top_k = None,
+            Field::FrequencyPenalty => req.frequency_penalty = None,
+            Field::PresencePenalty => req.presence_penalty = None,
+            Field::Stop => req.stop.clear(),
+            Field::Logprobs => req
+                .extras
+                .retain(|e| !matches!(e.name.as_str(), "logprobs" | "top_logprobs")),
+        }
+    }
+}
+
+/// The policy's fields among `dropped` (a rung's `RungPlan::dropped`, named as
+/// the `inbound` format names them).
+fn dropped_fields(inbound: Inbound, dropped: &[String]) -> impl Iterator<Item = Field> + '_ {
+    Field::ALL
+        .into_iter()
+        .filter(move |f| dropped.iter().any(|d| d == f.name(inbound)))
+}
+
+/// Whether a rung that drops `dropped` needs the canonical request stripped
+/// (`strip`) before its wire renders it.
+pub fn strips(inbound: Inbound, dropped: &[String]) -> bool {
+    dropped_fields(inbound, dropped).next().is_some()
+}
+
+/// Clears from `req` every field the policy dropped for a rung: a translated
+/// rung's wire renders what the canonical request holds.
+pub fn strip(req: &mut Request, inbound: Inbound, dropped: &[String]) {
+    for f in dropped_fields(inbound, dropped) {
+        f.clear(req);
+    }
+}
+
 /// The fields a request sets, with their values where pinning applies.
 fn requested(req: &Request) -> Vec<(Field, Option<f64>)> {
     let mut out = Vec::new();

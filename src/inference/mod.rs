@@ -104,7 +104,7 @@ impl Engine {
         trail.model(&asked.model);
         let rungs = admit::active_route(state, session, &caller.org, model)?;
         let deadline = Duration::from_millis(state.config.limits.request_deadline_ms);
-        let mut tally = Tally::new(started, deadline, place, model, body.len());
+        let mut tally = Tally::new(started, deadline, place, model);
         tally.turn = turn;
         tally.trace = std::mem::take(&mut trail.attempts);
         // 2. Before the rungs.

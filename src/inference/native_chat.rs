@@ -16,7 +16,7 @@ use crate::upstream::{Failure, OutBody, Target};
 use bytes::Bytes;
 use pingora::proxy::Session;
 use serde_json::json;
-use sluice_filters::ir::{RefusalReason, IGNORED_MEMBER};
+use sluice_filters::ir::{RefusalReason, Request, IGNORED_MEMBER};
 use sluice_filters::json::edit::{set_member as splice_member, set_member_into, set_nested};
 use sluice_filters::sse::{data_frame, SseDecoder};
 use sluice_filters::upstream::openai_chat::{inspect, Inspection};
@@ -105,8 +105,9 @@ pub(super) async fn stream_attempt(
     tally: &mut Tally,
     t: &Target,
     body: OutBody,
-    wants_usage: bool,
+    req: &Request,
 ) -> Attempt {
+    let wants_usage = req.include_usage;
     let post = Post {
         target: t,
         path: t.chat_path(),
@@ -205,6 +206,7 @@ pub(super) async fn stream_attempt(
                 tally.header_sent = true;
             }
             let mut pump = Pump {
+                req,
                 provider_json,
                 provider: &t.provider,
                 wants_usage,
@@ -231,6 +233,8 @@ pub(super) async fn stream_attempt(
 
 /// The committed stream: every event is rewritten as it arrives and written at once.
 struct Pump<'a> {
+    /// The request as sent: a missing usage is estimated from it.
+    req: &'a Request,
     provider_json: &'a [u8],
     provider: &'a str,
     wants_usage: bool,
@@ -471,7 +475,7 @@ impl Pump<'_> {
     /// `stream_options.include_usage`) is counted by the gateway, and marked so.
     fn estimate_missing(&mut self, tally: &Tally) {
         let seen = self.usage.unwrap_or_default();
-        let counted = tally.cut_usage(self.usage, self.content_chars);
+        let counted = tally.cut_usage(self.req, self.usage, self.content_chars);
         if counted != seen {
             self.usage = Some(counted);
             self.estimated = true;

@@ -328,25 +328,17 @@ impl PlannedRung {
             (body, disclosure(&self.dropped, &[], parsed.disclosed()))
         } else {
             let stripped;
-            let req = if repaired || self.drops_sampling() {
+            let strips = policy::strips(parsed.inbound, &self.dropped);
+            let req = if repaired || strips {
+                // A copy only when this rung gets less than the client sent: hidden
+                // reasoning of another maker, or what the policy drops (the wire
+                // would render it otherwise).
                 let mut r = if repaired {
                     parsed.req.without_foreign_reasoning(maker)
                 } else {
                     parsed.req.clone()
                 };
-                // What the policy drops for this rung is not sent: the wire would
-                // render it otherwise.
-                for d in &self.dropped {
-                    match d.as_str() {
-                        "temperature" => r.temperature = None,
-                        "top_p" => r.top_p = None,
-                        "top_k" => r.top_k = None,
-                        "frequency_penalty" => r.frequency_penalty = None,
-                        "presence_penalty" => r.presence_penalty = None,
-                        "stop" | "stop_sequences" => r.stop.clear(),
-                        _ => {}
-                    }
-                }
+                policy::strip(&mut r, parsed.inbound, &self.dropped);
                 stripped = r;
                 &stripped
             } else {
@@ -368,22 +360,6 @@ impl PlannedRung {
             ignored,
             repaired,
         }
-    }
-
-    /// The policy drops a field the canonical form carries for this rung.
-    fn drops_sampling(&self) -> bool {
-        self.dropped.iter().any(|d| {
-            matches!(
-                d.as_str(),
-                "temperature"
-                    | "top_p"
-                    | "top_k"
-                    | "frequency_penalty"
-                    | "presence_penalty"
-                    | "stop"
-                    | "stop_sequences"
-            )
-        })
     }
 
     /// Adds the derived `prompt_cache_key` for a rung whose provider routes by

@@ -142,10 +142,8 @@ impl Engine {
         }
         let admission = admit::admit_lanes(state, &mut rungs, |p| a.ask(worst, p)).await?;
         tally.free(admission.free);
-        // What a cut or a stream without usage is billed on: the text the model
-        // sees (history a feature added included), not the body's JSON; its
-        // output no more than the budget.
-        tally.prompt_estimate = req.estimated_prompt_tokens();
+        // A cut or a stream without usage bills its output no more than the
+        // budget.
         tally.output_cap = match gate::output_budget(req.max_tokens, model.spec.max_output_tokens) {
             0 => u64::MAX,
             cap => cap,

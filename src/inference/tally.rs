@@ -6,6 +6,7 @@ use crate::billing::extra::Extra;
 use crate::catalog::model::Price;
 use crate::hooks::Hooks;
 use pingora::http::ResponseHeader;
+use sluice_filters::ir::Request;
 use sluice_filters::usage::Usage;
 use sluice_filters::ApiError;
 use std::time::{Duration, Instant};
@@ -70,9 +71,11 @@ pub(crate) struct Tally {
     /// answer goes without it.
     pub(crate) hide_encrypted: bool,
     /// The prompt's size in tokens as the gateway estimates it
-    /// (`Request::estimated_prompt_tokens`; body bytes / 4 until the body is
-    /// parsed): a cut stream whose provider never reported its count bills this.
-    pub(crate) prompt_estimate: u64,
+    /// (`Request::estimated_prompt_tokens`), counted the first time something
+    /// needs it (a cut, a stream without usage, a messages stream's
+    /// `message_start`): the common answer reports its own and never pays for
+    /// the count.
+    prompt_estimate: std::sync::OnceLock<u64>,
     /// The most output the request may bill (its budget, clamped to the model's
     /// maximum): an estimate of a cut's output never goes past it.
     pub(crate) output_cap: u64,
@@ -91,14 +94,13 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
-    /// A request's account as its waterfall starts: `body_len` bytes asking for
-    /// `model`, holding its `place` under `[limits] max_pending`.
+    /// A request's account as its waterfall starts: a request for `model`,
+    /// holding its `place` under `[limits] max_pending`.
     pub(crate) fn new(
         started: Instant,
         deadline: Duration,
         place: Option<crate::downstream::pending::Place>,
         model: &crate::catalog::Model,
-        body_len: usize,
     ) -> Tally {
         Tally {
             pending: place,
@@ -120,7 +122,7 @@ impl Tally {
             lane: crate::byok::Lane::Platform,
             billable: false,
             hide_encrypted: false,
-            prompt_estimate: (body_len / 4) as u64,
+            prompt_estimate: std::sync::OnceLock::new(),
             output_cap: u64::MAX,
             estimated: false,
             extra: None,
@@ -174,15 +176,28 @@ impl Tally {
     /// The usage of an answer cut short: what the provider reported, with the
     /// prompt and the delivered output estimated where it reported nothing (the
     /// provider bills a prompt it was sent, and the output it streamed).
-    pub(crate) fn cut_usage(&self, seen: Option<Usage>, content_chars: usize) -> Usage {
+    pub(crate) fn cut_usage(
+        &self,
+        req: &Request,
+        seen: Option<Usage>,
+        content_chars: usize,
+    ) -> Usage {
         let mut u = seen.unwrap_or_default();
         if u.input_tokens == 0 {
-            u.input_tokens = self.prompt_estimate;
+            u.input_tokens = self.prompt_tokens(req);
         }
         if u.output_tokens == 0 {
             u.output_tokens = (content_chars.div_ceil(4) as u64).min(self.output_cap);
         }
         u
+    }
+
+    /// The prompt's estimated size in tokens: the text `req` (the request as
+    /// the rungs get it, history a feature added included) gives a model.
+    pub(crate) fn prompt_tokens(&self, req: &Request) -> u64 {
+        *self
+            .prompt_estimate
+            .get_or_init(|| req.estimated_prompt_tokens())
     }
 
     /// `usage` with its cost at this model's price; an orchestrated request's

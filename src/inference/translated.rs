@@ -50,6 +50,16 @@ pub(crate) async fn run(
     }
 }
 
+/// What a messages stream's `message_start` reports as `input_tokens` before the
+/// provider's count comes: the gateway's estimate (counted only for that stream).
+pub(super) fn message_start_estimate(tally: &Tally, parsed: &ParsedRequest) -> u64 {
+    if parsed.inbound == Inbound::Messages && parsed.stream {
+        tally.prompt_tokens(&parsed.req)
+    } else {
+        0
+    }
+}
+
 fn meta(tally: &Tally, planned: &PlannedRung, parsed: &ParsedRequest) -> Meta {
     // `created` is when the request arrived, not when the answer was rendered.
     let age = tally.started.elapsed().as_secs() as i64;
@@ -60,7 +70,7 @@ fn meta(tally: &Tally, planned: &PlannedRung, parsed: &ParsedRequest) -> Meta {
         fallback_id: crate::store::new_id("gen"),
         include_usage: parsed.req.include_usage,
         stop_sequence: parsed.req.only_stop(),
-        prompt_estimate: tally.prompt_estimate,
+        prompt_estimate: message_start_estimate(tally, parsed),
         echo: match parsed.inbound {
             Inbound::Responses => sluice_filters::inbound::responses::echo(
                 &parsed.object,
@@ -547,7 +557,7 @@ async fn stream(
     // A stream that ended after its finish is whole even without the end marker.
     let cut = !whole && !flow.finish_seen;
     let usage = if cut || flow.usage.is_none() {
-        tally.cut_usage(flow.usage, flow.content_chars)
+        tally.cut_usage(&parsed.req, flow.usage, flow.content_chars)
     } else {
         flow.usage.unwrap_or_default()
     };

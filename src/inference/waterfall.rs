@@ -253,14 +253,13 @@ async fn attempt(
     // (a translated stream) would be copied whole on every plain request.
     if planned.native && parsed.inbound == Inbound::Chat {
         if parsed.stream {
-            let wants_usage = parsed.req.include_usage;
             let run = Box::pin(super::native_chat::stream_attempt(
                 engine,
                 session,
                 tally,
                 t,
                 body,
-                wants_usage,
+                &parsed.req,
             ));
             return run.await;
         }
@@ -287,7 +286,7 @@ async fn empty_completion(
         fallback_id: crate::store::new_id("empty"),
         include_usage: parsed.req.include_usage,
         stop_sequence: None,
-        prompt_estimate: tally.prompt_estimate,
+        prompt_estimate: super::translated::message_start_estimate(tally, parsed),
         echo: match parsed.inbound {
             Inbound::Responses => sluice_filters::inbound::responses::echo(
                 &parsed.object,
