@@ -6,7 +6,7 @@
 
 mod harness;
 
-use harness::{assert_error, Env, Provider};
+use harness::{assert_error, recording, Env, Provider};
 use serde_json::{json, Value};
 use sluice_mock::Step;
 
@@ -726,32 +726,6 @@ async fn is_error_off_a_native_route_names_the_block_the_client_sent() {
         "{said}"
     );
     assert_eq!(e.mock.count("x1") + e.mock.count("x2"), 0);
-}
-
-/// A recording (tests/recordings: one event's JSON per line) replayed as the SSE
-/// its API sends, each line unchanged as a frame's data: Anthropic names each
-/// frame by its type; an OpenAI-compatible server names none and ends with
-/// `[DONE]`.
-fn recording(name: &str) -> Step {
-    let path = format!("{}/tests/recordings/{name}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap();
-    let anthropic = name.contains("anthropic");
-    let mut body = String::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        if anthropic {
-            let v: Value = serde_json::from_str(line).unwrap();
-            body.push_str(&format!("event: {}\n", v["type"].as_str().unwrap()));
-        }
-        body.push_str(&format!("data: {line}\n\n"));
-    }
-    if !anthropic {
-        body.push_str("data: [DONE]\n\n");
-    }
-    Step::Reply {
-        status: 200,
-        body,
-        retry_after: None,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -559,6 +559,40 @@ pub async fn wait_for(what: &str, mut ready: impl AsyncFnMut() -> bool) {
     panic!("never happened: {what}");
 }
 
+/// The body a recording (tests/recordings/`name`) is replayed as: an `.sse` file is
+/// the body the API sent, byte for byte; a `.chunks.txt` file (one event's JSON
+/// per line) becomes the SSE its API sends, each line unchanged as a frame's data:
+/// Anthropic names each frame by its type; an OpenAI-compatible server names none
+/// and ends with `[DONE]`.
+pub fn recorded_body(name: &str) -> String {
+    let text = std::fs::read_to_string(repo_path(&format!("tests/recordings/{name}"))).unwrap();
+    if name.ends_with(".sse") {
+        return text;
+    }
+    let anthropic = name.contains("anthropic");
+    let mut body = String::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        if anthropic {
+            let v: Value = serde_json::from_str(line).unwrap();
+            body.push_str(&format!("event: {}\n", v["type"].as_str().unwrap()));
+        }
+        body.push_str(&format!("data: {line}\n\n"));
+    }
+    if !anthropic {
+        body.push_str("data: [DONE]\n\n");
+    }
+    body
+}
+
+/// A recording (see [`recorded_body`]) as the mock's 200 answer.
+pub fn recording(name: &str) -> sluice_mock::Step {
+    sluice_mock::Step::Reply {
+        status: 200,
+        body: recorded_body(name),
+        retry_after: None,
+    }
+}
+
 /// Asserts an OpenAI-style error envelope with the code (and param, if given).
 #[track_caller]
 pub fn assert_error(status: u16, body: &Value, want_status: u16, code: &str) {

@@ -337,6 +337,19 @@ fn embed_plan(step: Step) -> Result<EmbedPlan, Failure> {
                 status,
                 body,
                 retry_after,
+                piece: None,
+            })
+        }
+        Step::ReplyInPieces {
+            status,
+            body,
+            piece,
+        } => {
+            return Err(Failure::Reply {
+                status,
+                body,
+                retry_after: None,
+                piece: Some(piece),
             })
         }
         Step::DelayHeaders(d) | Step::DelayFirstToken(d) => plan.delay = d,
@@ -355,11 +368,19 @@ fn failed(failure: Failure, envelope: impl Fn(u16, &str) -> Value) -> Response {
             status,
             body,
             retry_after,
+            piece,
         } => {
             let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             // A body of SSE frames is a stream; anything else is JSON.
             let sse = body.starts_with("event:") || body.starts_with("data:");
-            let mut resp = (code, body).into_response();
+            let mut resp = match piece {
+                Some(n) => {
+                    let mut resp = Response::new(sse::body(in_pieces(Bytes::from(body), n)));
+                    *resp.status_mut() = code;
+                    resp
+                }
+                None => (code, body).into_response(),
+            };
             let h = resp.headers_mut();
             h.insert(
                 header::CONTENT_TYPE,
@@ -376,6 +397,20 @@ fn failed(failure: Failure, envelope: impl Fn(u16, &str) -> Value) -> Response {
         }
         Failure::Close => close_connection(),
     }
+}
+
+/// `body` as writes of `n` bytes (at least one), each flushed before the next.
+fn in_pieces(body: Bytes, n: usize) -> Vec<Item> {
+    let n = n.max(1);
+    let mut items = Vec::with_capacity(2 * body.len().div_ceil(n));
+    let mut at = 0;
+    while at < body.len() {
+        let end = (at + n).min(body.len());
+        items.push(Item::Data(body.slice(at..end)));
+        items.push(Item::Flush);
+        at = end;
+    }
+    items
 }
 
 async fn openai_embeddings(m: &Inner, deployment: Option<String>, req: Request) -> Response {
@@ -417,5 +452,32 @@ async fn gemini_other(m: &Inner, method: &str, model: String, req: Request) -> R
             json_reply(value, plan.cut)
         }
         Err(msg) => error_response(gemini::error_body(400, &msg), 400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_in_pieces_is_the_body_in_writes_of_that_size_each_flushed() {
+        // The two bytes of "°" land on either side of a write boundary.
+        let body = Bytes::from_static("data: {\"t\":\"69°F\"}\r\n\r\n".as_bytes());
+        let items = in_pieces(body.clone(), 5);
+        let mut sizes = Vec::new();
+        let mut joined = Vec::new();
+        for pair in items.chunks(2) {
+            let [Item::Data(piece), Item::Flush] = pair else {
+                panic!("each write is followed by a flush");
+            };
+            sizes.push(piece.len());
+            joined.extend_from_slice(piece);
+        }
+        assert_eq!(joined, body);
+        let want: Vec<usize> = body.chunks(5).map(<[u8]>::len).collect();
+        assert_eq!(sizes, want);
+        assert_eq!(in_pieces(Bytes::new(), 5).len(), 0);
+        // A piece of 0 is a piece of 1.
+        assert_eq!(in_pieces(Bytes::from_static(b"ab"), 0).len(), 4);
     }
 }

@@ -88,6 +88,16 @@ pub enum Step {
         body: String,
         retry_after: Option<String>,
     },
+    /// As [`Step::Reply`] without `retry-after`, the body written `piece` bytes at
+    /// a time (chunked, a flush after each write; the last write may be shorter),
+    /// so the gateway reads it in pieces that split lines, frames and UTF-8
+    /// characters, as a slow network delivers a provider's answer.
+    /// JSON `{"kind":"reply_in_pieces","status":200,"body":"data: {...}\n\n","piece":5}`.
+    ReplyInPieces {
+        status: u16,
+        body: String,
+        piece: usize,
+    },
     /// Streams: the opening frames and `n` content chunks, then silence with the
     /// connection held open (a stalled provider). Non-streaming: 200 headers and
     /// half the body, then silence. JSON `{"kind":"stall_after","n":2}`.
@@ -154,6 +164,11 @@ enum StepSpec {
         #[serde(default)]
         retry_after: Option<String>,
     },
+    ReplyInPieces {
+        status: u16,
+        body: Value,
+        piece: usize,
+    },
     StallAfter {
         n: usize,
     },
@@ -211,6 +226,18 @@ impl From<StepSpec> for Step {
                 },
                 retry_after,
             },
+            StepSpec::ReplyInPieces {
+                status,
+                body,
+                piece,
+            } => Step::ReplyInPieces {
+                status,
+                body: match body {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                },
+                piece,
+            },
             StepSpec::StallAfter { n } => Step::StallAfter(n),
             StepSpec::MalformedAfter { n } => Step::MalformedAfter(n),
             StepSpec::Pretty => Step::Pretty,
@@ -258,6 +285,15 @@ impl From<Step> for StepSpec {
                 status,
                 body: Value::String(body),
                 retry_after,
+            },
+            Step::ReplyInPieces {
+                status,
+                body,
+                piece,
+            } => StepSpec::ReplyInPieces {
+                status,
+                body: Value::String(body),
+                piece,
             },
             Step::StallAfter(n) => StepSpec::StallAfter { n },
             Step::MalformedAfter(n) => StepSpec::MalformedAfter { n },
@@ -418,11 +454,13 @@ pub(crate) struct Plan {
 pub(crate) enum Failure {
     /// An error response with this status.
     Status(u16),
-    /// This status and body verbatim, with `retry-after` when given.
+    /// This status and body verbatim, with `retry-after` when given; with
+    /// `piece`, the body written that many bytes at a time.
     Reply {
         status: u16,
         body: String,
         retry_after: Option<String>,
+        piece: Option<usize>,
     },
     /// Drop the connection without a response.
     Close,
@@ -476,6 +514,19 @@ pub(crate) fn resolve(
                 status,
                 body,
                 retry_after,
+                piece: None,
+            })
+        }
+        Step::ReplyInPieces {
+            status,
+            body,
+            piece,
+        } => {
+            return Err(Failure::Reply {
+                status,
+                body,
+                retry_after: None,
+                piece: Some(piece),
             })
         }
         Step::StallAfter(n) => plan.stall = Some(n),
@@ -575,6 +626,11 @@ mod tests {
                 status: 400,
                 body: r#"{"error":{"code":"x"}}"#.into(),
                 retry_after: Some("2".into()),
+            },
+            Step::ReplyInPieces {
+                status: 200,
+                body: "data: {\"x\":1}\n\n".into(),
+                piece: 5,
             },
             Step::StallAfter(2),
             Step::MalformedAfter(1),
