@@ -967,8 +967,6 @@ async fn recorded_azure_content_filter_results_and_an_empty_first_chunk_are_no_c
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "gateway defect: the OpenAI chat decoder takes Event::Start from the first chunk, \
-            Azure's prompt-filter chunk with \"model\":\"\", so a translated answer names the model \"\""]
 async fn recorded_azure_answers_in_other_formats_name_a_model() {
     let e = Rec::start().await;
     let rec = "vercel-ai/azure-model-router.chunks.txt";

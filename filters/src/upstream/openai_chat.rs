@@ -775,11 +775,15 @@ impl StreamDecoder for Decoder {
             });
             return Ok(());
         }
-        if !self.started {
+        // The answer's id and model come from its first chunk that names them:
+        // Azure's first chunk carries only the prompt's filter results, with an
+        // empty id and model and no choices.
+        let named = a.model.as_deref().is_some_and(|m| !m.is_empty());
+        if !self.started && (named || !a.choices.is_empty() || a.usage.is_some()) {
             self.started = true;
             out.push(Event::Start {
-                id: a.id.clone(),
-                model: a.model.clone(),
+                id: a.id.clone().filter(|i| !i.is_empty()),
+                model: a.model.clone().filter(|m| !m.is_empty()),
             });
         }
         for c in &a.choices {
