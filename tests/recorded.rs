@@ -22,84 +22,69 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The routes the recordings are replayed on, one per wire: Claude, OpenAI (chat
 /// for chat clients, responses for responses clients), Azure OpenAI (chat for
-/// every client) and Gemini with Google Search.
-const CATALOG: &str = r#"
+/// every client) and Gemini with Google Search: (slug, maker, provider, the
+/// provider's model id, the rung's caps).
+const ROUTES: [(&str, &str, &str, &str, &str); 4] = [
+    (
+        "rec-claude",
+        "anthropic",
+        "anthropic",
+        "c1",
+        r#""sampling", "tools", "thinking", "reasoning""#,
+    ),
+    (
+        "rec-gpt",
+        "openai",
+        "openai",
+        "o1",
+        r#""sampling", "tools""#,
+    ),
+    (
+        "rec-azure",
+        "openai",
+        "azure",
+        "az1",
+        r#""sampling", "tools""#,
+    ),
+    (
+        "rec-gemini",
+        "google",
+        "google",
+        "g1",
+        r#""sampling", "tools", "reasoning", "web_search""#,
+    ),
+];
+
+/// The catalog of [`ROUTES`]: one price and one context for all of them.
+fn routes_catalog() -> String {
+    ROUTES
+        .iter()
+        .map(|(slug, maker, provider, id, caps)| {
+            format!(
+                r#"
 [[model]]
-slug = "rec-claude"
-display_name = "rec-claude"
+slug = "{slug}"
+display_name = "{slug}"
 kind = "chat"
-owned_by = "anthropic"
+owned_by = "{maker}"
 context_window = 200000
 max_input_tokens = 200000
 modalities = ["text"]
 supported_params = ["temperature", "max_tokens", "tools"]
-price = { input = 1000000, cached_input = 100000, output = 5000000, cache_write_input = 1250000 }
+price = {{ input = 1000000, cached_input = 100000, output = 5000000, cache_write_input = 1250000 }}
 category = "general"
 max_output_tokens = 8192
 
 [[model.rung]]
-provider = "anthropic"
-provider_model_id = "c1"
+provider = "{provider}"
+provider_model_id = "{id}"
 zdr = true
-caps = ["sampling", "tools", "thinking", "reasoning"]
-
-[[model]]
-slug = "rec-gpt"
-display_name = "rec-gpt"
-kind = "chat"
-owned_by = "openai"
-context_window = 200000
-max_input_tokens = 200000
-modalities = ["text"]
-supported_params = ["temperature", "max_tokens", "tools"]
-price = { input = 1000000, cached_input = 100000, output = 5000000 }
-category = "general"
-max_output_tokens = 8192
-
-[[model.rung]]
-provider = "openai"
-provider_model_id = "o1"
-zdr = true
-caps = ["sampling", "tools"]
-
-[[model]]
-slug = "rec-azure"
-display_name = "rec-azure"
-kind = "chat"
-owned_by = "openai"
-context_window = 200000
-max_input_tokens = 200000
-modalities = ["text"]
-supported_params = ["temperature", "max_tokens", "tools"]
-price = { input = 1000000, cached_input = 100000, output = 5000000 }
-category = "general"
-max_output_tokens = 8192
-
-[[model.rung]]
-provider = "azure"
-provider_model_id = "az1"
-zdr = true
-caps = ["sampling", "tools"]
-
-[[model]]
-slug = "rec-gemini"
-display_name = "rec-gemini"
-kind = "chat"
-owned_by = "google"
-context_window = 200000
-max_input_tokens = 200000
-modalities = ["text"]
-supported_params = ["temperature", "max_tokens", "tools"]
-price = { input = 1000000, cached_input = 100000, output = 5000000 }
-category = "general"
-max_output_tokens = 8192
-
-[[model.rung]]
-provider = "google"
-provider_model_id = "g1"
-zdr = true
-caps = ["sampling", "tools", "reasoning", "web_search"]
-"#;
+caps = [{caps}]
+"#
+            )
+        })
+        .collect()
+}
 
 /// The size of each write when a recording arrives in small pieces: it splits
 /// lines, frames, JSON strings and multi-byte characters.
@@ -129,7 +114,7 @@ impl Rec {
         use Provider::*;
         let dir = tempfile::tempdir().unwrap();
         let catalog = dir.path().join("catalog.toml");
-        std::fs::write(&catalog, CATALOG).unwrap();
+        std::fs::write(&catalog, routes_catalog()).unwrap();
         let mock = Mock::start().await;
         let b = Backend::fresh().await;
         let opts = Opts::default()

@@ -328,29 +328,8 @@ fn embed_plan(step: Step) -> Result<EmbedPlan, Failure> {
         Step::Status(code) => return Err(Failure::Status(code)),
         Step::ErrorEvent => return Err(Failure::Status(500)),
         Step::CloseConnection => return Err(Failure::Close),
-        Step::Reply {
-            status,
-            body,
-            retry_after,
-        } => {
-            return Err(Failure::Reply {
-                status,
-                body,
-                retry_after,
-                piece: None,
-            })
-        }
-        Step::ReplyInPieces {
-            status,
-            body,
-            piece,
-        } => {
-            return Err(Failure::Reply {
-                status,
-                body,
-                retry_after: None,
-                piece: Some(piece),
-            })
+        reply @ (Step::Reply { .. } | Step::ReplyInPieces { .. }) => {
+            return Err(Failure::reply(reply))
         }
         Step::DelayHeaders(d) | Step::DelayFirstToken(d) => plan.delay = d,
         Step::CutAfter(n) => plan.cut = Some(n),

@@ -466,6 +466,35 @@ pub(crate) enum Failure {
     Close,
 }
 
+impl Failure {
+    /// A [`Step::Reply`] or [`Step::ReplyInPieces`] as the reply it sends.
+    pub(crate) fn reply(step: Step) -> Failure {
+        match step {
+            Step::Reply {
+                status,
+                body,
+                retry_after,
+            } => Failure::Reply {
+                status,
+                body,
+                retry_after,
+                piece: None,
+            },
+            Step::ReplyInPieces {
+                status,
+                body,
+                piece,
+            } => Failure::Reply {
+                status,
+                body,
+                retry_after: None,
+                piece: Some(piece),
+            },
+            other => unreachable!("not a reply step: {other:?}"),
+        }
+    }
+}
+
 /// A [`Step::CallIfDeclared`] as the step it is for this request: the call when
 /// the request declares the tool, else a text saying it did not.
 pub(crate) fn declared(step: Step, tools: &[String]) -> Step {
@@ -505,29 +534,8 @@ pub(crate) fn resolve(
     match step {
         Step::Status(code) => return Err(Failure::Status(code)),
         Step::CloseConnection => return Err(Failure::Close),
-        Step::Reply {
-            status,
-            body,
-            retry_after,
-        } => {
-            return Err(Failure::Reply {
-                status,
-                body,
-                retry_after,
-                piece: None,
-            })
-        }
-        Step::ReplyInPieces {
-            status,
-            body,
-            piece,
-        } => {
-            return Err(Failure::Reply {
-                status,
-                body,
-                retry_after: None,
-                piece: Some(piece),
-            })
+        reply @ (Step::Reply { .. } | Step::ReplyInPieces { .. }) => {
+            return Err(Failure::reply(reply))
         }
         Step::StallAfter(n) => plan.stall = Some(n),
         Step::MalformedAfter(n) => plan.malformed = Some(n),
