@@ -757,6 +757,35 @@ async fn a_native_chat_stream_without_provider_usage_is_billed_on_a_disclosed_es
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_native_answer_without_provider_usage_is_billed_on_a_disclosed_estimate() {
+    let e = start().await;
+    // An OpenAI-compatible server's answer with no `usage` member.
+    let reply = json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1,
+        "model": "o1", "choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant", "content": "Hello there, friend."}}]});
+    e.mock.script(
+        "o1",
+        vec![Step::Reply {
+            status: 200,
+            body: reply.to_string(),
+            retry_after: None,
+        }],
+    );
+    let a = call(&e, "/v1/chat/completions", &chat_body("fmt-gpt", false)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    let usage = &a.json["usage"];
+    assert_eq!(usage["estimated"], true, "{usage}");
+    assert!(usage["prompt_tokens"].as_u64().unwrap() > 0, "{usage}");
+    // "Hello there, friend." is 20 characters: five tokens by the approximation.
+    assert_eq!(usage["completion_tokens"], 5, "{usage}");
+    assert!(usage["cost"].as_f64().unwrap() > 0.0, "{usage}");
+    let event = e.s.usage_events(&e.key, 1).await[0].clone();
+    assert_eq!(event["estimated"], true, "{event}");
+    assert_eq!(event["input_tokens"], usage["prompt_tokens"], "{event}");
+    assert!(event["cost_usd"].as_f64().unwrap() > 0.0, "{event}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_is_billed_on_the_text_the_model_saw_and_never_past_its_budget() {
     let e = start().await;
     // A long prompt in a body heavy with JSON syntax: many short turns.
@@ -773,10 +802,15 @@ async fn a_cut_is_billed_on_the_text_the_model_saw_and_never_past_its_budget() {
     let usage = a.usage();
     assert_eq!(usage["estimated"], true, "{usage}");
     let prompt = usage["prompt_tokens"].as_u64().unwrap() as usize;
-    // The text (with a few tokens of framing per turn), not the body's bytes.
-    assert!(prompt >= text_chars / 4, "{usage}");
+    // The text (in OpenAI's tokens: the rung serves `o1`, and four tokens of
+    // framing a turn), not the body's bytes.
+    let ok = tiktoken_rs::o200k_base()
+        .unwrap()
+        .encode_ordinary("ok")
+        .len();
+    assert_eq!(prompt, 40 * ok + 4 * 40, "{usage}");
     assert!(
-        prompt <= text_chars / 4 + 4 * 40 && prompt < bytes / 4,
+        text_chars > 0 && prompt < bytes / 4,
         "{prompt} of {bytes} body bytes: {usage}"
     );
     // The output estimate stays within the budget the request set.
@@ -788,6 +822,42 @@ async fn a_cut_is_billed_on_the_text_the_model_saw_and_never_past_its_budget() {
     assert!(delivered.chars().count() > 4, "{delivered}");
     let usage = a.usage();
     assert_eq!(usage["completion_tokens"], 1, "{usage}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_prompt_is_counted_with_the_makers_tokenizer_where_the_gateway_holds_it() {
+    let e = start().await;
+    // Text a token per four characters undercounts threefold: CJK, digits.
+    let text =
+        "数据库连接池的配置在高并发下决定了延迟的尾部。".repeat(12) + &"1 22 333 ".repeat(30);
+    let body = |model: &str| {
+        json!({"model": model, "stream": true, "stream_options": {"include_usage": true},
+            "messages": [{"role": "system", "content": "Answer briefly."},
+                         {"role": "user", "content": text}]})
+    };
+    let o200k = tiktoken_rs::o200k_base().unwrap();
+    let tokens = |t: &str| o200k.encode_ordinary(t).len() as u64;
+    // fmt-gpt's rung serves `o1`, an o200k model: billed in its tokens, with four
+    // of framing for each of the two turns.
+    e.mock.script("o1", vec![Step::CutAfter(3)]);
+    let a = call(&e, "/v1/chat/completions", &body("fmt-gpt")).await;
+    assert_eq!(a.status, 200);
+    let usage = a.usage();
+    assert_eq!(usage["estimated"], true, "{usage}");
+    let exact = tokens("Answer briefly.") + tokens(&text) + 8;
+    assert_eq!(usage["prompt_tokens"], exact, "{usage}");
+    let approx = ("Answer briefly.".chars().count() + text.chars().count()).div_ceil(4) as u64 + 8;
+    assert!(exact > 2 * approx, "{exact} against {approx}");
+    // The ledger bills what the client was told.
+    let event = e.s.usage_events(&e.key, 1).await[0].clone();
+    assert_eq!(event["input_tokens"], exact, "{event}");
+    assert_eq!(event["estimated"], true, "{event}");
+    // A model whose maker's tokenizer the gateway does not hold (`n1`): the
+    // documented approximation, a token per four characters.
+    e.mock.script("n1", vec![Step::CutAfter(3)]);
+    let a = call(&e, "/v1/chat/completions", &body("fmt-nojson")).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.usage()["prompt_tokens"], approx, "{}", a.usage());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

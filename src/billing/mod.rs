@@ -5,6 +5,7 @@
 pub mod extra;
 pub mod gate;
 pub mod payments;
+pub mod tokens;
 
 use crate::catalog::model::Price;
 use sluice_filters::usage::Usage;

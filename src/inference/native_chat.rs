@@ -45,6 +45,7 @@ pub(super) async fn plain_attempt(
     tally: &mut Tally,
     t: &Target,
     body: OutBody,
+    req: &Request,
 ) -> Attempt {
     let post = Post {
         target: t,
@@ -72,9 +73,18 @@ pub(super) async fn plain_attempt(
     if !info.has_content && info.finish_reason.as_deref() != Some("length") {
         return Attempt::Empty(info.usage);
     }
-    let sent_usage = info.usage;
+    let (sent_usage, content_chars) = (info.usage, info.content_chars);
     drop(info);
-    tally.usage = sent_usage.unwrap_or_default();
+    tally.usage = match sent_usage {
+        Some(u) => u,
+        // Never free unless its model is: a provider that reported no usage is
+        // billed on the gateway's count, and the answer says so.
+        None => {
+            tally.count_prompt(req, None, &t.model_id).await;
+            tally.estimated = true;
+            tally.cut_usage(req, None, content_chars)
+        }
+    };
     tally.first_token = Some(tally.started.elapsed());
     let priced = tally.priced(tally.usage);
     let mut out = match (sent_usage, priced.cost_usd()) {
@@ -83,7 +93,9 @@ pub(super) async fn plain_attempt(
     };
     if sent_usage.is_none() {
         // Usage is always in the answer, even when the provider sent none.
-        let usage = serde_json::to_vec(&usage_json(&priced)).unwrap_or_default();
+        let mut usage = usage_json(&priced);
+        usage["estimated"] = json!(true);
+        let usage = serde_json::to_vec(&usage).unwrap_or_default();
         out = splice_member(&out, "usage", &usage);
     }
     out = splice_member(&out, "provider", &t.rung_json);
@@ -207,6 +219,7 @@ pub(super) async fn stream_attempt(
             }
             let mut pump = Pump {
                 req,
+                model_id: &t.model_id,
                 provider_json,
                 provider: &t.provider,
                 wants_usage,
@@ -233,8 +246,10 @@ pub(super) async fn stream_attempt(
 
 /// The committed stream: every event is rewritten as it arrives and written at once.
 struct Pump<'a> {
-    /// The request as sent: a missing usage is estimated from it.
+    /// The request as sent: a missing usage is estimated from it, with the
+    /// tokenizer of the rung's model (`model_id`) where the gateway holds it.
     req: &'a Request,
+    model_id: &'a str,
     provider_json: &'a [u8],
     provider: &'a str,
     wants_usage: bool,
@@ -384,17 +399,14 @@ impl Pump<'_> {
                 _ => break,
             }
         }
-        if !done {
-            if self.finish_seen {
-                // The finish arrived before the connection ended: the answer is
-                // whole, only the end marker (and maybe the usage chunk) is missing.
-                self.estimate_missing(tally);
-                self.usage_chunk(tally);
-                self.out.extend_from_slice(b"data: [DONE]\n\n");
-            } else {
-                self.cut(tally);
-                tally.incomplete = true;
-            }
+        if done || self.finish_seen {
+            // `[DONE]` came, or the finish arrived before the connection ended:
+            // the answer is whole, only the end marker (and maybe the usage
+            // chunk) is left to write.
+            self.end(tally).await;
+        } else {
+            self.cut(tally).await;
+            tally.incomplete = true;
         }
         tally.usage = self.usage.unwrap_or_default();
         tally.estimated = self.estimated;
@@ -410,7 +422,8 @@ impl Pump<'_> {
         Attempt::Served(200)
     }
 
-    /// Handles every complete event in the decoder; true once `[DONE]` was written.
+    /// Handles every complete event in the decoder; true once `[DONE]` came (the
+    /// stream's end is written by [`Pump::end`]).
     fn drain(&mut self, tally: &Tally, decoder: &mut SseDecoder) -> bool {
         while let Some(ev) = decoder.next_event() {
             if ev.data.is_empty() {
@@ -421,9 +434,6 @@ impl Pump<'_> {
                     // A stream that ends without a finish chunk still gets the receipt.
                     self.synthesize_finish(tally, "stop");
                 }
-                self.estimate_missing(tally);
-                self.usage_chunk(tally);
-                self.out.extend_from_slice(b"data: [DONE]\n\n");
                 return true;
             }
             let data = ev.data.as_bytes();
@@ -473,7 +483,10 @@ impl Pump<'_> {
     /// A served answer is never free unless its model is: what the provider did
     /// not report (OpenAI-compatible servers that ignore
     /// `stream_options.include_usage`) is counted by the gateway, and marked so.
-    fn estimate_missing(&mut self, tally: &Tally) {
+    async fn estimate_missing(&mut self, tally: &mut Tally) {
+        tally
+            .count_prompt(self.req, self.usage, self.model_id)
+            .await;
         let seen = self.usage.unwrap_or_default();
         let counted = tally.cut_usage(self.req, self.usage, self.content_chars);
         if counted != seen {
@@ -499,10 +512,18 @@ impl Pump<'_> {
         self.out.extend_from_slice(&data_frame(&bytes));
     }
 
+    /// The end of a whole answer: the usage chunk when the provider's did not
+    /// come (estimated when it reported none), then `[DONE]`.
+    async fn end(&mut self, tally: &mut Tally) {
+        self.estimate_missing(tally).await;
+        self.usage_chunk(tally);
+        self.out.extend_from_slice(b"data: [DONE]\n\n");
+    }
+
     /// Settles a stream that died after output: a finish chunk with
     /// finish_reason `length` and usage, then `[DONE]`. Never a silent truncation.
-    fn cut(&mut self, tally: &Tally) {
-        self.estimate_missing(tally);
+    async fn cut(&mut self, tally: &mut Tally) {
+        self.estimate_missing(tally).await;
         self.synthesize_finish(tally, "length");
         self.usage_chunk(tally);
         self.out.extend_from_slice(b"data: [DONE]\n\n");

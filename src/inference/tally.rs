@@ -70,11 +70,10 @@ pub(crate) struct Tally {
     /// Responses: the client did not ask for `reasoning.encrypted_content`, so its
     /// answer goes without it.
     pub(crate) hide_encrypted: bool,
-    /// The prompt's size in tokens as the gateway estimates it
-    /// (`Request::estimated_prompt_tokens`), counted the first time something
-    /// needs it (a cut, a stream without usage, a messages stream's
-    /// `message_start`): the common answer reports its own and never pays for
-    /// the count.
+    /// The prompt's size in tokens as the gateway counts it
+    /// (`billing::tokens`), counted the first time an estimate needs it (a cut,
+    /// a stream without usage): the common answer reports its own and never
+    /// pays for the count.
     prompt_estimate: std::sync::OnceLock<u64>,
     /// The most output the request may bill (its budget, clamped to the model's
     /// maximum): an estimate of a cut's output never goes past it.
@@ -192,9 +191,26 @@ impl Tally {
         u
     }
 
+    /// Counts the prompt for an estimate when the provider's usage (`seen`)
+    /// has none, with the tokenizer of the serving rung's model (`model_id`)
+    /// where the gateway holds it, once; [`Tally::cut_usage`] then bills it.
+    pub(crate) async fn count_prompt(
+        &mut self,
+        req: &Request,
+        seen: Option<Usage>,
+        model_id: &str,
+    ) {
+        if self.prompt_estimate.get().is_some() || seen.is_some_and(|u| u.input_tokens > 0) {
+            return;
+        }
+        let n = crate::billing::tokens::prompt_tokens(req, model_id).await;
+        let _ = self.prompt_estimate.set(n);
+    }
+
     /// The prompt's estimated size in tokens: the text `req` (the request as
-    /// the rungs get it, history a feature added included) gives a model.
-    pub(crate) fn prompt_tokens(&self, req: &Request) -> u64 {
+    /// the rungs get it, history a feature added included) gives a model, as
+    /// [`Tally::count_prompt`] counted it, else by the approximation.
+    fn prompt_tokens(&self, req: &Request) -> u64 {
         *self
             .prompt_estimate
             .get_or_init(|| req.estimated_prompt_tokens())

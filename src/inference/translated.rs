@@ -51,10 +51,12 @@ pub(crate) async fn run(
 }
 
 /// What a messages stream's `message_start` reports as `input_tokens` before the
-/// provider's count comes: the gateway's estimate (counted only for that stream).
-pub(super) fn message_start_estimate(tally: &Tally, parsed: &ParsedRequest) -> u64 {
+/// provider's count comes: the quick approximation (counted only for that
+/// stream; a tokenizer's count would hold the first token back), which the
+/// provider's count in `message_delta` replaces.
+pub(super) fn message_start_estimate(parsed: &ParsedRequest) -> u64 {
     if parsed.inbound == Inbound::Messages && parsed.stream {
-        tally.prompt_tokens(&parsed.req)
+        parsed.req.estimated_prompt_tokens()
     } else {
         0
     }
@@ -70,7 +72,7 @@ fn meta(tally: &Tally, planned: &PlannedRung, parsed: &ParsedRequest) -> Meta {
         fallback_id: crate::store::new_id("gen"),
         include_usage: parsed.req.include_usage,
         stop_sequence: parsed.req.only_stop(),
-        prompt_estimate: message_start_estimate(tally, parsed),
+        prompt_estimate: message_start_estimate(parsed),
         echo: match parsed.inbound {
             Inbound::Responses => sluice_filters::inbound::responses::echo(
                 &parsed.object,
@@ -557,6 +559,8 @@ async fn stream(
     // A stream that ended after its finish is whole even without the end marker.
     let cut = !whole && !flow.finish_seen;
     let usage = if cut || flow.usage.is_none() {
+        let model_id = &planned.target.model_id;
+        tally.count_prompt(&parsed.req, flow.usage, model_id).await;
         tally.cut_usage(&parsed.req, flow.usage, flow.content_chars)
     } else {
         flow.usage.unwrap_or_default()

@@ -264,7 +264,12 @@ async fn attempt(
             return run.await;
         }
         let run = Box::pin(super::native_chat::plain_attempt(
-            engine, session, tally, t, body,
+            engine,
+            session,
+            tally,
+            t,
+            body,
+            &parsed.req,
         ));
         return run.await;
     }
@@ -286,7 +291,7 @@ async fn empty_completion(
         fallback_id: crate::store::new_id("empty"),
         include_usage: parsed.req.include_usage,
         stop_sequence: None,
-        prompt_estimate: super::translated::message_start_estimate(tally, parsed),
+        prompt_estimate: super::translated::message_start_estimate(parsed),
         echo: match parsed.inbound {
             Inbound::Responses => sluice_filters::inbound::responses::echo(
                 &parsed.object,

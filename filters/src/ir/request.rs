@@ -338,41 +338,53 @@ impl Request {
         )
     }
 
-    /// The prompt's size in tokens as the gateway counts it when no provider
-    /// reports one (a cut, a server that sends no usage): a token per four
-    /// characters of the text a model sees (OpenAI's rule of thumb for English),
-    /// four tokens of framing per turn, and 1,024 per image or document. The JSON
-    /// syntax around the text is not counted: the body's bytes overstate a
-    /// prompt by half and more.
-    pub fn estimated_prompt_tokens(&self) -> u64 {
-        fn chars(p: &Part) -> (usize, u64) {
+    /// The text a model sees, piece by piece (the system prompt, each turn's
+    /// text, thinking, tool calls and results, the tools' definitions), handed to
+    /// `text`; returns the tokens of what is not text: four of framing per turn,
+    /// 1,024 per image or document. The JSON syntax around the text is not part
+    /// of it: the body's bytes overstate a prompt by half and more.
+    pub fn prompt_text(&self, mut text: impl FnMut(&str)) -> u64 {
+        fn part(p: &Part, text: &mut impl FnMut(&str)) -> u64 {
             match p {
-                Part::Text { text } | Part::Thinking { text, .. } => (text.chars().count(), 0),
+                Part::Text { text: t } | Part::Thinking { text: t, .. } => {
+                    text(t);
+                    0
+                }
                 Part::ToolCall {
                     name, arguments, ..
-                } => (name.len() + arguments.len(), 0),
-                Part::ToolResult { content, .. } => content
-                    .iter()
-                    .map(chars)
-                    .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
-                Part::Image { .. } | Part::Document { .. } => (0, 1_024),
+                } => {
+                    text(name);
+                    text(arguments);
+                    0
+                }
+                Part::ToolResult { content, .. } => content.iter().map(|p| part(p, text)).sum(),
+                Part::Image { .. } | Part::Document { .. } => 1_024,
                 // Replayed opaquely: the provider decrypts it, the count is its own.
-                Part::EncryptedReasoning { .. } => (0, 0),
+                Part::EncryptedReasoning { .. } => 0,
             }
         }
-        let mut text: usize = self.system.iter().map(|s| s.chars().count()).sum();
+        self.system.iter().for_each(|s| text(s));
         let mut fixed: u64 = 4 * (self.messages.len() + self.system.len()) as u64;
         for p in self.messages.iter().flat_map(|m| &m.parts) {
-            let (c, f) = chars(p);
-            text += c;
-            fixed += f;
+            fixed += part(p, &mut text);
         }
         for t in self.tools.iter().chain(&self.deferred) {
-            text += t.name.len()
-                + t.description.as_deref().map_or(0, str::len)
-                + t.parameters.get().len();
+            text(&t.name);
+            if let Some(d) = &t.description {
+                text(d);
+            }
+            text(t.parameters.get());
         }
-        (text.div_ceil(4) as u64).saturating_add(fixed)
+        fixed
+    }
+
+    /// The prompt's size in tokens by the documented approximation, for a model
+    /// whose maker's tokenizer the gateway does not hold: [`Request::prompt_text`]
+    /// at a token per four characters (OpenAI's rule of thumb for English).
+    pub fn estimated_prompt_tokens(&self) -> u64 {
+        let mut chars = 0usize;
+        let fixed = self.prompt_text(|t| chars += t.chars().count());
+        (chars.div_ceil(4) as u64).saturating_add(fixed)
     }
 
     /// Whether any turn carries an image or a document.
