@@ -687,14 +687,7 @@ async fn a_messages_client_that_did_not_enable_thinking_gets_no_thinking_blocks(
         "choices": [{"index": 0, "finish_reason": "stop", "message": {
             "role": "assistant", "content": "42", "reasoning_content": "Let me think."}}],
         "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}});
-    e.mock.script(
-        "r1",
-        vec![Step::Reply {
-            status: 200,
-            body: reply.to_string(),
-            retry_after: None,
-        }],
-    );
+    e.mock.script("r1", vec![Step::ok_reply(&reply)]);
     let a = call(&e, "/v1/messages", &messages_body("fmt-reason", false)).await;
     assert_eq!(a.status, 200, "{}", a.json);
     assert_eq!(a.json["content"], json!([{"type": "text", "text": "42"}]));
@@ -763,14 +756,7 @@ async fn a_whole_native_answer_without_provider_usage_is_billed_on_a_disclosed_e
     let reply = json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1,
         "model": "o1", "choices": [{"index": 0, "finish_reason": "stop",
         "message": {"role": "assistant", "content": "Hello there, friend."}}]});
-    e.mock.script(
-        "o1",
-        vec![Step::Reply {
-            status: 200,
-            body: reply.to_string(),
-            retry_after: None,
-        }],
-    );
+    e.mock.script("o1", vec![Step::ok_reply(&reply)]);
     let a = call(&e, "/v1/chat/completions", &chat_body("fmt-gpt", false)).await;
     assert_eq!(a.status, 200, "{}", a.json);
     let usage = &a.json["usage"];
@@ -804,8 +790,7 @@ async fn a_cut_is_billed_on_the_text_the_model_saw_and_never_past_its_budget() {
     let prompt = usage["prompt_tokens"].as_u64().unwrap() as usize;
     // The text (in OpenAI's tokens: the rung serves `o1`, and four tokens of
     // framing a turn), not the body's bytes.
-    let ok = tiktoken_rs::o200k_base()
-        .unwrap()
+    let ok = tiktoken_rs::o200k_base_singleton()
         .encode_ordinary("ok")
         .len();
     assert_eq!(prompt, 40 * ok + 4 * 40, "{usage}");
@@ -835,7 +820,7 @@ async fn a_cut_prompt_is_counted_with_the_makers_tokenizer_where_the_gateway_hol
             "messages": [{"role": "system", "content": "Answer briefly."},
                          {"role": "user", "content": text}]})
     };
-    let o200k = tiktoken_rs::o200k_base().unwrap();
+    let o200k = tiktoken_rs::o200k_base_singleton();
     let tokens = |t: &str| o200k.encode_ordinary(t).len() as u64;
     // fmt-gpt's rung serves `o1`, an o200k model: billed in its tokens, with four
     // of framing for each of the two turns.
@@ -1420,14 +1405,7 @@ async fn native_rungs_pass_every_event_and_field_through() {
     let e = start().await;
     // A whole messages answer.
     let whole = anthropic_search_answer();
-    e.mock.script(
-        "c1",
-        vec![Step::Reply {
-            status: 200,
-            body: whole.to_string(),
-            retry_after: None,
-        }],
-    );
+    e.mock.script("c1", vec![Step::ok_reply(&whole)]);
     let a = call(&e, "/v1/messages", &messages_body("fmt-claude", false)).await;
     assert_eq!(a.status, 200, "{}", a.json);
     for key in [
@@ -1507,14 +1485,7 @@ async fn native_rungs_pass_every_event_and_field_through() {
         .iter()
         .map(|(n, d)| format!("event: {n}\ndata: {d}\n\n"))
         .collect();
-    e.mock.script(
-        "c1",
-        vec![Step::Reply {
-            status: 200,
-            body: sse,
-            retry_after: None,
-        }],
-    );
+    e.mock.script("c1", vec![Step::ok_reply(sse)]);
     let a = call(&e, "/v1/messages", &messages_body("fmt-claude", true)).await;
     assert_eq!(a.status, 200);
     let got: Vec<(String, Value)> = a
@@ -1559,14 +1530,7 @@ async fn native_rungs_pass_every_event_and_field_through() {
         "usage": {"input_tokens": 12, "input_tokens_details": {"cached_tokens": 0},
                   "output_tokens": 7, "output_tokens_details": {"reasoning_tokens": 0},
                   "total_tokens": 19}});
-    e.mock.script(
-        "o1",
-        vec![Step::Reply {
-            status: 200,
-            body: resp.to_string(),
-            retry_after: None,
-        }],
-    );
+    e.mock.script("o1", vec![Step::ok_reply(&resp)]);
     let a = call(&e, "/v1/responses", &responses_body("fmt-gpt", false)).await;
     assert_eq!(a.status, 200, "{}", a.json);
     for key in [

@@ -186,6 +186,17 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+impl Step {
+    /// A 200 answering with `body` verbatim (a whole answer, or SSE frames).
+    pub fn ok_reply(body: impl ToString) -> Step {
+        Step::Reply {
+            status: 200,
+            body: body.to_string(),
+            retry_after: None,
+        }
+    }
+}
+
 impl From<StepSpec> for Step {
     fn from(spec: StepSpec) -> Self {
         match spec {
