@@ -71,6 +71,41 @@ struct Runner {
 const OPEN_FRESH: Duration = Duration::from_millis(20);
 /// How often the open batches are looked at while claimed lines wait to start.
 const QUEUED_LOOK: Duration = Duration::from_millis(50);
+/// An idle runner's looks: every `batches.poll_ms`, twice as far apart after each
+/// look that found nothing, up to this many polls apart (4 s by default). A
+/// batch opened in this process wakes its runner at once (`wake`); another
+/// instance's batch is found within that. Every look is a database round trip
+/// on the instance's cores, so an instance with no batches does not keep the
+/// database and its own core busy at the poll's rate.
+const IDLE_POLLS: u32 = 8;
+
+/// How long an idle loop waits before its next look.
+struct Looks {
+    poll: Duration,
+    wait: Duration,
+}
+
+impl Looks {
+    fn new(poll: Duration) -> Looks {
+        Looks { poll, wait: poll }
+    }
+
+    /// The wait after a look: the poll when it found work, else twice the last
+    /// wait (at most `IDLE_POLLS` polls).
+    fn after(&mut self, found: bool) -> Duration {
+        self.wait = if found {
+            self.poll
+        } else {
+            (self.wait * 2).min(self.poll * IDLE_POLLS)
+        };
+        self.wait
+    }
+
+    /// Work is known to be coming (a batch opened, a last line recorded).
+    fn reset(&mut self) {
+        self.wait = self.poll;
+    }
+}
 
 /// An open batch the runner serves.
 struct Open {
@@ -136,18 +171,31 @@ impl Runner {
         let poll = Duration::from_millis(self.state.config.batches.poll_ms.max(10));
         let me = self.clone();
         tokio::spawn(async move {
+            let mut looks = Looks::new(poll);
             loop {
+                // A failed look counts as work: the next comes at the poll.
+                let mut found = false;
                 if me.serving() {
-                    if let Err(e) = me.finalize_ready().await {
-                        tracing::warn!(error = %e, "batch finalization pass failed");
+                    match me.finalize_ready().await {
+                        Ok(n) => found |= n > 0,
+                        Err(e) => {
+                            found = true;
+                            tracing::warn!(error = %e, "batch finalization pass failed");
+                        }
                     }
-                    if let Err(e) = me.purge_finished().await {
-                        tracing::warn!(error = %e, "purging finished batches' lines failed");
+                    match me.purge_finished().await {
+                        Ok(n) => found |= n > 0,
+                        Err(e) => {
+                            found = true;
+                            tracing::warn!(error = %e, "purging finished batches' lines failed");
+                        }
                     }
+                } else {
+                    found = true;
                 }
                 tokio::select! {
-                    () = tokio::time::sleep(poll) => {}
-                    () = me.finished.notified() => {}
+                    () = tokio::time::sleep(looks.after(found)) => {}
+                    () = me.finished.notified() => looks.reset(),
                 }
             }
         });
@@ -157,6 +205,7 @@ impl Runner {
             let Ok(permit) = self.permits.clone().acquire_owned().await else {
                 return;
             };
+            let mut asked = false;
             let next = loop {
                 let notified = self.queued.notified();
                 if self.serving() {
@@ -165,7 +214,12 @@ impl Runner {
                         break next;
                     }
                 }
-                self.low.notify_one();
+                // The claimer hears once that the queue is empty (not at every
+                // poll: it paces its own looks while there is nothing to claim).
+                if !asked {
+                    self.low.notify_one();
+                    asked = true;
+                }
                 // Woken by a claim, or looks again after a poll (draining ends).
                 let _ = tokio::time::timeout(poll, notified).await;
             };
@@ -206,6 +260,7 @@ impl Runner {
     /// while the instance drains.
     async fn claim_loop(self: Arc<Self>, poll: Duration) {
         let mut open = (Instant::now() - OPEN_FRESH, Vec::new());
+        let mut looks = Looks::new(poll);
         loop {
             let low = self.low.notified();
             if !self.serving() {
@@ -220,11 +275,11 @@ impl Runner {
                 }
                 continue;
             }
-            let claimed = match self.claim_ahead(&mut open).await {
-                Ok(n) => n,
+            let (claimed, failed) = match self.claim_ahead(&mut open).await {
+                Ok(n) => (n, false),
                 Err(e) => {
                     tracing::warn!(error = %e, "batch claim pass failed");
-                    0
+                    (0, true)
                 }
             };
             if claimed > 0 {
@@ -235,15 +290,20 @@ impl Runner {
                 // Nothing to claim, or enough ahead: until the starter runs low,
                 // or a batch opens or is cancelled here. While lines wait in the
                 // queue the open batches are looked at every QUEUED_LOOK, so a
-                // cancel on another instance stops them soon after.
+                // cancel on another instance stops them soon after; with no
+                // batch open anywhere, further apart (`Looks`).
+                let busy = failed || claimed > 0 || !open.1.is_empty();
                 let wait = if queued > 0 {
                     poll.min(QUEUED_LOOK)
                 } else {
-                    poll
+                    looks.after(busy)
                 };
                 tokio::select! {
                     _ = tokio::time::timeout(wait, low) => {}
-                    () = super::wake::changed() => open.0 = Instant::now() - OPEN_FRESH,
+                    () = super::wake::changed() => {
+                        open.0 = Instant::now() - OPEN_FRESH;
+                        looks.reset();
+                    }
                 }
             }
         }
@@ -405,7 +465,7 @@ impl Runner {
     /// Finalizes every batch that is ready: all lines done, cancelled with none in
     /// flight, past its window with none in flight, or a finalization whose
     /// instance stopped.
-    async fn finalize_ready(&self) -> anyhow::Result<()> {
+    async fn finalize_ready(&self) -> anyhow::Result<usize> {
         let db = &self.db;
         let now = now_ms();
         let q = sqlx::query(
@@ -415,6 +475,7 @@ impl Runner {
         )
         .fetch_all(&db.pool);
         let rows = db.bounded(q).await?;
+        let unfinished = rows.len();
         // The lines the open batches still wait for: the batch queue on /metrics.
         let mut waiting = 0i64;
         for r in rows {
@@ -467,13 +528,13 @@ impl Runner {
             }
         }
         crate::metrics::global().batch_queue.set(waiting);
-        Ok(())
+        Ok(unfinished)
     }
 
     /// Deletes the lines of batches finalized more than [`KEEP_LINES`] ago (their
     /// files hold the answers), a few batches and [`PURGE_STEP`] line numbers to a
     /// statement at a time; several instances doing it at once delete nothing twice.
-    async fn purge_finished(&self) -> anyhow::Result<()> {
+    async fn purge_finished(&self) -> anyhow::Result<usize> {
         let db = &self.db;
         let q = sqlx::query(
             "SELECT id, total FROM batches WHERE lines_purged = 0 AND finalizing_at < $1 \
@@ -481,7 +542,8 @@ impl Runner {
         )
         .bind(now_ms() - KEEP_LINES.as_millis() as i64)
         .fetch_all(&db.pool);
-        for r in db.bounded(q).await? {
+        let due = db.bounded(q).await?;
+        for r in &due {
             let (id, total): (String, i64) = (r.get("id"), r.get("total"));
             let mut from = 0;
             while from < total {
@@ -504,7 +566,7 @@ impl Runner {
             db.bounded(q).await?;
             tracing::debug!(batch = %id, "finished batch's lines deleted");
         }
-        Ok(())
+        Ok(due.len())
     }
 
     /// Writes the output and error files and ends the batch as `target`.
@@ -642,5 +704,24 @@ impl Runner {
         let (ok, failed) = counts(state, batch_id).await.unwrap_or_default();
         tracing::info!(batch = %batch_id, status = target, ok, failed, "batch finalized");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_looks_double_up_to_their_bound_and_work_brings_back_the_poll() {
+        let poll = Duration::from_millis(500);
+        let mut looks = Looks::new(poll);
+        let waits: Vec<u64> = (0..5)
+            .map(|_| looks.after(false).as_millis() as u64)
+            .collect();
+        assert_eq!(waits, [1_000, 2_000, 4_000, 4_000, 4_000]);
+        assert_eq!(looks.after(true), poll, "a look that found work");
+        looks.after(false);
+        looks.reset();
+        assert_eq!(looks.after(false), poll * 2, "woken: from the poll again");
     }
 }

@@ -4,7 +4,7 @@
 //! tiktoken-rs), by the documented approximation
 //! (`Request::estimated_prompt_tokens`) for every other maker.
 //!
-//! An encoding's tables take about 270 ms of one core to build and some 40 MB
+//! An encoding's tables take about 270 ms of one core to build and about 51 MB
 //! once built, so they are built the first time an estimate needs them, and a
 //! count runs on a blocking thread: a gateway worker never waits on it.
 
@@ -78,11 +78,8 @@ pub async fn prompt_tokens(req: &Request, model_id: &str) -> u64 {
     let Ok((tokens, chars)) = counted else {
         return req.estimated_prompt_tokens();
     };
-    let rest = if rest_chars == 0 {
-        0
-    } else {
-        (rest_chars as u128 * tokens.max(1) as u128).div_ceil(chars.max(1) as u128) as u64
-    };
+    // Past the counted part, tokens per character as the counted part had them.
+    let rest = (rest_chars as u128 * tokens as u128).div_ceil(chars.max(1) as u128) as u64;
     (tokens as u64).saturating_add(rest).saturating_add(fixed)
 }
 

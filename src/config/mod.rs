@@ -144,7 +144,8 @@ pub struct BatchesConfig {
     /// Batch lines this instance serves at once (its share of the instance; 0
     /// runs no lines here).
     pub concurrency: usize,
-    /// How often an idle runner looks for work.
+    /// How often the runner looks for work; with nothing anywhere, twice as far
+    /// apart after each empty look, up to 8 polls.
     pub poll_ms: u64,
     /// How long a claimed line is this instance's before another may take it.
     pub lease_ms: u64,
