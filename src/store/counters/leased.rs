@@ -9,6 +9,9 @@
 //!   shared store for what is missing plus a block more; when the store cannot give
 //!   the block (a window near its limit, a balance running low) it asks for the
 //!   exact amount: near a limit every admission is the shared store's own check.
+//!   One block of a counter is asked for at a time: requests that miss while it
+//!   is on its way ask for their own amount only, so a burst on a cold lease does
+//!   not lease the whole limit in blocks and leave later instances nothing.
 //! - Settling gives back (or takes more) in memory; what an instance holds unused
 //!   goes back to the shared store once the lease has been idle for `IDLE` (one
 //!   round trip for every lease due), and when its window is over it is dropped
@@ -36,7 +39,7 @@
 
 use super::{BalanceReq, Counters, Down, Observed, WindowOutcome, WindowReq};
 use async_trait::async_trait;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -130,15 +133,50 @@ pub struct LeasedCounters {
     seen: Arc<Mutex<Seen>>,
     /// When the shared store last failed a call, while it has not answered since.
     down_since: Mutex<Option<Instant>>,
+    /// Counters a take is fetching a block of now.
+    fetching: Mutex<HashSet<String>>,
+}
+
+/// The counters one take asks a block of; they are free for the next miss when
+/// the take ends, however it ends (a dropped request included).
+struct Fetching<'a> {
+    set: &'a Mutex<HashSet<String>>,
+    names: Vec<String>,
+}
+
+impl Fetching<'_> {
+    /// Claims `name` for this take's block; false when another take has it.
+    fn claim(&mut self, name: &str) -> bool {
+        let mut set = self.set.lock().unwrap_or_else(|e| e.into_inner());
+        let fresh = set.insert(name.to_string());
+        if fresh {
+            self.names.push(name.to_string());
+        }
+        fresh
+    }
+}
+
+impl Drop for Fetching<'_> {
+    fn drop(&mut self) {
+        if self.names.is_empty() {
+            return;
+        }
+        let mut set = self.set.lock().unwrap_or_else(|e| e.into_inner());
+        for n in &self.names {
+            set.remove(n);
+        }
+    }
 }
 
 /// One window of a take, with its stored counter name, the part this instance's
-/// lease covered, and the part the shared store must give.
+/// lease covered, the part the shared store must give, and whether this take
+/// asks a block of it too.
 struct Need<'a> {
     req: &'a WindowReq,
     name: String,
     local: i64,
     remote: i64,
+    block: bool,
 }
 
 fn lock(
@@ -168,6 +206,7 @@ impl LeasedCounters {
             leases: Arc::new(Mutex::new(HashMap::new())),
             seen: Arc::new(Mutex::new(HashMap::new())),
             down_since: Mutex::new(None),
+            fetching: Mutex::new(HashSet::new()),
         }
     }
 
@@ -477,19 +516,21 @@ impl LeasedCounters {
     }
 
     /// Takes what the shared store must give for the uncovered windows and draw,
-    /// with a block more when `blocks`; the request's own amounts are consumed.
+    /// with a block more of those the take claimed when `blocks` (`bal_block`:
+    /// the balance's); the request's own amounts are consumed.
     async fn take_remote(
         &self,
         needs: &[Need<'_>],
         balance: Option<(&BalanceReq, i64)>,
         blocks: bool,
+        bal_block: bool,
     ) -> anyhow::Result<(WindowOutcome, Vec<usize>, Observed)> {
         let mut reqs = Vec::new();
         let mut index = Vec::new();
         for (i, n) in needs.iter().enumerate().filter(|(_, n)| n.remote > 0) {
             let mut r = n.req.clone();
             r.amount = n.remote;
-            if blocks {
+            if blocks && n.block {
                 r.amount = r.amount.saturating_add(block(r.limit));
             }
             reqs.push(r);
@@ -501,7 +542,7 @@ impl LeasedCounters {
         let bal = balance.map(|(b, remote)| {
             let mut req = b.clone();
             req.amount = remote;
-            if blocks {
+            if blocks && bal_block {
                 req.amount = req.amount.saturating_add(balance_block(b.amount));
             }
             req
@@ -528,10 +569,12 @@ impl Counters for LeasedCounters {
                 name: super::window_counter(&w.key, w.window_secs, now),
                 local: 0,
                 remote: w.amount,
+                block: false,
             })
             .collect();
         let (mut bal_local, mut bal_remote) = (0, balance.map_or(0, |b| b.amount));
         let mut refill = false;
+        let mut bal_refilling = false;
         {
             let mut leases = self.lock();
             for n in &mut needs {
@@ -544,6 +587,7 @@ impl Counters for LeasedCounters {
             }
             if let Some(b) = balance {
                 if let Some(l) = leases.get_mut(&b.key) {
+                    bal_refilling = l.refilling;
                     bal_local = l.available.clamp(0, b.amount);
                     bal_remote = b.amount - bal_local;
                     l.available -= bal_local;
@@ -568,6 +612,15 @@ impl Counters for LeasedCounters {
         if needs.iter().all(|n| n.remote == 0) && remote_balance.is_none() {
             return Ok(WindowOutcome::Added);
         }
+        let mut fetching = Fetching {
+            set: &self.fetching,
+            names: Vec::new(),
+        };
+        for n in needs.iter_mut().filter(|n| n.remote > 0) {
+            n.block = fetching.claim(&n.name);
+        }
+        let bal_block =
+            remote_balance.is_some_and(|(b, _)| !bal_refilling && fetching.claim(&b.key));
         let give_back = |me: &Self| {
             let mut leases = me.lock();
             for n in needs.iter().filter(|n| n.local > 0) {
@@ -587,10 +640,19 @@ impl Counters for LeasedCounters {
                 anyhow::anyhow!("the shared counters are away")
             });
         }
-        // With a block first; near a limit, the exact amount.
+        // With a block first; near a limit, the exact amount. A take that claimed
+        // no block asks once.
+        let passes: &[bool] = if bal_block || needs.iter().any(|n| n.block) {
+            &[true, false]
+        } else {
+            &[false]
+        };
         let mut result = None;
-        for blocks in [true, false] {
-            match self.take_remote(&needs, remote_balance, blocks).await {
+        for &blocks in passes {
+            match self
+                .take_remote(&needs, remote_balance, blocks, bal_block)
+                .await
+            {
                 Ok((WindowOutcome::Added, remote, seen)) => {
                     let taken: Vec<Need> = remote
                         .iter()
@@ -599,6 +661,7 @@ impl Counters for LeasedCounters {
                             name: needs[i].name.clone(),
                             local: 0,
                             remote: 0,
+                            block: false,
                         })
                         .collect();
                     self.remember(&taken, &seen, remote_balance.map(|(b, _)| b));
@@ -640,14 +703,14 @@ impl Counters for LeasedCounters {
                     let l = leases
                         .entry(n.name.clone())
                         .or_insert_with(|| Lease::window(n.req, now, 0));
-                    if with_blocks {
+                    if with_blocks && n.block {
                         l.available += block(n.req.limit);
                     }
                     l.last_use = Instant::now();
                 }
                 if let Some((b, _)) = remote_balance {
                     let l = leases.entry(b.key.clone()).or_insert_with(Lease::balance);
-                    if with_blocks {
+                    if with_blocks && bal_block {
                         l.available += balance_block(b.amount);
                     }
                     l.last_use = Instant::now();
@@ -1119,6 +1182,45 @@ mod tests {
             1_600
         );
         assert_eq!(store.get("bal:org_1").await.unwrap(), Some(0));
+    }
+
+    /// A burst on cold leases: 40 requests at once on each of three instances,
+    /// inside an org's 256 in flight. Each instance asks one block at a time, so
+    /// the blocks do not take the limit and every request is admitted (one block
+    /// per request would lease it all to the first 15 and refuse the rest).
+    #[tokio::test]
+    async fn a_burst_on_cold_leases_asks_one_block_per_instance() {
+        let store = shared();
+        let instances: Vec<LeasedCounters> =
+            (0..3).map(|_| LeasedCounters::new(store.clone())).collect();
+        let slot = [WindowReq {
+            key: "oconc:org_1".into(),
+            window_secs: 0,
+            amount: 1,
+            limit: 256,
+            ttl_secs: 900,
+            down: Down::Share,
+        }];
+        // The store is slow: every take of the burst misses before one returns.
+        store.gate.send_replace(false);
+        let opener = store.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            opener.gate.send_replace(true);
+        });
+        let takes = (0..120).map(|i| instances[i % 3].take(&slot, None));
+        let got = futures_util::future::join_all(takes).await;
+        let admitted = got
+            .iter()
+            .filter(|g| matches!(g, Ok(WindowOutcome::Added)))
+            .count();
+        assert_eq!(admitted, 120, "{got:?}");
+        let name = super::super::window_counter("oconc:org_1", 0, super::super::now_secs());
+        assert_eq!(
+            store.get(&name).await.unwrap(),
+            Some(120 + 3 * block(256)),
+            "one block per instance"
+        );
     }
 
     async fn futures_count(a: &LeasedCounters, w: &[WindowReq]) -> usize {
