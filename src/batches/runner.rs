@@ -71,6 +71,18 @@ struct Runner {
 const OPEN_FRESH: Duration = Duration::from_millis(20);
 /// How often the open batches are looked at while claimed lines wait to start.
 const QUEUED_LOOK: Duration = Duration::from_millis(50);
+/// Whether a look found work; a failed look counts as work (logged as `what`), so
+/// the next comes at the poll.
+fn looked<E: std::fmt::Display>(result: Result<usize, E>, what: &str) -> bool {
+    match result {
+        Ok(n) => n > 0,
+        Err(e) => {
+            tracing::warn!(error = %e, "{what}");
+            true
+        }
+    }
+}
+
 /// An idle runner's looks: every `batches.poll_ms`, twice as far apart after each
 /// look that found nothing, up to this many polls apart (4 s by default). A
 /// batch opened in this process wakes its runner at once (`wake`); another
@@ -173,26 +185,17 @@ impl Runner {
         tokio::spawn(async move {
             let mut looks = Looks::new(poll);
             loop {
-                // A failed look counts as work: the next comes at the poll.
-                let mut found = false;
-                if me.serving() {
-                    match me.finalize_ready().await {
-                        Ok(n) => found |= n > 0,
-                        Err(e) => {
-                            found = true;
-                            tracing::warn!(error = %e, "batch finalization pass failed");
-                        }
-                    }
-                    match me.purge_finished().await {
-                        Ok(n) => found |= n > 0,
-                        Err(e) => {
-                            found = true;
-                            tracing::warn!(error = %e, "purging finished batches' lines failed");
-                        }
-                    }
+                let found = if me.serving() {
+                    let finalized =
+                        looked(me.finalize_ready().await, "batch finalization pass failed");
+                    let purged = looked(
+                        me.purge_finished().await,
+                        "purging finished batches' lines failed",
+                    );
+                    finalized || purged
                 } else {
-                    found = true;
-                }
+                    true
+                };
                 tokio::select! {
                     () = tokio::time::sleep(looks.after(found)) => {}
                     () = me.finished.notified() => looks.reset(),
