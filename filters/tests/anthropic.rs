@@ -188,6 +188,101 @@ fn reasoning_without_max_tokens_adds_the_budget_to_the_default() {
     assert!(body.get("tools").is_none());
 }
 
+#[test]
+fn thinking_waits_for_a_tool_turn_whose_signed_reasoning_came_back() {
+    let mut req = canonical("canonical_reasoning.json");
+    req.max_tokens = None;
+    req.reasoning = Some(sluice_filters::ir::Reasoning {
+        effort: Some("low".into()),
+        ..Default::default()
+    });
+    let call = Part::ToolCall {
+        id: "toolu_1".into(),
+        name: "f".into(),
+        arguments: "{}".into(),
+    };
+    let result = Message {
+        role: Role::User,
+        parts: vec![Part::ToolResult {
+            call_id: "toolu_1".into(),
+            content: vec![Part::text("4")],
+            is_error: false,
+        }],
+    };
+    let thinking = |signature: Option<&str>| Part::Thinking {
+        text: "two and two".into(),
+        signature: signature.map(String::from),
+    };
+    let turn = |parts: Vec<Part>| {
+        let mut r = req.clone();
+        r.messages.push(Message {
+            role: Role::Assistant,
+            parts,
+        });
+        r.messages.push(result.clone());
+        anthropic::render(&r, "m", false)
+    };
+    // Signed thinking first (or redacted thinking): thinking stays on, and the
+    // block goes back as it came.
+    for opening in [
+        thinking(Some("sig")),
+        Part::EncryptedReasoning {
+            data: "opaque".into(),
+            id: None,
+        },
+    ] {
+        let out = turn(vec![opening, call.clone()]);
+        let body = json(&out.body);
+        assert_eq!(body["thinking"]["budget_tokens"], 2048, "{body}");
+        let last = &body["messages"][body["messages"].as_array().unwrap().len() - 2];
+        assert!(
+            matches!(
+                last["content"][0]["type"].as_str(),
+                Some("thinking" | "redacted_thinking")
+            ),
+            "{body}"
+        );
+        assert!(
+            !out.dropped.contains(&"reasoning.effort".to_string()),
+            "{:?}",
+            out.dropped
+        );
+    }
+    // The reasoning lost (no signature, or none at all): Anthropic would refuse
+    // the history with thinking on, so it goes without, and says so.
+    for parts in [
+        vec![call.clone()],
+        vec![thinking(None), call.clone()],
+        vec![
+            Part::text("let me see"),
+            thinking(Some("sig")),
+            call.clone(),
+        ],
+    ] {
+        let out = turn(parts);
+        let body = json(&out.body);
+        assert!(body.get("thinking").is_none(), "{body}");
+        assert!(out.dropped.contains(&"reasoning.effort".to_string()));
+    }
+    // A tool turn answered and closed by a text turn needs nothing.
+    let mut r = req.clone();
+    r.messages.push(Message {
+        role: Role::Assistant,
+        parts: vec![call.clone()],
+    });
+    r.messages.push(result.clone());
+    r.messages.push(Message {
+        role: Role::Assistant,
+        parts: vec![Part::text("It is 4.")],
+    });
+    r.messages.push(Message {
+        role: Role::User,
+        parts: vec![Part::text("thanks")],
+    });
+    let body = json(&anthropic::render(&r, "m", false).body);
+    assert_eq!(body["thinking"]["budget_tokens"], 2048, "{body}");
+}
+
 // ---------------------------------------------------------------------------
 // Parse errors
 // ---------------------------------------------------------------------------

@@ -408,6 +408,43 @@ impl Request {
             .any(|p| p.reasoning_maker().is_some_and(|m| Some(m) != maker))
     }
 
+    /// Whether the conversation's last assistant turn calls a tool without signed
+    /// reasoning at its start: Claude with thinking on refuses such a history
+    /// (400, the turn must start with a thinking or redacted_thinking block), as
+    /// when a client's framework dropped the reasoning between turns.
+    pub fn tool_turn_without_signed_reasoning(&self) -> bool {
+        let Some(last) = self
+            .messages
+            .iter()
+            .rposition(|m| m.role == Role::Assistant)
+        else {
+            return false;
+        };
+        let first = self.messages[..=last]
+            .iter()
+            .rev()
+            .take_while(|m| m.role == Role::Assistant)
+            .count();
+        let parts = self.messages[last + 1 - first..=last]
+            .iter()
+            .flat_map(|m| &m.parts);
+        if !parts.clone().any(|p| matches!(p, Part::ToolCall { .. })) {
+            return false;
+        }
+        // What an Anthropic rung is not sent (empty text, unsigned thinking,
+        // another maker's hidden reasoning) does not start the turn.
+        let opening = parts.clone().find(|p| match p {
+            Part::Text { text } => !text.is_empty(),
+            Part::Thinking { signature, .. } => signature.is_some(),
+            Part::EncryptedReasoning { id, .. } => id.is_none(),
+            _ => true,
+        });
+        !matches!(
+            opening,
+            Some(Part::Thinking { .. } | Part::EncryptedReasoning { .. })
+        )
+    }
+
     /// This request without the hidden reasoning `maker` cannot take (messages, tool
     /// calls and tool results are kept; a turn left empty goes).
     pub fn without_foreign_reasoning(&self, maker: Option<ReasoningMaker>) -> Request {

@@ -447,7 +447,9 @@ pub fn render(req: &Request, model_id: &str, stream: bool) -> Rendered {
         Some(ToolChoice::Required | ToolChoice::Tool { .. })
     ) && !req.tools.is_empty();
     let mut budget = thinking_budget(req, &mut dropped);
-    if forced_tool && budget.is_some() {
+    // Thinking is refused with a forced tool, and next to a tool turn whose
+    // signed reasoning the client did not send back: the request goes without.
+    if budget.is_some() && (forced_tool || req.tool_turn_without_signed_reasoning()) {
         budget = None;
         dropped.push("reasoning.effort".into());
     }

@@ -341,6 +341,11 @@ pub(super) fn thinking(req: &Request, claude: bool, dropped: &mut Vec<String>) -
         // A summary alone: Claude's thinking is summarized already.
         (None, None) => return None,
     };
+    // Claude refuses thinking next to a tool turn without its signed reasoning.
+    if req.tool_turn_without_signed_reasoning() {
+        drop_field(dropped, "reasoning");
+        return None;
+    }
     Some(Thinking {
         r#type: "enabled",
         budget_tokens: budget,
