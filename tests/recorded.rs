@@ -554,7 +554,7 @@ fn messages(model: &str, extra: Value) -> Value {
 // Anthropic: thinking, signatures, redacted thinking, padded events, pings
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn recorded_claude_thinking_keeps_its_signature_for_messages_clients_only() {
+async fn recorded_claude_thinking_signature_reaches_messages_clients_and_rides_responses_items() {
     let e = Rec::start().await;
     let rec = "pydantic-ai/anthropic-thinking.sse";
     let want = claude(rec);
@@ -640,6 +640,62 @@ async fn recorded_claude_thinking_keeps_its_signature_for_messages_clients_only(
         (&json!(43), &json!(282))
     );
     r.billed(43, 282, 0);
+
+    // One that asked for encrypted reasoning gets the signature as the reasoning
+    // item's encrypted content, the client's to send back, never shown.
+    let asks = json!({"reasoning": {"effort": "low", "summary": "auto"}, "store": false,
+        "include": ["reasoning.encrypted_content"]});
+    let r = e
+        .replay(
+            "c1",
+            rec,
+            "/v1/responses",
+            &responses("rec-claude", asks.clone()),
+        )
+        .await;
+    let v = r.view(responses_view);
+    let output = v["output"].as_array().unwrap().clone();
+    assert_eq!(output[0]["type"], "reasoning", "{v}");
+    assert_eq!(
+        output[0]["encrypted_content"],
+        format!("sluice:signed:{}", want.signature),
+        "{v}"
+    );
+    assert_eq!(shown_text(&json!([output[1]])), want.text, "{v}");
+    r.billed(43, 282, 0);
+
+    // Its next turn, the items sent back as the SDKs do: Claude gets its thinking
+    // block as it came, signed, with thinking on; an OpenAI rung gets neither.
+    let mut next = responses("rec-claude", asks);
+    next["input"] = json!([
+        {"type": "message", "role": "user", "content": "Hello"},
+        output[0], output[1],
+        {"type": "message", "role": "user", "content": "And once more?"},
+    ]);
+    e.replay("c1", rec, "/v1/responses", &next).await;
+    let sent = e.mock.requests_for("c1").last().unwrap().json().unwrap();
+    assert_eq!(
+        sent["messages"][1]["content"][0],
+        json!({"type": "thinking", "thinking": want.thinking, "signature": want.signature}),
+        "{sent}"
+    );
+    assert!(sent["thinking"]["budget_tokens"].is_u64(), "{sent}");
+    let rec_gpt = "pydantic-ai/openai-responses-function-call.sse";
+    next["model"] = json!("rec-gpt");
+    next.as_object_mut().unwrap().remove("reasoning");
+    let r = e.replay("o1", rec_gpt, "/v1/responses", &next).await;
+    let sent = e.mock.requests_for("o1").last().unwrap().json().unwrap();
+    let kinds: Vec<&str> = sent["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap_or("message"))
+        .collect();
+    assert_eq!(kinds, ["message", "message", "message"], "{sent}");
+    assert_eq!(
+        r.whole.header("x-gateway-replay-repair"),
+        "encrypted_reasoning_stripped"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

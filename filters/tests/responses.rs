@@ -495,13 +495,16 @@ fn answers_of_other_makers_encode_as_responses() {
     assert_eq!(
         done["output"],
         json!([
-            {"type": "reasoning", "id": "rs_msg_01XFD_0", "encrypted_content": "sluice:anthropic:redacted",
+            // Each block its own item: the signed thinking, then the redacted one.
+            {"type": "reasoning", "id": "rs_msg_01XFD_0", "encrypted_content": "sluice:signed:sig",
              "summary": [{"type": "summary_text", "text": "hmm"}]},
-            {"type": "message", "id": "msg_msg_01XFD_1", "status": "completed", "role": "assistant",
+            {"type": "reasoning", "id": "rs_msg_01XFD_1", "encrypted_content": "sluice:anthropic:redacted",
+             "summary": []},
+            {"type": "message", "id": "msg_msg_01XFD_2", "status": "completed", "role": "assistant",
              "content": [{"type": "output_text", "text": "Hi", "annotations": [], "logprobs": []}]},
-            {"type": "function_call", "id": "fc_msg_01XFD_2", "call_id": "toolu_a", "name": "f",
+            {"type": "function_call", "id": "fc_msg_01XFD_3", "call_id": "toolu_a", "name": "f",
              "arguments": "{}", "status": "completed"},
-            {"type": "function_call", "id": "fc_msg_01XFD_3", "call_id": "toolu_b", "name": "g",
+            {"type": "function_call", "id": "fc_msg_01XFD_4", "call_id": "toolu_b", "name": "g",
              "arguments": "{\"a\":1}", "status": "completed"}
         ])
     );

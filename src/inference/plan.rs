@@ -11,7 +11,7 @@ use crate::upstream::{OutBody, Target};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use sluice_filters::inbound::chat::without_answer_keys;
-use sluice_filters::inbound::history::without_anthropic_reasoning;
+use sluice_filters::inbound::history::without_gateway_reasoning;
 use sluice_filters::inbound::Inbound;
 use sluice_filters::ir::watch::Watch;
 use sluice_filters::ir::{Request, ServerSearch};
@@ -280,7 +280,12 @@ impl PlannedRung {
         // Hidden reasoning goes back only to the maker that produced it; anything
         // else is removed from the history this rung gets (and the answer says so).
         let maker = reasoning_maker(self.wire, &t.provider, &t.model_id);
-        let repaired = parsed.req.has_foreign_reasoning(maker);
+        // A native responses rung is OpenAI's: signed reasoning of another maker
+        // (Claude's, Gemini's) leaves the client's input too.
+        let repaired = parsed.req.has_foreign_reasoning(maker)
+            || (self.native
+                && parsed.inbound == Inbound::Responses
+                && parsed.req.has_signed_reasoning());
         let (body, ignored) = if self.native {
             let trimmed = without(&parsed.object, &self.dropped);
             let mut object = trimmed.as_ref().unwrap_or(&parsed.object);
@@ -291,7 +296,7 @@ impl PlannedRung {
             match parsed.inbound {
                 Inbound::Responses => {
                     if repaired {
-                        if let Some(k) = object.get("input").and_then(without_anthropic_reasoning) {
+                        if let Some(k) = object.get("input").and_then(without_gateway_reasoning) {
                             edits.push(("input", k));
                         }
                     }

@@ -149,9 +149,10 @@ pub fn has_encrypted_content(item: &RawValue) -> bool {
         .is_ok_and(|e| e.encrypted_content.is_some_and(|c| c.get() != "null"))
 }
 
-/// A responses `input` without the reasoning items whose hidden reasoning is
-/// Anthropic's (an OpenAI rung cannot take them back); `None` when nothing goes.
-pub fn without_anthropic_reasoning(input: &RawValue) -> Option<Box<RawValue>> {
+/// A responses `input` without the reasoning items whose encrypted content the
+/// gateway made (Anthropic's hidden reasoning, another maker's signed reasoning):
+/// an OpenAI rung cannot take them back. `None` when nothing goes.
+pub fn without_gateway_reasoning(input: &RawValue) -> Option<Box<RawValue>> {
     let items: Vec<&RawValue> = serde_json::from_str(input.get()).ok()?;
     #[derive(serde::Deserialize)]
     struct Kind<'a> {
@@ -163,8 +164,10 @@ pub fn without_anthropic_reasoning(input: &RawValue) -> Option<Box<RawValue>> {
     let foreign = |item: &&RawValue| {
         serde_json::from_str::<Kind>(item.get()).is_ok_and(|k| {
             k.kind.as_deref() == Some("reasoning")
-                && k.encrypted_content
-                    .is_some_and(|c| c.starts_with(super::responses::ANTHROPIC_REASONING))
+                && k.encrypted_content.is_some_and(|c| {
+                    c.starts_with(super::responses::ANTHROPIC_REASONING)
+                        || c.starts_with(super::responses::SIGNED_REASONING)
+                })
         })
     };
     if !items.iter().any(foreign) {

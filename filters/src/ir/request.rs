@@ -408,6 +408,19 @@ impl Request {
             .any(|p| p.reasoning_maker().is_some_and(|m| Some(m) != maker))
     }
 
+    /// Whether any turn carries visible reasoning with its maker's signature.
+    pub fn has_signed_reasoning(&self) -> bool {
+        self.messages.iter().flat_map(|m| &m.parts).any(|p| {
+            matches!(
+                p,
+                Part::Thinking {
+                    signature: Some(_),
+                    ..
+                }
+            )
+        })
+    }
+
     /// Whether the conversation's last assistant turn calls a tool without signed
     /// reasoning at its start: Claude with thinking on refuses such a history
     /// (400, the turn must start with a thinking or redacted_thinking block), as

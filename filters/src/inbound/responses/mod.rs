@@ -43,6 +43,12 @@ const EXTRA_FIELDS: [&str; 8] = [
 /// (redacted thinking) rather than OpenAI's.
 pub const ANTHROPIC_REASONING: &str = "sluice:anthropic:";
 
+/// The prefix of an `encrypted_content` that holds the signature of the item's
+/// summary, the visible reasoning of a maker that signs it (Claude's thinking,
+/// Gemini's thoughts): sent back with the summary unchanged, the signed
+/// reasoning goes back to the rung as it came. No OpenAI rung takes it.
+pub const SIGNED_REASONING: &str = "sluice:signed:";
+
 /// Parameters for a function tool that declares none.
 const EMPTY_PARAMETERS: &str = r#"{"type":"object","properties":{}}"#;
 

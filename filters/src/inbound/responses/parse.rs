@@ -461,6 +461,18 @@ pub(super) fn reasoning_item(
         )
     })?;
     let parts = turn(r, Role::Assistant);
+    if let Some(signature) = it
+        .encrypted_content
+        .as_deref()
+        .and_then(|c| c.strip_prefix(SIGNED_REASONING))
+    {
+        // Signed visible reasoning: the summary is the text the signature covers.
+        parts.push(Part::Thinking {
+            text: it.summary.into_iter().map(|s| s.text).collect(),
+            signature: Some(signature.to_string()),
+        });
+        return Ok(());
+    }
     for s in it.summary {
         parts.push(Part::Thinking {
             text: s.text,

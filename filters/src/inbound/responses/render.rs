@@ -182,6 +182,21 @@ impl OutItem {
         }
     }
 
+    /// Closes a reasoning item with the signature of its summary; one without a
+    /// summary has nothing signed to carry.
+    pub(super) fn set_signed(&mut self, signature: &str) {
+        if let OutItem::Reasoning {
+            summary,
+            encrypted_content,
+            ..
+        } = self
+        {
+            if !summary.is_empty() {
+                *encrypted_content = Some(format!("{SIGNED_REASONING}{signature}"));
+            }
+        }
+    }
+
     pub(super) fn set_encrypted(&mut self, data: &str, new_id: Option<&str>) {
         if let OutItem::Reasoning {
             id,
@@ -478,12 +493,15 @@ pub(super) fn items_of(resp: &Response, ids: &Ids) -> Vec<OutItem> {
         let n = items.len();
         match p {
             Part::Thinking { text, .. } if text.is_empty() => {}
-            Part::Thinking { text, .. } => {
+            Part::Thinking { text, signature } => {
                 if !items.last().is_some_and(OutItem::open_reasoning) {
                     items.push(OutItem::reasoning(ids.item("rs", n)));
                 }
                 if let Some(it) = items.last_mut() {
                     it.add_thinking(text);
+                    if let Some(s) = signature {
+                        it.set_signed(s);
+                    }
                 }
             }
             Part::EncryptedReasoning { data, id } => {

@@ -364,6 +364,21 @@ impl Encoder {
         }
     }
 
+    /// A signature closes the reasoning item open before it (one with a summary:
+    /// a signature on its own, as Gemini puts on a call, has nothing to sign).
+    pub(super) fn signed(&mut self, signature: &str, out: &mut Vec<u8>) {
+        let Some(i) = self.open else {
+            return;
+        };
+        let Some(it) = self.items.get_mut(i).filter(|it| it.open_reasoning()) else {
+            return;
+        };
+        it.set_signed(signature);
+        if !it.open_reasoning() {
+            self.close(out, "completed");
+        }
+    }
+
     pub(super) fn encrypted(&mut self, data: &str, id: Option<&str>, out: &mut Vec<u8>) {
         let index = match self.open {
             Some(i) if self.items.get(i).is_some_and(OutItem::open_reasoning) => i,
@@ -537,18 +552,16 @@ impl StreamEncoder for Encoder {
             Event::Text { text } => self.text(text, out),
             Event::Thinking { text } => self.thinking(text, out),
             Event::EncryptedReasoning { data, id } => self.encrypted(data, id.as_deref(), out),
+            Event::ThinkingSignature { signature } => self.signed(signature, out),
             Event::ToolCallStart { index, id, name } => self.tool_start(*index, id, name, out),
             Event::ToolCallArgs { index, arguments } => self.tool_args(*index, arguments, out),
             Event::Finish { reason, .. } => self.finish = Some(*reason),
             Event::ServerSearch(s) => self.search(s, out),
             Event::Citation(c) => self.cite(c, out),
-            // Usage comes whole with the tail; signatures have no place in this
-            // format; refusals and errors are settled by the gateway.
-            Event::Usage(_)
-            | Event::ThinkingSignature { .. }
-            | Event::Refusal { .. }
-            | Event::Error { .. }
-            | Event::Start { .. } => {}
+            // Usage comes whole with the tail; refusals and errors are settled by
+            // the gateway.
+            Event::Usage(_) | Event::Refusal { .. } | Event::Error { .. } | Event::Start { .. } => {
+            }
         }
     }
 
