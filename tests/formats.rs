@@ -292,6 +292,43 @@ async fn chat_tool_calls_translate_both_ways_on_an_anthropic_rung() {
     }
 }
 
+/// A chat history never carries Claude's signed thinking: a tool turn sent back
+/// with reasoning on goes without thinking (Anthropic refuses it otherwise, as the
+/// mock does), disclosed; a turn after the tool cycle closed thinks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_tool_turn_on_claude_with_reasoning_goes_without_thinking() {
+    let e = start().await;
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let mut history = vec![
+        json!({"role": "user", "content": "Weather in Paris?"}),
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "toolu_1",
+            "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]}),
+        json!({"role": "tool", "tool_call_id": "toolu_1", "content": "18 C, clear"}),
+    ];
+    let body = |messages: &[Value]| {
+        json!({"model": "fmt-claude", "reasoning_effort": "low", "tools": tools,
+            "messages": messages})
+    };
+    let a = call(&e, "/v1/chat/completions", &body(&history)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    let sent = e.mock.requests_for("c1").pop().unwrap().json().unwrap();
+    assert!(sent.get("thinking").is_none(), "{sent}");
+    assert!(
+        a.header("x-service-ignored-parameters")
+            .contains("reasoning"),
+        "{:?}",
+        a.headers
+    );
+    history.push(json!({"role": "assistant", "content": "It is 18 C and clear."}));
+    history.push(json!({"role": "user", "content": "And tomorrow?"}));
+    let a = call(&e, "/v1/chat/completions", &body(&history)).await;
+    assert_eq!(a.status, 200, "{}", a.json);
+    let sent = e.mock.requests_for("c1").pop().unwrap().json().unwrap();
+    assert_eq!(sent["thinking"]["type"], "enabled", "{sent}");
+    assert_eq!(a.header("x-service-ignored-parameters"), "");
+}
+
 // ---------------------------------------------------------------------------
 // responses clients
 

@@ -20,6 +20,39 @@ struct Request {
     stream: Option<bool>,
     #[serde(default)]
     tools: Option<Vec<IgnoredAny>>,
+    #[serde(default)]
+    thinking: Option<Value>,
+    #[serde(default)]
+    messages: Vec<Value>,
+}
+
+/// Anthropic's 400 for a history it cannot continue with thinking on: the last
+/// assistant turn calls a tool and does not start with its thinking block, worded
+/// as the real API words it.
+fn thinking_rejection(req: &Request) -> Option<(u16, Value)> {
+    if req.thinking.as_ref()?["type"] != "enabled" {
+        return None;
+    }
+    let (i, last) = req
+        .messages
+        .iter()
+        .enumerate()
+        .rfind(|(_, m)| m["role"] == "assistant")?;
+    let blocks = last["content"].as_array()?;
+    if !blocks.iter().any(|b| b["type"] == "tool_use") {
+        return None;
+    }
+    let found = blocks.first()?["type"].as_str().unwrap_or_default();
+    if matches!(found, "thinking" | "redacted_thinking") {
+        return None;
+    }
+    let message = format!(
+        "messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{found}`. When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+    );
+    Some((
+        400,
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}}),
+    ))
 }
 
 fn error_type(status: u16) -> &'static str {
@@ -79,10 +112,10 @@ impl Wire for Messages {
             serde_json::from_slice(body).map_err(|e| format!("invalid request body: {e}"))?;
         Ok(Parsed {
             has_tools: wire::non_empty(&req.tools),
+            rejection: thinking_rejection(&req),
             model: req.model,
             stream: req.stream.unwrap_or(false),
             include_usage: false,
-            rejection: None,
             asks: Default::default(),
         })
     }
