@@ -126,16 +126,22 @@ fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
-/// Waits until the usage writer has written everything recorded so far.
+/// A scrape once the run has settled: the usage writer caught up, and every
+/// request ended (a request's gauge falls after its last byte is written, so a
+/// client can hold its answer a moment before the instance counts it ended).
 async fn flushed(s: &Sluice) -> String {
+    let mut text = String::new();
     for _ in 0..200 {
-        let text = scrape(s).await;
-        if value(&text, "sluice_usage_queue_depth", &[]) == 0.0 {
+        text = scrape(s).await;
+        if value(&text, "sluice_usage_queue_depth", &[]) == 0.0
+            && value(&text, "sluice_in_flight_requests", &[]) == 0.0
+            && value(&text, "sluice_open_streams", &[]) == 0.0
+        {
             return text;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("the usage writer never caught up");
+    panic!("the usage writer never caught up, or a request never ended:\n{text}");
 }
 
 fn chat(model: &str, stream: bool, cache_key: &str) -> Value {
